@@ -1,0 +1,143 @@
+"""Safe checkpoint loading, ``best``/``last`` resolution and parameter averaging."""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+class UnsafeCheckpointError(ValueError):
+    """A checkpoint holds objects that only a full (code-executing) unpickler could load."""
+
+
+def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """Load a checkpoint with ``torch.load(weights_only=True)``.
+
+    Only tensors, primitive containers and the types PyTorch allow-lists are accepted; a file
+    that holds any other pickled object (which could run code when unpickled) is refused.
+
+    Args:
+        path: a ``.ckpt`` file written by Lightning (or :func:`average_checkpoints`).
+        map_location: where tensors are loaded.
+
+    Returns:
+        The checkpoint dictionary.
+
+    Raises:
+        FileNotFoundError: if ``path`` does not exist.
+        UnsafeCheckpointError: if the file holds objects outside the allow-list.
+        ValueError: if the file is not a PyTorch checkpoint at all.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint not found: {path}")
+    try:
+        checkpoint = torch.load(path, map_location=map_location, weights_only=True, mmap=False)
+    except pickle.UnpicklingError as err:
+        raise UnsafeCheckpointError(
+            f"refusing to load {path}: it contains pickled objects that are not plain tensors "
+            f"or containers, and loading them could execute code ({str(err).splitlines()[0]}). "
+            "Only load checkpoints from sources you trust."
+        ) from err
+    except (RuntimeError, EOFError, OSError) as err:
+        raise ValueError(f"{path} is not a readable PyTorch checkpoint: {err}") from err
+    if not isinstance(checkpoint, dict):
+        raise ValueError(f"{path} is not a checkpoint dictionary (found {type(checkpoint)})")
+    return checkpoint
+
+
+def resolve_ckpt_path(alias: str, checkpoint_dirs: Sequence[str | Path]) -> Path:
+    """Turn ``"best"`` or ``"last"`` into a file, looking in the configured checkpoint folders.
+
+    ``last`` is ``<dir>/last.ckpt``; ``best`` is the ``best_model_path`` that the
+    ``ModelCheckpoint`` callback recorded in ``last.ckpt``.
+
+    Raises:
+        FileNotFoundError: naming the folders searched, if no such checkpoint exists.
+    """
+    searched = [Path(d) for d in checkpoint_dirs]
+    for directory in searched:
+        last = directory / "last.ckpt"
+        if not last.is_file():
+            continue
+        if alias == "last":
+            return last
+        checkpoint = load_checkpoint(last)
+        for key, state in checkpoint.get("callbacks", {}).items():
+            if key.startswith("ModelCheckpoint") and state.get("best_model_path"):
+                best = Path(state["best_model_path"])
+                if best.is_file():
+                    return best
+    where = ", ".join(str(d) for d in searched) or "(no ModelCheckpoint dirpath configured)"
+    raise FileNotFoundError(
+        f"--ckpt_path {alias}: no {alias} checkpoint found in {where}; run `seq2seq fit` with the "
+        "same config first, or pass the path of a .ckpt file"
+    )
+
+
+def average_checkpoints(paths: Sequence[str | Path], output: str | Path) -> Path:
+    """Average the model parameters of several checkpoints into a new checkpoint.
+
+    Floating-point tensors of ``state_dict`` are averaged element-wise (in float64, then cast
+    back); everything else (tokenizer, model configuration, hyperparameters) is taken from the
+    last checkpoint. Optimizer and loop states are dropped: the result is for evaluation and
+    translation, not for resuming training. Averaging the last checkpoints of a run is the
+    practice of Vaswani et al. (2017), Section 6.1.
+
+    Args:
+        paths: two or more checkpoints of the same model.
+        output: file to write; written to a temporary name, then renamed into place.
+
+    Returns:
+        The output path.
+
+    Raises:
+        ValueError: if fewer than one path is given or the checkpoints hold different
+            parameter names or shapes (naming the first difference).
+    """
+    if not paths:
+        raise ValueError("average_checkpoints needs at least one checkpoint")
+    total: dict[str, torch.Tensor] = {}
+    last: dict[str, Any] = {}
+    for i, path in enumerate(paths):
+        last = load_checkpoint(path)
+        state = last["state_dict"]
+        if i == 0:
+            total = {
+                k: v.double() if v.is_floating_point() else v.clone() for k, v in state.items()
+            }
+            names = set(state)
+            continue
+        if set(state) != names:
+            diff = sorted(set(state) ^ names)[:3]
+            raise ValueError(f"{path} has other parameters than {paths[0]}: {diff}")
+        for key, value in state.items():
+            if value.shape != total[key].shape:
+                raise ValueError(
+                    f"{path}: parameter {key} has shape {tuple(value.shape)}, "
+                    f"but {paths[0]} has {tuple(total[key].shape)}"
+                )
+            if value.is_floating_point():
+                total[key] += value.double()
+    reference = last["state_dict"]
+    averaged = {
+        k: (v / len(paths)).to(reference[k].dtype) if v.is_floating_point() else v
+        for k, v in total.items()
+    }
+    result = {
+        key: value
+        for key, value in last.items()
+        if key not in ("optimizer_states", "lr_schedulers", "loops", "callbacks")
+    }
+    result["state_dict"] = averaged
+    result["averaged_from"] = [str(p) for p in paths]
+    output = Path(output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    tmp = output.with_name(output.name + ".tmp")
+    torch.save(result, tmp)
+    tmp.replace(output)
+    return output

@@ -1,0 +1,135 @@
+"""Command line: ``seq2seq fit|validate|test|predict`` (LightningCLI), ``translate``, ``average``.
+
+Examples::
+
+    seq2seq fit  --config configs/multi30k_de_en.yaml --data.data_dir ../shared/data/multi30k
+    seq2seq test --config configs/multi30k_de_en.yaml --ckpt_path best
+    seq2seq translate --ckpt_path model.ckpt < source.de > output.en
+    seq2seq average --inputs a.ckpt b.ckpt --output averaged.ckpt
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+
+from seq2seq.callbacks import TranslationWriter
+from seq2seq.checkpoint import load_checkpoint, resolve_ckpt_path
+from seq2seq.data.datamodule import TranslationDataModule
+from seq2seq.module import CHECKPOINT_KEY, TranslationModule
+
+
+class Seq2SeqCLI(LightningCLI):
+    """LightningCLI with the links between data and model settings, and checkpoint aliases.
+
+    ``--ckpt_path best`` and ``--ckpt_path last`` are resolved from the ``dirpath`` of the
+    configured ``ModelCheckpoint`` (``last.ckpt`` there records the best checkpoint), so they
+    also work in a new process after ``fit``. With a checkpoint, the model's architecture is
+    taken from the checkpoint, while decoding settings (beam size, length penalty) come from
+    the config and command line.
+    """
+
+    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        parser.link_arguments("data.vocab_size", "model.vocab_size", apply_on="parse")
+        parser.link_arguments("data.max_positions", "model.max_positions", apply_on="parse")
+        parser.link_arguments("data.tgt_lang", "model.tgt_lang", apply_on="parse")
+        parser.add_lightning_class_args(TranslationWriter, "prediction_writer")
+
+    def parse_arguments(self, parser, args) -> None:
+        super().parse_arguments(parser, args)
+        subcommand = self.config.get("subcommand")
+        if not subcommand:
+            return
+        config = self.config[subcommand]
+        ckpt_path = config.get("ckpt_path")
+        if ckpt_path in ("best", "last") and not (subcommand == "fit" and ckpt_path == "last"):
+            config["ckpt_path"] = str(resolve_ckpt_path(ckpt_path, _checkpoint_dirs(config)))
+        elif ckpt_path == "last":
+            # ``fit --ckpt_path last`` resumes if a last.ckpt exists, else starts from scratch.
+            try:
+                config["ckpt_path"] = str(resolve_ckpt_path("last", _checkpoint_dirs(config)))
+            except FileNotFoundError:
+                config["ckpt_path"] = None
+
+    def _parse_ckpt_path(self) -> None:
+        """Take the model architecture (not decoding settings) from ``--ckpt_path``."""
+        subcommand = self.config.get("subcommand")
+        if not subcommand:
+            return
+        ckpt_path = self.config[subcommand].get("ckpt_path")
+        if not ckpt_path or not Path(ckpt_path).is_file():
+            return
+        checkpoint = load_checkpoint(ckpt_path)
+        saved = checkpoint.get(CHECKPOINT_KEY, {}).get("model_config", {})
+        if saved:
+            model = self.config[subcommand]["model"]
+            for key, value in saved.items():
+                model[key] = value
+            data = self.config[subcommand]["data"]
+            data["vocab_size"] = saved["vocab_size"]
+
+    def after_instantiate_classes(self) -> None:
+        ckpt_path = self.config[self.subcommand].get("ckpt_path") if self.subcommand else None
+        if ckpt_path and self.subcommand != "fit" and Path(ckpt_path).is_file():
+            # Evaluate and predict with the tokenizer the checkpoint was trained with.
+            checkpoint = load_checkpoint(ckpt_path)
+            tokenizer = _tokenizer_from(checkpoint)
+            if tokenizer is not None:
+                self.datamodule.tokenizer = tokenizer
+                self.model.tokenizer = tokenizer
+
+
+def _tokenizer_from(checkpoint: dict):
+    from seq2seq.data.tokenizer import Tokenizer
+
+    blob = checkpoint.get(CHECKPOINT_KEY, {}).get("tokenizer")
+    return None if blob is None else Tokenizer.from_bytes(blob.numpy().tobytes())
+
+
+def _checkpoint_dirs(config) -> list[Path]:
+    """The ``dirpath`` of each configured ``ModelCheckpoint`` callback."""
+    dirs = []
+    for callback in config.get("trainer", {}).get("callbacks") or []:
+        class_path = getattr(callback, "class_path", None) or (
+            callback.get("class_path") if isinstance(callback, dict) else None
+        )
+        init_args = getattr(callback, "init_args", None) or (
+            callback.get("init_args") if isinstance(callback, dict) else None
+        )
+        if class_path and class_path.endswith("ModelCheckpoint") and init_args is not None:
+            dirpath = init_args.get("dirpath") if hasattr(init_args, "get") else None
+            if dirpath:
+                dirs.append(Path(dirpath))
+    return dirs
+
+
+def cli_main(args: Sequence[str] | None = None) -> Seq2SeqCLI | None:
+    """Entry point of the ``seq2seq`` console script.
+
+    Args:
+        args: command-line arguments without the program name (``None``: ``sys.argv[1:]``).
+
+    Returns:
+        The :class:`Seq2SeqCLI` that ran (for ``fit``/``validate``/``test``/``predict``), or
+        ``None`` for ``translate`` and ``average``.
+    """
+    argv = list(sys.argv[1:] if args is None else args)
+    if argv and argv[0] in ("translate", "average"):
+        from seq2seq import commands
+
+        getattr(commands, argv[0])(argv[1:])
+        return None
+    return Seq2SeqCLI(
+        TranslationModule,
+        TranslationDataModule,
+        args=None if args is None else argv,
+        save_config_kwargs={"overwrite": True},
+        seed_everything_default=1,
+    )
+
+
+if __name__ == "__main__":
+    cli_main()

@@ -1,0 +1,87 @@
+"""The ``seq2seq translate`` and ``seq2seq average`` commands."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from seq2seq.checkpoint import average_checkpoints
+
+
+def translate(argv: Sequence[str]) -> None:
+    """``seq2seq translate --ckpt_path model.ckpt [--input F] [--output F] [--beam_size K]``.
+
+    Reads one sentence per line (stdin by default), writes one translation per line (stdout by
+    default) in input order; with ``--n_best N > 1`` writes ``index<TAB>score<TAB>text`` lines,
+    N per input sentence.
+    """
+    parser = argparse.ArgumentParser(prog="seq2seq translate", description=translate.__doc__)
+    parser.add_argument("--ckpt_path", required=True, help="checkpoint written by seq2seq fit")
+    parser.add_argument(
+        "--input", default="-", help="source file, one sentence per line (- = stdin)"
+    )
+    parser.add_argument("--output", default="-", help="output file (- = stdout)")
+    parser.add_argument("--beam_size", type=int, default=None, help="beam size (1 = greedy)")
+    parser.add_argument("--n_best", type=int, default=1, help="hypotheses per sentence")
+    parser.add_argument("--length_penalty", type=float, default=None, help="length penalty alpha")
+    parser.add_argument("--max_tokens", type=int, default=4096, help="source tokens per batch")
+    parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: auto)")
+    args = parser.parse_args(list(argv))
+
+    from seq2seq.translator import Translator
+
+    decoding = {} if args.length_penalty is None else {"length_penalty": args.length_penalty}
+    if args.beam_size is not None:
+        decoding["beam_size"] = args.beam_size
+    if args.beam_size is not None and args.n_best > args.beam_size:
+        parser.error(f"--n_best {args.n_best} exceeds --beam_size {args.beam_size}")
+    translator = Translator.from_checkpoint(
+        args.ckpt_path, device=args.device, max_tokens=args.max_tokens, **decoding
+    )
+    if args.input == "-":
+        text = sys.stdin.read()
+    else:
+        text = Path(args.input).read_text(encoding="utf-8")
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    lines = [line.rstrip("\r") for line in lines]
+    results = translator.translate(lines, n_best=args.n_best)
+    if args.n_best == 1:
+        out_lines = list(results)
+    else:
+        out_lines = [
+            f"{i}\t{score:.4f}\t{hyp}" for i, hyps in enumerate(results) for hyp, score in hyps
+        ]
+    body = "".join(line + "\n" for line in out_lines)
+    if args.output == "-":
+        sys.stdout.write(body)
+        sys.stdout.flush()
+    else:
+        Path(args.output).write_text(body, encoding="utf-8")
+
+
+def average(argv: Sequence[str]) -> None:
+    """``seq2seq average --inputs a.ckpt b.ckpt ... --output avg.ckpt`` or ``--dir D --last N``.
+
+    Writes the element-wise mean of the checkpoints' parameters.
+    """
+    parser = argparse.ArgumentParser(prog="seq2seq average", description=average.__doc__)
+    parser.add_argument("--inputs", nargs="+", default=None, help="checkpoints to average")
+    parser.add_argument("--dir", default=None, help="folder whose newest checkpoints to average")
+    parser.add_argument("--last", type=int, default=None, help="with --dir: how many (newest)")
+    parser.add_argument("--output", required=True, help="averaged checkpoint to write")
+    args = parser.parse_args(list(argv))
+    if args.inputs:
+        paths = [Path(p) for p in args.inputs]
+    elif args.dir and args.last:
+        candidates = [p for p in Path(args.dir).glob("*.ckpt") if p.name != "last.ckpt"]
+        if len(candidates) < args.last:
+            parser.error(f"--last {args.last}: only {len(candidates)} checkpoints in {args.dir}")
+        paths = sorted(candidates, key=lambda p: p.stat().st_mtime)[-args.last :]
+    else:
+        parser.error("give --inputs, or --dir with --last")
+    output = average_checkpoints(paths, args.output)
+    print(f"averaged {len(paths)} checkpoints into {output}: " + ", ".join(map(str, paths)))

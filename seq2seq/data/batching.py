@@ -1,0 +1,278 @@
+"""Token-budget batching of length-sorted examples, and padding into tensors.
+
+Shapes: B batch, S source length, T target length (see ``seq2seq/nn/attention.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch.nn.utils.rnn import pad_sequence
+from torch.utils.data import Sampler
+
+from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+
+
+class TokenBudgetBatchSampler(Sampler[list[int]]):
+    """Groups examples of similar length into batches of at most ``max_tokens`` padded tokens.
+
+    Each epoch the examples are sorted by length, cut greedily into batches whose cost
+    ``n_sentences * longest`` stays within ``max_tokens``, and the order of the batches is
+    shuffled, so few positions are padding while every batch still mixes ``max_tokens`` worth
+    of data. With ``shuffle=True`` the sort breaks ties between equal lengths at random, or
+    (with ``bucket_size``) sorts only within random buckets of ``bucket_size`` examples, so
+    batch contents differ between epochs; all randomness comes from ``seed + epoch``. An
+    example longer than ``max_tokens`` on its own becomes a batch of one.
+
+    Distributed data parallel: rank ``r`` of ``num_replicas`` takes batches ``r``,
+    ``r + num_replicas``, ... of the epoch's list, so shares are disjoint and together cover
+    every example once. With ``even_batches=True`` (for training) every rank also gets the
+    same number of batches, which collective operations need: the batch list is lengthened
+    to a multiple of ``num_replicas`` by splitting its largest batches in two (still disjoint
+    and within budget); only when no batch has two examples left to split are batches
+    repeated. With ``even_batches=False`` (for held-out sets) nothing is split or repeated, so
+    each example is seen exactly once and ranks may get one batch more or fewer.
+
+    Resuming: the sampler counts the batches it has yielded in the current epoch;
+    :meth:`state_dict` / :meth:`load_state_dict` carry that count (and the epoch), so the next
+    iteration continues with exactly the batches not yet yielded.
+
+    Args:
+        lengths: Cost of each example in padded positions, e.g. ``max(src_len, tgt_len + 1)``
+            with the source's EOS counted in ``src_len``.
+        max_tokens: Budget of ``n_sentences * longest`` per batch.
+        shuffle: Randomise tie order and batch order per epoch (training). If False, examples
+            are sorted by length (stable, so equal lengths keep index order) and batches are
+            yielded shortest first.
+        seed: Base seed; epoch ``e`` uses ``seed + e``.
+        num_replicas: Number of data-parallel ranks.
+        rank: This process's rank, in ``[0, num_replicas)``.
+        bucket_size: If set (with ``shuffle``), sort within random buckets of this many
+            examples instead of globally; more varied batches, a little more padding, and the
+            number of batches may then differ slightly between epochs.
+        even_batches: Give every rank the same number of batches (see above).
+        tie_breaker: Secondary sort key for examples of equal length (remaining ties stay
+            random when shuffling). ``lengths`` only bounds the longer side of each pair;
+            ordering equal-cost pairs by e.g. ``tgt_len * (max_len + 1) + src_len`` also keeps
+            the shorter side's padding low.
+
+    Raises:
+        ValueError: If ``max_tokens`` < 1, ``rank`` is outside ``[0, num_replicas)``, a
+            length is negative, or ``tie_breaker`` and ``lengths`` differ in size.
+    """
+
+    def __init__(
+        self,
+        lengths: Sequence[int],
+        max_tokens: int,
+        shuffle: bool = True,
+        seed: int = 0,
+        num_replicas: int = 1,
+        rank: int = 0,
+        bucket_size: int | None = None,
+        even_batches: bool = True,
+        tie_breaker: Sequence[int] | None = None,
+    ) -> None:
+        if max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {max_tokens}.")
+        if not 0 <= rank < num_replicas:
+            raise ValueError(f"rank must be in [0, num_replicas={num_replicas}), got {rank}.")
+        if bucket_size is not None and bucket_size < 1:
+            raise ValueError(f"bucket_size must be >= 1 or None, got {bucket_size}.")
+        self.lengths = np.asarray(lengths, dtype=np.int64).reshape(-1)
+        if self.lengths.size and self.lengths.min() < 0:
+            raise ValueError("lengths must be non-negative.")
+        if tie_breaker is None:
+            self.tie_breaker = np.zeros_like(self.lengths)
+        else:
+            self.tie_breaker = np.asarray(tie_breaker, dtype=np.int64).reshape(-1)
+            if self.tie_breaker.shape != self.lengths.shape:
+                raise ValueError(
+                    f"tie_breaker has {self.tie_breaker.size} entries for "
+                    f"{self.lengths.size} lengths."
+                )
+        self.max_tokens = max_tokens
+        self.shuffle = shuffle
+        self.seed = seed
+        self.num_replicas = num_replicas
+        self.rank = rank
+        self.bucket_size = bucket_size
+        self.even_batches = even_batches
+        self.epoch = 0
+        self._yielded = 0
+        self._cache: tuple[int, list[list[int]]] | None = None
+
+    # ------------------------------------------------------------------ epoch plan
+    def _sorted(self, indices: np.ndarray) -> np.ndarray:
+        """``indices`` stably sorted by (length, tie_breaker)."""
+        return indices[np.lexsort((self.tie_breaker[indices], self.lengths[indices]))]
+
+    def _order(self, rng: np.random.Generator) -> np.ndarray:
+        n = self.lengths.size
+        if not self.shuffle:
+            return self._sorted(np.arange(n))
+        perm = rng.permutation(n)
+        if self.bucket_size is None:
+            return self._sorted(perm)
+        chunks = [perm[i : i + self.bucket_size] for i in range(0, n, self.bucket_size)]
+        return np.concatenate([self._sorted(c) for c in chunks] or [perm])
+
+    def _cut(self, order: np.ndarray) -> list[list[int]]:
+        batches: list[list[int]] = []
+        batch: list[int] = []
+        longest = 0
+        for index, length in zip(order.tolist(), self.lengths[order].tolist(), strict=True):
+            new_longest = max(longest, length)
+            if batch and (len(batch) + 1) * new_longest > self.max_tokens:
+                batches.append(batch)
+                batch, new_longest = [], length
+            batch.append(index)
+            longest = new_longest
+        if batch:
+            batches.append(batch)
+        return batches
+
+    def _even_out(self, batches: list[list[int]]) -> list[list[int]]:
+        missing = -len(batches) % self.num_replicas
+        while missing:
+            largest = max(range(len(batches)), key=lambda i: len(batches[i]))
+            if len(batches[largest]) < 2:
+                break
+            batch = batches[largest]
+            batches[largest : largest + 1] = [batch[: len(batch) // 2], batch[len(batch) // 2 :]]
+            missing -= 1
+        return batches + [batches[i % len(batches)] for i in range(missing)]
+
+    def epoch_batches(self, epoch: int | None = None) -> list[list[int]]:
+        """All batches of an epoch, over every rank, in yield order (before sharding).
+
+        Args:
+            epoch: The epoch; defaults to the current one.
+
+        Returns:
+            Lists of example indices.
+        """
+        epoch = self.epoch if epoch is None else epoch
+        rng = np.random.default_rng(self.seed + epoch)
+        batches = self._cut(self._order(rng))
+        if self.even_batches and self.num_replicas > 1 and batches:
+            batches = self._even_out(batches)
+        if self.shuffle:
+            batches = [batches[i] for i in rng.permutation(len(batches))]
+        return batches
+
+    def _rank_batches(self) -> list[list[int]]:
+        if self._cache is None or self._cache[0] != self.epoch:
+            self._cache = (self.epoch, self.epoch_batches()[self.rank :: self.num_replicas])
+        return self._cache[1]
+
+    # ------------------------------------------------------------------ Sampler protocol
+    def __iter__(self) -> Iterator[list[int]]:
+        batches = self._rank_batches()
+        start = self._yielded
+        for position in range(start, len(batches)):
+            self._yielded = position + 1
+            yield list(batches[position])
+        self._yielded = 0
+
+    def __len__(self) -> int:
+        """Number of batches this rank yields in a full pass of the current epoch."""
+        return len(self._rank_batches())
+
+    def set_epoch(self, epoch: int) -> None:
+        """Selects the epoch (and with it the shuffling); a new epoch starts from its beginning.
+
+        Setting the epoch the sampler is already in keeps a position restored by
+        :meth:`load_state_dict`.
+        """
+        if epoch != self.epoch:
+            self.epoch = epoch
+            self._yielded = 0
+
+    def state_dict(self) -> dict[str, int]:
+        """The position in the epoch: ``{"epoch", "batches_yielded", "seed", "num_replicas"}``."""
+        return {
+            "epoch": self.epoch,
+            "batches_yielded": self._yielded,
+            "seed": self.seed,
+            "num_replicas": self.num_replicas,
+        }
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        """Restores a position saved by :meth:`state_dict`.
+
+        The next iteration yields the batches of ``state["epoch"]`` that follow the first
+        ``state["batches_yielded"]``.
+
+        Raises:
+            ValueError: If the state was saved with a different seed or number of replicas,
+                which would give a different batch plan.
+        """
+        for key in ("seed", "num_replicas"):
+            if key in state and state[key] != getattr(self, key):
+                raise ValueError(
+                    f"Sampler state was saved with {key}={state[key]}, but this sampler has "
+                    f"{key}={getattr(self, key)}; the remaining batches cannot be reproduced."
+                )
+        self.epoch = int(state["epoch"])
+        self._yielded = int(state["batches_yielded"])
+
+
+def collate(
+    examples: list[dict[str, Any]],
+    pad_id: int = PAD_ID,
+    bos_id: int = BOS_ID,
+    eos_id: int = EOS_ID,
+) -> dict[str, Any]:
+    """Pads a list of examples into a batch of tensors.
+
+    Args:
+        examples: Dicts with ``"index"`` (int), ``"src"`` (list[int], ending with EOS),
+            optionally ``"tgt"`` (list[int], without BOS/EOS; absent in every example or
+            present in every example), ``"src_text"`` and ``"ref_text"`` (str).
+        pad_id: Padding id.
+        bos_id: Id prepended to the decoder input.
+        eos_id: Id appended to the decoder output.
+
+    Returns:
+        A dict with
+        ``"index"``: (B,) long, the examples' indices;
+        ``"src"``: (B, S) long, source ids padded with ``pad_id``;
+        ``"src_mask"``: (B, 1, 1, S) bool, True at real (non-padding) source positions;
+        ``"tgt_in"``: (B, T) long, ``[BOS] + tgt`` padded (only with targets);
+        ``"tgt_out"``: (B, T) long, ``tgt + [EOS]`` padded (only with targets);
+        ``"n_tokens"``: int, number of real ``tgt_out`` positions (0 without targets);
+        ``"src_text"`` / ``"ref_text"``: list[str], when the examples carry them.
+
+    Raises:
+        ValueError: If ``examples`` is empty or only some examples have ``"tgt"``.
+    """
+    if not examples:
+        raise ValueError("Cannot collate an empty list of examples.")
+    src = [torch.as_tensor(e["src"], dtype=torch.long) for e in examples]
+    src_lengths = torch.tensor([len(s) for s in src])
+    batch: dict[str, Any] = {
+        "index": torch.tensor([e["index"] for e in examples], dtype=torch.long),
+        "src": pad_sequence(src, batch_first=True, padding_value=pad_id),
+    }
+    positions = torch.arange(batch["src"].size(1))
+    batch["src_mask"] = (positions[None, :] < src_lengths[:, None])[:, None, None, :]
+    with_tgt = ["tgt" in e for e in examples]
+    if any(with_tgt) and not all(with_tgt):
+        raise ValueError("Either every example or none must have a 'tgt' field.")
+    batch["n_tokens"] = 0
+    if all(with_tgt):
+        tgt = [torch.as_tensor(e["tgt"], dtype=torch.long) for e in examples]
+        bos, eos = torch.tensor([bos_id]), torch.tensor([eos_id])
+        tgt_in = [torch.cat([bos, t]) for t in tgt]
+        tgt_out = [torch.cat([t, eos]) for t in tgt]
+        batch["tgt_in"] = pad_sequence(tgt_in, batch_first=True, padding_value=pad_id)
+        batch["tgt_out"] = pad_sequence(tgt_out, batch_first=True, padding_value=pad_id)
+        batch["n_tokens"] = sum(len(t) for t in tgt_out)
+    for key in ("src_text", "ref_text"):
+        if key in examples[0]:
+            batch[key] = [e[key] for e in examples]
+    return batch

@@ -1,0 +1,522 @@
+"""Reading and checking parallel corpora.
+
+A split of a parallel corpus (``train``, ``val``, ``test_2016_flickr``, ...) can live in:
+
+* two aligned text files ``<split>.<src>`` / ``<split>.<tgt>`` (each optionally ``.gz``),
+  one sentence per line;
+* a TSV file ``<split>.tsv[.gz]`` with two tab-separated columns, source then target;
+* a JSON-lines file ``<split>.jsonl[.gz]`` whose lines are either
+  ``{"translation": {"de": ..., "en": ...}}`` (the Hugging Face layout) or flat
+  ``{"de": ..., "en": ...}``;
+* a Parquet file ``<split>.parquet`` with either of the two JSON layouts as columns;
+* a Hugging Face ``datasets`` dataset: a folder written by ``save_to_disk`` (a
+  ``DatasetDict`` in the data folder itself, or one ``Dataset`` per ``<split>/`` folder), or a
+  dataset on the Hub loaded with ``load_dataset(name, config, split=split)``.
+
+In every case the languages to read are the ``src_lang`` / ``tgt_lang`` settings.
+
+Text is read as strict UTF-8 and split on ``"\\n"`` only: a trailing ``"\\r"`` is removed,
+while other line-breaking characters (U+2028, U+2029, U+0085, form feed) stay inside the
+sentence, so line counts always agree with ``wc -l`` and aligned files stay aligned.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+import tempfile
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+MULTI30K_URL = "https://github.com/multi30k/dataset/raw/master/data/task1/raw"
+"""Where :func:`download_multi30k` fetches the Multi30k task-1 files from."""
+
+MULTI30K_SHA256: dict[str, str] = {
+    "train.de.gz": "726e39b2fa9eb9ffb6dc763fb35a179f80fae06ffc5d28b6ace5faa883de28a6",
+    "train.en.gz": "d79cfa999dd4c51d2cb42499b6796d5a882c3a8a961923c25a898c90f8bbd56f",
+    "val.de.gz": "f0cba2f995189cf5770f29a8a9a537a3ad3f51657ad873405082ff6863a5e75a",
+    "val.en.gz": "14f7d25ddd868909a9213e361768460edcacdd6ab9d1e77b92560dc10c10dc28",
+    "test_2016_flickr.de.gz": "9204244e408ccb38d2a55cfcd344df15005fc42a07a6e55ca6c52b6ababb8cc8",
+    "test_2016_flickr.en.gz": "611d361c6334bc7246101d48097c13cf5c4413c5befc793cc629934359d532d9",
+}
+"""SHA-256 of each Multi30k German-English file (task 1, raw)."""
+
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+# ---------------------------------------------------------------------- plain files
+def _read_bytes(path: Path) -> bytes:
+    if not path.is_file():
+        raise FileNotFoundError(f"Corpus file not found: {path}")
+    data = path.read_bytes()
+    if data[:2] == _GZIP_MAGIC:
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError) as err:
+            raise ValueError(f"{path} is not a readable gzip file: {err}") from err
+    return data
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def read_lines(path: str | Path) -> list[str]:
+    """Reads a text file (plain or gzip-compressed) as a list of lines.
+
+    The file is decoded as strict UTF-8 (a UTF-8 byte-order mark at its start is dropped) and
+    split on ``"\\n"`` only; one trailing ``"\\r"`` per line is removed, nothing else is
+    stripped. A final newline does not create an extra empty line. Compression is detected
+    from the gzip magic bytes, not the file name.
+
+    Args:
+        path: The file.
+
+    Returns:
+        The lines, without line terminators.
+
+    Raises:
+        FileNotFoundError: If ``path`` does not exist (the message names it).
+        ValueError: If the file is not valid UTF-8, naming the file and the 1-based line, or
+            if it looks gzip-compressed but cannot be decompressed.
+    """
+    path = Path(path)
+    data = _read_bytes(path)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        column = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
+        raise ValueError(
+            f"{path}, line {line}: invalid UTF-8 ({err.reason} at byte {column} of the line)."
+        ) from err
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    if not text:
+        return []
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
+def read_parallel(src_path: str | Path, tgt_path: str | Path) -> tuple[list[str], list[str]]:
+    """Reads two aligned text files, line ``i`` of one translating line ``i`` of the other.
+
+    Args:
+        src_path: Source-language file (plain or ``.gz``).
+        tgt_path: Target-language file (plain or ``.gz``).
+
+    Returns:
+        ``(src_lines, tgt_lines)`` of equal length.
+
+    Raises:
+        FileNotFoundError: If either file is missing.
+        ValueError: If the files have different numbers of lines (naming both files and both
+            counts), or on invalid UTF-8.
+    """
+    src, tgt = read_lines(src_path), read_lines(tgt_path)
+    if len(src) != len(tgt):
+        raise ValueError(
+            f"Parallel files are misaligned: {src_path} has {len(src)} lines but {tgt_path} "
+            f"has {len(tgt)} lines; line i of one must translate line i of the other."
+        )
+    return src, tgt
+
+
+def find_split(data_dir: str | Path, split: str, lang: str) -> Path:
+    """Finds the text file of one side of a split: ``<data_dir>/<split>.<lang>[.gz]``.
+
+    Args:
+        data_dir: Folder holding the corpus.
+        split: Split name, e.g. ``"train"`` or ``"test_2016_flickr"``.
+        lang: Language code, e.g. ``"de"``.
+
+    Returns:
+        The first existing of ``<split>.<lang>`` and ``<split>.<lang>.gz``.
+
+    Raises:
+        FileNotFoundError: Listing the paths looked for.
+    """
+    candidates = [Path(data_dir) / f"{split}.{lang}", Path(data_dir) / f"{split}.{lang}.gz"]
+    for path in candidates:
+        if path.is_file():
+            return path
+    raise FileNotFoundError(
+        f"No {lang!r} file for split {split!r}: looked for "
+        + " and ".join(str(p) for p in candidates)
+    )
+
+
+def read_tsv(path: str | Path) -> tuple[list[str], list[str]]:
+    """Reads a two-column TSV file (source, tab, target), plain or gzip-compressed.
+
+    Args:
+        path: The file.
+
+    Returns:
+        ``(src_lines, tgt_lines)``.
+
+    Raises:
+        FileNotFoundError: If ``path`` is missing.
+        ValueError: If a line does not have exactly two tab-separated fields (naming the file
+            and the 1-based line), or on invalid UTF-8.
+    """
+    src, tgt = [], []
+    for number, line in enumerate(read_lines(path), start=1):
+        fields = line.split("\t")
+        if len(fields) != 2:
+            raise ValueError(
+                f"{path}, line {number}: expected 2 tab-separated fields (source, target), "
+                f"found {len(fields)}."
+            )
+        src.append(fields[0])
+        tgt.append(fields[1])
+    return src, tgt
+
+
+def _pair_from_record(record: object, src_lang: str, tgt_lang: str, where: str) -> tuple[str, str]:
+    if isinstance(record, Mapping) and isinstance(record.get("translation"), Mapping):
+        record = record["translation"]
+    if not isinstance(record, Mapping):
+        raise ValueError(f"{where}: expected a JSON object, found {type(record).__name__}.")
+    missing = [lang for lang in (src_lang, tgt_lang) if lang not in record]
+    if missing:
+        raise ValueError(
+            f"{where}: no {' / '.join(map(repr, missing))} field; the record has keys "
+            f"{sorted(record)} (expected {{'translation': {{{src_lang!r}: ..., {tgt_lang!r}: "
+            f"...}}}} or {{{src_lang!r}: ..., {tgt_lang!r}: ...}})."
+        )
+    pair = record[src_lang], record[tgt_lang]
+    if not all(isinstance(text, str) for text in pair):
+        raise ValueError(f"{where}: the {src_lang!r} and {tgt_lang!r} values must be strings.")
+    return pair
+
+
+def read_jsonl(path: str | Path, src_lang: str, tgt_lang: str) -> tuple[list[str], list[str]]:
+    """Reads a JSON-lines file of translation pairs, plain or gzip-compressed.
+
+    Each non-blank line is ``{"translation": {src_lang: ..., tgt_lang: ...}}`` or
+    ``{src_lang: ..., tgt_lang: ...}``; blank lines are skipped and other keys ignored.
+
+    Args:
+        path: The file.
+        src_lang: Key of the source sentence.
+        tgt_lang: Key of the target sentence.
+
+    Returns:
+        ``(src_lines, tgt_lines)``.
+
+    Raises:
+        FileNotFoundError: If ``path`` is missing.
+        ValueError: On invalid JSON, a missing language key or a non-string value, naming the
+            file and the 1-based line; or on invalid UTF-8.
+    """
+    src, tgt = [], []
+    for number, line in enumerate(read_lines(path), start=1):
+        if not line.strip():
+            continue
+        where = f"{path}, line {number}"
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{where}: invalid JSON ({err.msg}).") from err
+        s, t = _pair_from_record(record, src_lang, tgt_lang, where)
+        src.append(s)
+        tgt.append(t)
+    return src, tgt
+
+
+# ---------------------------------------------------------------------- Hugging Face datasets
+def read_hf_dataset(dataset, src_lang: str, tgt_lang: str, name: str = "dataset"):
+    """Extracts the sentence pairs of a Hugging Face ``datasets.Dataset``.
+
+    Args:
+        dataset: A ``datasets.Dataset`` with a ``translation`` column of
+            ``{src_lang: ..., tgt_lang: ...}`` dicts, or with ``src_lang`` and ``tgt_lang``
+            string columns.
+        src_lang: Source language code.
+        tgt_lang: Target language code.
+        name: Description used in error messages.
+
+    Returns:
+        ``(src_lines, tgt_lines)`` as lists of ``str``.
+
+    Raises:
+        ValueError: If neither layout is present, naming the columns found, or if a value is
+            not a string.
+    """
+    columns = dataset.column_names
+    if "translation" in columns:
+        pairs = dataset["translation"]
+        src = [pair.get(src_lang) if pair else None for pair in pairs]
+        tgt = [pair.get(tgt_lang) if pair else None for pair in pairs]
+    elif src_lang in columns and tgt_lang in columns:
+        src, tgt = list(dataset[src_lang]), list(dataset[tgt_lang])
+    else:
+        raise ValueError(
+            f"{name} has columns {columns}; expected a 'translation' column of "
+            f"{{{src_lang!r}: ..., {tgt_lang!r}: ...}} or the columns {src_lang!r} and "
+            f"{tgt_lang!r}."
+        )
+    for side, lang in ((src, src_lang), (tgt, tgt_lang)):
+        for row, text in enumerate(side):
+            if not isinstance(text, str):
+                raise ValueError(f"{name}, row {row}: {lang!r} is {text!r}, not a string.")
+    return src, tgt
+
+
+def _load_from_disk(path: Path, split: str):
+    import datasets
+
+    loaded = datasets.load_from_disk(str(path))
+    if isinstance(loaded, datasets.DatasetDict):
+        if split not in loaded:
+            raise FileNotFoundError(
+                f"Split {split!r} not found in the dataset saved at {path}; it has "
+                f"{sorted(loaded)}."
+            )
+        return loaded[split]
+    return loaded
+
+
+# ---------------------------------------------------------------------- locating splits
+@dataclass(frozen=True)
+class CorpusSplit:
+    """Where one split of a parallel corpus lives, and how to read it.
+
+    Build it with :func:`locate_split`.
+
+    Attributes:
+        split: Split name.
+        src_lang: Source language code.
+        tgt_lang: Target language code.
+        format: One of ``"text"``, ``"tsv"``, ``"jsonl"``, ``"parquet"``, ``"hf_disk"``,
+            ``"hf_hub"``.
+        paths: The files or folder read (two files for ``"text"``); empty for ``"hf_hub"``.
+        hf_name: Dataset name on the Hub (``"hf_hub"`` only).
+        hf_config: Dataset configuration on the Hub (``"hf_hub"`` only).
+    """
+
+    split: str
+    src_lang: str
+    tgt_lang: str
+    format: str
+    paths: tuple[Path, ...] = ()
+    hf_name: str | None = None
+    hf_config: str | None = None
+
+    def describe(self) -> str:
+        """Human-readable location, for messages (e.g. ``data/train.de.gz + data/train.en.gz``)."""
+        if self.format == "hf_hub":
+            config = f", config {self.hf_config!r}" if self.hf_config else ""
+            return f"Hugging Face dataset {self.hf_name!r}{config}, split {self.split!r}"
+        if self.format == "hf_disk":
+            return f"saved dataset {self.paths[0]} (split {self.split!r})"
+        return " + ".join(str(p) for p in self.paths)
+
+    def _hf_dataset(self):
+        if self.format == "hf_hub":
+            import datasets
+
+            return datasets.load_dataset(self.hf_name, self.hf_config, split=self.split)
+        if self.format == "hf_disk":
+            return _load_from_disk(self.paths[0], self.split)
+        import datasets
+        import pyarrow.parquet as pq
+
+        return datasets.Dataset(pq.read_table(self.paths[0]))
+
+    def read(self) -> tuple[list[str], list[str]]:
+        """Reads the sentence pairs.
+
+        Returns:
+            ``(src_lines, tgt_lines)`` of equal length.
+
+        Raises:
+            FileNotFoundError: If a file is missing.
+            ValueError: On misaligned files, invalid UTF-8, or malformed records (see the
+                ``read_*`` functions).
+        """
+        if self.format == "text":
+            return read_parallel(*self.paths)
+        if self.format == "tsv":
+            return read_tsv(self.paths[0])
+        if self.format == "jsonl":
+            return read_jsonl(self.paths[0], self.src_lang, self.tgt_lang)
+        return read_hf_dataset(self._hf_dataset(), self.src_lang, self.tgt_lang, self.describe())
+
+    def fingerprint(self) -> str:
+        """A hex digest that changes whenever the split's content or languages change.
+
+        Files are hashed byte for byte (without decoding them); Hugging Face datasets
+        contribute their own ``_fingerprint``.
+        """
+        digest = hashlib.sha256(
+            f"{self.format}|{self.split}|{self.src_lang}|{self.tgt_lang}".encode()
+        )
+        if self.format in ("hf_hub", "hf_disk"):
+            digest.update(self._hf_dataset()._fingerprint.encode())
+        else:
+            for path in self.paths:
+                digest.update(_sha256(path).encode())
+        return digest.hexdigest()
+
+
+def locate_split(
+    data_dir: str | Path,
+    split: str,
+    src_lang: str,
+    tgt_lang: str,
+    hf_dataset: str | None = None,
+    hf_config: str | None = None,
+) -> CorpusSplit:
+    """Finds one split of a parallel corpus.
+
+    With ``hf_dataset`` set, that is a folder written by ``save_to_disk`` if such a folder
+    exists, otherwise a dataset name on the Hugging Face Hub (loaded with ``hf_config``).
+    Otherwise ``data_dir`` is searched, first match wins: a ``save_to_disk`` ``DatasetDict``
+    in ``data_dir`` itself; ``<split>.<src_lang>[.gz]`` with ``<split>.<tgt_lang>[.gz]``;
+    ``<split>.tsv[.gz]``; ``<split>.jsonl[.gz]``; ``<split>.parquet``; a ``save_to_disk``
+    ``Dataset`` in ``<split>/``.
+
+    Args:
+        data_dir: Folder holding the corpus.
+        split: Split name.
+        src_lang: Source language code.
+        tgt_lang: Target language code.
+        hf_dataset: Hugging Face dataset name or ``save_to_disk`` folder, or None.
+        hf_config: Hugging Face dataset configuration (e.g. ``"de-en"``), or None.
+
+    Returns:
+        The split's location.
+
+    Raises:
+        FileNotFoundError: If nothing is found, listing every path looked for; or if only one
+            side of a pair of text files exists, naming the missing side.
+    """
+
+    def found(fmt: str, *paths: Path) -> CorpusSplit:
+        return CorpusSplit(split, src_lang, tgt_lang, fmt, tuple(paths))
+
+    if hf_dataset is not None:
+        path = Path(hf_dataset)
+        if path.is_dir():
+            return found("hf_disk", path)
+        return CorpusSplit(split, src_lang, tgt_lang, "hf_hub", (), hf_dataset, hf_config)
+
+    root = Path(data_dir)
+    if (root / "dataset_dict.json").is_file():
+        return found("hf_disk", root)
+    src_candidates = [root / f"{split}.{src_lang}", root / f"{split}.{src_lang}.gz"]
+    tgt_candidates = [root / f"{split}.{tgt_lang}", root / f"{split}.{tgt_lang}.gz"]
+    if any(p.is_file() for p in src_candidates + tgt_candidates):
+        return found(
+            "text",
+            find_split(root, split, src_lang),
+            find_split(root, split, tgt_lang),
+        )
+    single = {
+        "tsv": [root / f"{split}.tsv", root / f"{split}.tsv.gz"],
+        "jsonl": [root / f"{split}.jsonl", root / f"{split}.jsonl.gz"],
+        "parquet": [root / f"{split}.parquet"],
+    }
+    for fmt, candidates in single.items():
+        for path in candidates:
+            if path.is_file():
+                return found(fmt, path)
+    if (root / split / "state.json").is_file():
+        return found("hf_disk", root / split)
+    looked = [*src_candidates, *tgt_candidates, *(p for c in single.values() for p in c)]
+    looked += [root / "dataset_dict.json", root / split / "state.json"]
+    raise FileNotFoundError(
+        f"No {src_lang}-{tgt_lang} data for split {split!r} in {root}; looked for: "
+        + ", ".join(str(p) for p in looked)
+        + ". Point `data.data_dir` at the corpus folder or set `data.hf_dataset`."
+    )
+
+
+# ---------------------------------------------------------------------- download
+def download_multi30k(
+    data_dir: str | Path,
+    base_url: str = MULTI30K_URL,
+    files: Mapping[str, str] | Sequence[str] | None = None,
+    timeout: float = 60.0,
+) -> list[Path]:
+    """Downloads the Multi30k German-English files that are missing from ``data_dir``.
+
+    Each file is fetched from ``<base_url>/<name>`` into a temporary file next to its
+    destination, checked against its SHA-256, and only then renamed into place, so an
+    interrupted or corrupt download never leaves a file under the final name. Files already
+    present are left untouched.
+
+    Args:
+        data_dir: Destination folder (created if needed).
+        base_url: URL of the folder holding the files.
+        files: File names to fetch, as a mapping to their SHA-256 or a list of names from
+            :data:`MULTI30K_SHA256`; None fetches all six German-English files.
+        timeout: Seconds to wait on the network per request.
+
+    Returns:
+        The paths of the files that were downloaded.
+
+    Raises:
+        ValueError: If a downloaded file's SHA-256 differs from the expected one (naming the
+            file, the expected and actual hash); the download is discarded. Also for a file
+            name without a known hash.
+        RuntimeError: If the server cannot be reached or refuses a file, listing which files
+            to put where by hand and that ``--data.data_dir`` can point to an existing copy.
+    """
+    if files is None:
+        files = MULTI30K_SHA256
+    if not isinstance(files, Mapping):
+        unknown = [name for name in files if name not in MULTI30K_SHA256]
+        if unknown:
+            raise ValueError(f"No known SHA-256 for {unknown}; pass files as {{name: sha256}}.")
+        files = {name: MULTI30K_SHA256[name] for name in files}
+    root = Path(data_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    downloaded, failed = [], []
+    for name, expected in files.items():
+        dest = root / name
+        if dest.is_file():
+            continue
+        url = f"{base_url.rstrip('/')}/{name}"
+        fd, tmp_name = tempfile.mkstemp(dir=root, prefix=f".{name}.", suffix=".part")
+        tmp = Path(tmp_name)
+        try:
+            with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as r:
+                while chunk := r.read(1 << 20):
+                    out.write(chunk)
+        except (urllib.error.URLError, OSError) as err:
+            tmp.unlink(missing_ok=True)
+            failed.append((name, url, err))
+            continue
+        actual = _sha256(tmp)
+        if actual != expected:
+            tmp.unlink(missing_ok=True)
+            raise ValueError(
+                f"SHA-256 mismatch for {name} downloaded from {url}: expected {expected}, got "
+                f"{actual}. The download was removed; fetch the file again or place a good "
+                f"copy at {dest}."
+            )
+        os.replace(tmp, dest)
+        downloaded.append(dest)
+    if failed:
+        details = "; ".join(f"{url} ({err})" for _, url, err in failed)
+        raise RuntimeError(
+            f"Could not download Multi30k: {details}. Put the files "
+            f"{', '.join(name for name, _, _ in failed)} (from {base_url}) into {root}, or set "
+            "`--data.data_dir` to a folder that already holds a copy (and `--data.download "
+            "false` to skip downloading)."
+        )
+    return downloaded

@@ -1,0 +1,571 @@
+"""TranslationDataModule: corpus -> SentencePiece -> cached token ids -> token-budget batches."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import datasets
+import lightning as L
+import numpy as np
+import pyarrow.compute as pc
+from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_warn
+from torch.utils.data import DataLoader, Dataset
+
+from seq2seq.data.batching import TokenBudgetBatchSampler, collate
+from seq2seq.data.corpus import (
+    MULTI30K_SHA256,
+    CorpusSplit,
+    download_multi30k,
+    locate_split,
+    read_lines,
+)
+from seq2seq.data.tokenizer import EOS_ID, PAD_ID, Tokenizer
+
+_CACHE_VERSION = "1"  # bump when the layout of the tokenised Arrow cache changes
+
+
+class TokenizedDataset(Dataset):
+    """Examples of one split, read from a tokenised Arrow table.
+
+    Each example is a dict with ``"index"`` (line number in the split), ``"src"`` (source
+    ids + EOS, at most ``max_positions`` long), ``"tgt"`` (target ids without BOS/EOS, at most
+    ``max_positions - 1`` long, when the split has targets) and, with ``with_text``,
+    ``"src_text"`` and ``"ref_text"`` (the raw lines, untouched).
+
+    Args:
+        data: ``datasets.Dataset`` with columns ``index``, ``src``, ``src_text`` and
+            optionally ``tgt``, ``tgt_text``.
+        max_positions: Longest sequence the model accepts; longer ones are truncated.
+        with_text: Also return the raw source and reference lines.
+        tokenizer: Re-encodes the raw text on every access when ``subword_alpha > 0``.
+        subword_alpha: Sampling parameter of subword regularisation; 0 uses the cached ids.
+    """
+
+    def __init__(
+        self,
+        data: datasets.Dataset,
+        max_positions: int,
+        with_text: bool = False,
+        tokenizer: Tokenizer | None = None,
+        subword_alpha: float = 0.0,
+    ) -> None:
+        self.data = data
+        self.max_positions = max_positions
+        self.with_text = with_text
+        self.tokenizer = tokenizer
+        self.subword_alpha = subword_alpha
+        self.has_targets = "tgt" in data.column_names
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return self.__getitems__([i])[0]
+
+    def __getitems__(self, indices: list[int]) -> list[dict[str, Any]]:
+        rows = self.data[list(indices)]
+        src, tgt = rows["src"], rows["tgt"] if self.has_targets else None
+        if self.subword_alpha > 0 and self.tokenizer is not None:
+            src = self.tokenizer.encode(rows["src_text"], sample=True, alpha=self.subword_alpha)
+            if self.has_targets:
+                tgt = self.tokenizer.encode(rows["tgt_text"], sample=True, alpha=self.subword_alpha)
+        limit = self.max_positions - 1
+        examples = []
+        for k in range(len(indices)):
+            example: dict[str, Any] = {"index": rows["index"][k], "src": [*src[k][:limit], EOS_ID]}
+            if tgt is not None:
+                example["tgt"] = list(tgt[k][:limit])
+            if self.with_text:
+                example["src_text"] = rows["src_text"][k]
+                if self.has_targets:
+                    example["ref_text"] = rows["tgt_text"][k]
+            examples.append(example)
+        return examples
+
+
+class TranslationDataModule(L.LightningDataModule):
+    """Parallel corpus to batches: download, SentencePiece, tokenised cache, token budgets.
+
+    ``prepare_data`` (once per node) downloads Multi30k if it is missing, trains a joint
+    source+target SentencePiece model on the training split (or reuses an existing model
+    file), and tokenises every split into an Arrow cache under ``cache_dir`` keyed by the
+    corpus content and the tokenizer, so later runs skip tokenisation. ``setup`` (every
+    process) loads the tokenizer and the cached splits, and filters the training pairs.
+
+    Training pairs are dropped when either side is empty, a side (with its EOS/BOS) is
+    longer than ``max_positions``, or one side is more than ``max_length_ratio`` times longer
+    than the other in subword tokens; the counts are logged. Held-out sets (validation, test,
+    predict) are never filtered: sequences longer than ``max_positions`` are truncated with a
+    warning, and batches carry the raw source and reference lines (``src_text``,
+    ``ref_text``) for scoring.
+
+    Batches come from :class:`TokenBudgetBatchSampler`, which shards them across
+    data-parallel ranks itself (rank and world size are taken from the attached trainer):
+    run the Trainer with ``use_distributed_sampler=False``. Training shares are disjoint
+    with equal batch counts per rank; every held-out sentence is seen exactly once, so ranks
+    may get different numbers of held-out batches.
+
+    Args:
+        data_dir: Folder of the corpus (see :func:`seq2seq.data.corpus.locate_split` for the
+            accepted layouts: aligned text files, TSV, JSONL, Parquet, ``save_to_disk``).
+        src_lang: Source language code, as used in file names and dataset fields.
+        tgt_lang: Target language code.
+        train_split: Name of the training split.
+        val_split: Name of the validation split.
+        test_splits: Names of the test splits, reported separately; default
+            ``["test_2016_flickr"]``.
+        hf_dataset: Read splits from this Hugging Face dataset (Hub name or ``save_to_disk``
+            folder) instead of ``data_dir``.
+        hf_config: Configuration of ``hf_dataset`` on the Hub (e.g. ``"de-en"``).
+        predict_file: Source-language text file to translate with ``predict``; every line,
+            empty ones included, gives one example.
+        vocab_size: Number of SentencePiece pieces; the model's embedding size.
+        spm_model_type: SentencePiece algorithm: ``"unigram"`` or ``"bpe"``.
+        character_coverage: Fraction of characters SentencePiece covers; the rest map to
+            ``<unk>`` (or bytes with ``byte_fallback``).
+        byte_fallback: Spell unknown characters as UTF-8 byte pieces.
+        spm_input_sentence_size: Train SentencePiece on a random sample of this many
+            sentences (0: all), for large corpora.
+        tokenizer_path: SentencePiece model file to use (trained there if missing). Default:
+            ``<cache_dir>/spm_<src><tgt>_<type>_<vocab_size>_<hash>.model``, the hash covering
+            the training files and SentencePiece settings.
+        cache_dir: Folder for the SentencePiece model and the tokenised Arrow cache.
+        max_tokens: Token budget of a training batch (sentences x longest sequence).
+        eval_max_tokens: Token budget of a held-out batch; default ``max_tokens``.
+        bucket_size: Sort training examples within random buckets of this size instead of
+            globally (see :class:`TokenBudgetBatchSampler`).
+        max_positions: Longest sequence, in tokens with EOS/BOS, the model accepts.
+        max_length_ratio: Drop training pairs whose longer side has more than this many
+            times the tokens of the shorter side.
+        num_workers: DataLoader worker processes.
+        seed: Seed of the batch shuffling (epoch ``e`` uses ``seed + e``) and of
+            SentencePiece training.
+        download: Download Multi30k files that are missing from ``data_dir``.
+        subword_alpha: If > 0, training examples are re-segmented on every access with
+            SentencePiece sampling (subword regularisation) using this alpha; batching still
+            uses the cached lengths, so a batch may exceed ``max_tokens`` slightly.
+    """
+
+    def __init__(
+        self,
+        data_dir: str = "data/multi30k",
+        src_lang: str = "de",
+        tgt_lang: str = "en",
+        train_split: str = "train",
+        val_split: str = "val",
+        test_splits: list[str] | None = None,
+        hf_dataset: str | None = None,
+        hf_config: str | None = None,
+        predict_file: str | None = None,
+        vocab_size: int = 8000,
+        spm_model_type: str = "unigram",
+        character_coverage: float = 1.0,
+        byte_fallback: bool = False,
+        spm_input_sentence_size: int = 0,
+        tokenizer_path: str | None = None,
+        cache_dir: str = "data/cache",
+        max_tokens: int = 4096,
+        eval_max_tokens: int | None = None,
+        bucket_size: int | None = None,
+        max_positions: int = 256,
+        max_length_ratio: float = 3.0,
+        num_workers: int = 0,
+        seed: int = 1,
+        download: bool = True,
+        subword_alpha: float = 0.0,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.data_dir = Path(data_dir)
+        self.src_lang, self.tgt_lang = src_lang, tgt_lang
+        self.train_split, self.val_split = train_split, val_split
+        self.test_set_names: list[str] = (
+            list(test_splits) if test_splits is not None else ["test_2016_flickr"]
+        )
+        self.hf_dataset, self.hf_config = hf_dataset, hf_config
+        self.predict_file = predict_file
+        self.vocab_size = vocab_size
+        self.spm_model_type = spm_model_type
+        self.character_coverage = character_coverage
+        self.byte_fallback = byte_fallback
+        self.spm_input_sentence_size = spm_input_sentence_size
+        self.tokenizer_path = tokenizer_path
+        self.cache_dir = Path(cache_dir)
+        self.max_tokens = max_tokens
+        self.eval_max_tokens = eval_max_tokens or max_tokens
+        self.bucket_size = bucket_size
+        self.max_positions = max_positions
+        self.max_length_ratio = max_length_ratio
+        self.num_workers = num_workers
+        self.seed = seed
+        self.download = download
+        self.subword_alpha = subword_alpha
+
+        self.tokenizer: Tokenizer | None = None
+        self.train_set: TokenizedDataset | None = None
+        self.val_set: TokenizedDataset | None = None
+        self.test_sets: dict[str, TokenizedDataset] = {}
+        self.predict_set: TokenizedDataset | None = None
+        self.tokenized_splits: list[str] = []
+        """Splits this instance tokenised itself (not found in the cache), in order."""
+        self._lengths: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._train_sampler: TokenBudgetBatchSampler | None = None
+        self._pending_sampler_state: dict[str, int] | None = None
+
+    # ------------------------------------------------------------------ locating data
+    def _all_splits(self) -> list[str]:
+        return [self.train_split, self.val_split, *self.test_set_names]
+
+    def _locate(self, split: str) -> CorpusSplit:
+        return locate_split(
+            self.data_dir, split, self.src_lang, self.tgt_lang, self.hf_dataset, self.hf_config
+        )
+
+    def _download_missing(self, training: bool = True) -> None:
+        """Downloads the Multi30k files of configured splits that cannot be found."""
+        if not self.download or self.hf_dataset is not None:
+            return
+        wanted = []
+        for split in self._all_splits():
+            if split == self.train_split and not training:
+                continue
+            try:
+                self._locate(split)
+            except FileNotFoundError:
+                names = [f"{split}.{lang}.gz" for lang in (self.src_lang, self.tgt_lang)]
+                wanted += [
+                    name
+                    for name in names
+                    if name in MULTI30K_SHA256 and not (self.data_dir / name[:-3]).is_file()
+                ]
+        if wanted:
+            rank_zero_info(f"Downloading {', '.join(wanted)} into {self.data_dir}")
+            download_multi30k(self.data_dir, files=wanted)
+
+    # ------------------------------------------------------------------ tokenizer
+    def _tokenizer_file(self, train: CorpusSplit) -> Path:
+        if self.tokenizer_path is not None:
+            return Path(self.tokenizer_path)
+        settings = (
+            f"{train.fingerprint()}|{self.character_coverage}|{self.byte_fallback}|"
+            f"{self.spm_input_sentence_size}|{self.seed}"
+        )
+        digest = hashlib.sha256(settings.encode()).hexdigest()[:12]
+        name = f"spm_{self.src_lang}{self.tgt_lang}_{self.spm_model_type}_{self.vocab_size}"
+        return self.cache_dir / f"{name}_{digest}.model"
+
+    def _prepare_tokenizer(self) -> Tokenizer:
+        """Loads the SentencePiece model, training it on the training split if it is missing."""
+        if self.tokenizer_path is not None and Path(self.tokenizer_path).is_file():
+            tokenizer = Tokenizer.load(self.tokenizer_path)
+            path = Path(self.tokenizer_path)
+        else:
+            train = self._locate(self.train_split)
+            path = self._tokenizer_file(train)
+            if path.is_file():
+                tokenizer = Tokenizer.load(path)
+            else:
+                src, tgt = train.read()
+                if not src:
+                    raise ValueError(
+                        f"The training split {train.split!r} is empty: {train.describe()} has "
+                        "no sentence pairs, so no SentencePiece model can be trained."
+                    )
+                rank_zero_info(
+                    f"Training a {self.spm_model_type} SentencePiece model with "
+                    f"{self.vocab_size} pieces on {train.describe()} -> {path}"
+                )
+                tokenizer = Tokenizer.train(
+                    src + tgt,
+                    path,
+                    self.vocab_size,
+                    model_type=self.spm_model_type,
+                    character_coverage=self.character_coverage,
+                    byte_fallback=self.byte_fallback,
+                    input_sentence_size=self.spm_input_sentence_size,
+                    seed=self.seed,
+                    num_threads=min(8, os.cpu_count() or 1),
+                )
+        if tokenizer.vocab_size != self.vocab_size:
+            raise ValueError(
+                f"SentencePiece model {path} has {tokenizer.vocab_size} pieces but "
+                f"data.vocab_size is {self.vocab_size}; set data.vocab_size to "
+                f"{tokenizer.vocab_size} or point data.tokenizer_path at another model."
+            )
+        return tokenizer
+
+    # ------------------------------------------------------------------ tokenised cache
+    def _tokenized(self, corpus: CorpusSplit, tokenizer: Tokenizer) -> datasets.Dataset:
+        """The split as an Arrow table of ids, from the cache or freshly tokenised."""
+        key = hashlib.sha256(
+            f"{_CACHE_VERSION}|{corpus.fingerprint()}|".encode()
+            + hashlib.sha256(tokenizer.to_bytes()).digest()
+        ).hexdigest()[:16]
+        path = self.cache_dir / "tokenized" / f"{corpus.split}_{self.src_lang}{self.tgt_lang}_{key}"
+        if (path / "state.json").is_file():
+            return datasets.load_from_disk(str(path))
+        src, tgt = corpus.read()
+        if not src:
+            kind = "training split" if corpus.split == self.train_split else "held-out split"
+            raise ValueError(f"The {kind} {corpus.split!r} is empty: {corpus.describe()}.")
+        table = datasets.Dataset.from_dict(
+            {
+                "index": list(range(len(src))),
+                "src_text": src,
+                "tgt_text": tgt,
+                "src": tokenizer.encode(src),
+                "tgt": tokenizer.encode(tgt),
+            },
+            features=datasets.Features(
+                {
+                    "index": datasets.Value("int64"),
+                    "src_text": datasets.Value("string"),
+                    "tgt_text": datasets.Value("string"),
+                    "src": datasets.Sequence(datasets.Value("int32")),
+                    "tgt": datasets.Sequence(datasets.Value("int32")),
+                }
+            ),
+        )
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}."))
+        bars_were_on = datasets.is_progress_bar_enabled()
+        datasets.disable_progress_bars()
+        try:
+            table.save_to_disk(str(tmp))
+            os.rename(tmp, path)
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if not (path / "state.json").is_file():  # not written meanwhile by another process
+                raise
+        finally:
+            if bars_were_on:
+                datasets.enable_progress_bars()
+        self.tokenized_splits.append(corpus.split)
+        return datasets.load_from_disk(str(path))
+
+    @staticmethod
+    def _token_lengths(table: datasets.Dataset) -> tuple[np.ndarray, np.ndarray]:
+        """Numbers of source and target ids per row, without EOS/BOS (unselected tables)."""
+        return tuple(
+            np.asarray(pc.list_value_length(table.data.column(name)), dtype=np.int64)
+            for name in ("src", "tgt")
+        )
+
+    # ------------------------------------------------------------------ Lightning hooks
+    def prepare_data(self) -> None:
+        """Downloads missing Multi30k files, trains SentencePiece, tokenises every split.
+
+        Splits whose files are absent (other than the training split) are skipped here;
+        ``setup`` reports them when a stage needs them.
+
+        Raises:
+            FileNotFoundError: If the training split cannot be found.
+            ValueError: If the training split is empty or SentencePiece cannot reach
+                ``vocab_size`` (see :meth:`Tokenizer.train`).
+            RuntimeError: If a download fails.
+        """
+        trainer = getattr(self, "trainer", None)
+        stage = str(trainer.state.fn.value) if trainer is not None and trainer.state.fn else None
+        if stage == "predict" and self.tokenizer is not None:
+            return  # only the predict file is read, in setup()
+        training = stage in ("fit", None) or self.tokenizer is None
+        self._download_missing(training)
+        tokenizer = self._prepare_tokenizer() if self.tokenizer is None else self.tokenizer
+        for split in self._all_splits():
+            if split == self.train_split and not training:
+                continue
+            try:
+                corpus = self._locate(split)
+            except FileNotFoundError:
+                if split == self.train_split:
+                    raise
+                continue
+            self._tokenized(corpus, tokenizer)
+
+    def setup(self, stage: str | None = None) -> None:
+        """Loads the tokenizer and the datasets a stage needs.
+
+        Args:
+            stage: ``"fit"`` (train + val), ``"validate"``, ``"test"``, ``"predict"``, or
+                None for all of them (predict only when ``predict_file`` is set).
+
+        Raises:
+            FileNotFoundError: If a needed split or the predict file is missing.
+            ValueError: If the training split is empty or every training pair is filtered
+                out, a held-out set is empty, or ``predict`` is run without ``predict_file``.
+        """
+        if self.tokenizer is None:
+            self.tokenizer = self._prepare_tokenizer()
+        if stage in ("fit", None):
+            self._setup_train()
+        if stage in ("fit", "validate", None):
+            self.val_set = self._heldout(self.val_split)
+        if stage in ("test", None):
+            self.test_sets = {name: self._heldout(name) for name in self.test_set_names}
+        if stage == "predict" or (stage is None and self.predict_file is not None):
+            self._setup_predict()
+
+    def _setup_train(self) -> None:
+        corpus = self._locate(self.train_split)
+        table = self._tokenized(corpus, self.tokenizer)
+        s, t = self._token_lengths(table)
+        empty = (s == 0) | (t == 0)
+        too_long = ~empty & ((s + 1 > self.max_positions) | (t + 1 > self.max_positions))
+        ratio = np.maximum(s, t) / np.maximum(np.minimum(s, t), 1)
+        skewed = ~empty & ~too_long & (ratio > self.max_length_ratio)
+        keep = np.flatnonzero(~(empty | too_long | skewed))
+        rank_zero_info(
+            f"Training pairs from {corpus.describe()}: kept {keep.size} of {len(table)}; "
+            f"dropped {int(empty.sum())} with an empty side, {int(too_long.sum())} longer than "
+            f"max_positions={self.max_positions}, {int(skewed.sum())} with a length ratio "
+            f"above max_length_ratio={self.max_length_ratio}."
+        )
+        if keep.size == 0:
+            raise ValueError(
+                f"Every training pair of {corpus.describe()} was filtered out (empty, longer "
+                f"than max_positions={self.max_positions}, or length ratio above "
+                f"max_length_ratio={self.max_length_ratio})."
+            )
+        data = table if keep.size == len(table) else table.select(keep)
+        self._lengths[self.train_split] = (s[keep] + 1, t[keep] + 1)
+        self.train_set = TokenizedDataset(
+            data, self.max_positions, tokenizer=self.tokenizer, subword_alpha=self.subword_alpha
+        )
+
+    def _heldout(self, split: str) -> TokenizedDataset:
+        corpus = self._locate(split)
+        table = self._tokenized(corpus, self.tokenizer)
+        s, t = self._token_lengths(table)
+        self._warn_truncation(split, s, t)
+        self._lengths[split] = (s + 1, t + 1)
+        return TokenizedDataset(table, self.max_positions, with_text=True)
+
+    def _warn_truncation(self, split: str, s: np.ndarray, t: np.ndarray | None) -> None:
+        for side, lengths in (("source", s), ("target", t)):
+            if lengths is None:
+                continue
+            n = int((lengths + 1 > self.max_positions).sum())
+            if n:
+                rank_zero_warn(
+                    f"{n} {side} sentences of {split!r} are longer than max_positions="
+                    f"{self.max_positions} tokens and are truncated (never dropped)."
+                )
+
+    def _setup_predict(self) -> None:
+        if self.predict_file is None:
+            raise ValueError("Set `data.predict_file` to the source-language file to translate.")
+        lines = read_lines(self.predict_file)
+        if not lines:
+            raise ValueError(f"The predict file {self.predict_file} has no lines.")
+        table = datasets.Dataset.from_dict(
+            {
+                "index": list(range(len(lines))),
+                "src_text": lines,
+                "src": self.tokenizer.encode(lines),
+            }
+        )
+        s = np.array([len(ids) for ids in table["src"]], dtype=np.int64)
+        self._warn_truncation(str(self.predict_file), s, None)
+        self._lengths["predict"] = (s + 1, np.zeros_like(s))
+        self.predict_set = TokenizedDataset(table, self.max_positions, with_text=True)
+
+    # ------------------------------------------------------------------ loaders
+    def _replicas(self) -> tuple[int, int]:
+        """``(world_size, global_rank)`` of the attached trainer, or ``(1, 0)``."""
+        if self.trainer is None:
+            return 1, 0
+        return self.trainer.world_size, self.trainer.global_rank
+
+    def _loader(self, dataset: TokenizedDataset, sampler: TokenBudgetBatchSampler) -> DataLoader:
+        return DataLoader(
+            dataset,
+            batch_sampler=sampler,
+            collate_fn=partial(collate, pad_id=PAD_ID),
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+        )
+
+    def _sampler(self, split: str, train: bool) -> TokenBudgetBatchSampler:
+        src_len, tgt_len = self._lengths[split]
+        src_len = np.minimum(src_len, self.max_positions)
+        tgt_len = np.minimum(tgt_len, self.max_positions)
+        world_size, rank = self._replicas()
+        return TokenBudgetBatchSampler(
+            np.maximum(src_len, tgt_len),
+            self.max_tokens if train else self.eval_max_tokens,
+            shuffle=train,
+            seed=self.seed,
+            num_replicas=world_size,
+            rank=rank,
+            bucket_size=self.bucket_size if train else None,
+            even_batches=train,
+            tie_breaker=tgt_len * (self.max_positions + 1) + src_len,
+        )
+
+    def _require(self, dataset, stage: str):
+        if dataset is None:
+            raise RuntimeError(f"Call setup({stage!r}) before asking for its dataloader.")
+        return dataset
+
+    def train_dataloader(self) -> DataLoader:
+        """Shuffled token-budget batches of the filtered training split, this rank's share."""
+        dataset = self._require(self.train_set, "fit")
+        sampler = self._sampler(self.train_split, train=True)
+        if self._pending_sampler_state is not None:
+            sampler.load_state_dict(self._pending_sampler_state)
+            self._pending_sampler_state = None
+        self._train_sampler = sampler
+        return self._loader(dataset, sampler)
+
+    def val_dataloader(self) -> DataLoader:
+        """Length-sorted batches of the validation split, this rank's share."""
+        dataset = self._require(self.val_set, "validate")
+        return self._loader(dataset, self._sampler(self.val_split, train=False))
+
+    def test_dataloader(self) -> list[DataLoader]:
+        """One loader per test split, in ``test_set_names`` order."""
+        if not self.test_sets:
+            self._require(None, "test")
+        return [
+            self._loader(self.test_sets[name], self._sampler(name, train=False))
+            for name in self.test_set_names
+        ]
+
+    def predict_dataloader(self) -> DataLoader:
+        """Batches of ``predict_file`` (no targets); ``index`` is the 0-based line number."""
+        dataset = self._require(self.predict_set, "predict")
+        return self._loader(dataset, self._sampler("predict", train=False))
+
+    # ------------------------------------------------------------------ resume
+    def state_dict(self) -> dict[str, Any]:
+        """The training sampler's position, so a run resumed mid-epoch skips seen batches.
+
+        While a Trainer is fitting, the number of batches the training loop has processed
+        in the current epoch is saved rather than the number the sampler has handed out,
+        which runs ahead of training by the DataLoader's prefetching.
+        """
+        if self._train_sampler is None:
+            pending = self._pending_sampler_state
+            return {"train_sampler": pending} if pending else {}
+        state = self._train_sampler.state_dict()
+        trainer = self.trainer
+        if trainer is not None and trainer.training:
+            state["epoch"] = trainer.current_epoch
+            state["batches_yielded"] = trainer.fit_loop.epoch_loop.batch_progress.current.processed
+        return {"train_sampler": state}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restores the training sampler's position saved by :meth:`state_dict`."""
+        state = state_dict.get("train_sampler")
+        if not state:
+            return
+        if self._train_sampler is not None:
+            self._train_sampler.load_state_dict(state)
+        else:
+            self._pending_sampler_state = dict(state)

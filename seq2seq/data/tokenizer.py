@@ -1,0 +1,268 @@
+"""SentencePiece subword tokenizer with fixed special ids.
+
+Every model of this project shares one id convention, so that ``PAD_ID`` is a valid
+``padding_idx`` and decoding knows where to start and stop:
+
+    pad = 0, unk = 1, bos = 2, eos = 3
+
+Normalisation: models are trained with SentencePiece's default ``nmt_nfkc`` rule (Unicode
+NFKC plus the NMT-specific clean-ups, and collapsing of repeated/outer whitespace), and the
+rule is stored inside the model, so every input text given to :meth:`Tokenizer.encode` is
+normalised the same way. ``decode(encode(x)) == x`` therefore holds for texts that the rule
+leaves unchanged. References used for scoring are never passed through the tokenizer.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+import sentencepiece as spm
+
+PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+
+_SPECIAL_IDS = {"pad": PAD_ID, "unk": UNK_ID, "bos": BOS_ID, "eos": EOS_ID}
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    """Writes ``data`` to ``path`` through a temporary file in the same folder and a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class Tokenizer:
+    """A SentencePiece model with this project's special ids (pad 0, unk 1, bos 2, eos 3).
+
+    Build one with :meth:`train`, :meth:`load` or :meth:`from_bytes`; :meth:`to_bytes` gives
+    the serialized model so that a checkpoint can carry it.
+
+    Args:
+        processor: A loaded ``sentencepiece.SentencePieceProcessor`` whose special ids follow
+            the convention above.
+        name: Where the model came from (file name or description), used in error messages.
+
+    Raises:
+        ValueError: If the model's special ids differ from pad 0, unk 1, bos 2, eos 3.
+    """
+
+    def __init__(self, processor: spm.SentencePieceProcessor, name: str = "<model>") -> None:
+        found = {
+            "pad": processor.pad_id(),
+            "unk": processor.unk_id(),
+            "bos": processor.bos_id(),
+            "eos": processor.eos_id(),
+        }
+        if found != _SPECIAL_IDS:
+            raise ValueError(
+                f"SentencePiece model {name} has special ids {found}, but this project needs "
+                f"{_SPECIAL_IDS}; train it with pad_id=0 unk_id=1 bos_id=2 eos_id=3 "
+                "(Tokenizer.train does so)."
+            )
+        self._sp = processor
+        self.name = name
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def train(
+        cls,
+        sentences: Iterable[str],
+        model_path: str | Path,
+        vocab_size: int,
+        model_type: str = "unigram",
+        character_coverage: float = 1.0,
+        byte_fallback: bool = False,
+        input_sentence_size: int = 0,
+        seed: int = 1,
+        num_threads: int = 1,
+    ) -> Tokenizer:
+        """Trains a SentencePiece model with exactly ``vocab_size`` pieces and saves it.
+
+        The vocabulary size is a hard limit (``hard_vocab_limit``), so the model's embedding
+        size is known before training. Inputs are normalised with ``nmt_nfkc``.
+
+        Args:
+            sentences: Training sentences, one per item (for a joint vocabulary, source and
+                target sentences together). Empty items are skipped.
+            model_path: Where the ``.model`` file is written (atomically: a partial file never
+                appears under this name). The folder is created if needed.
+            vocab_size: Number of pieces, special pieces included.
+            model_type: ``"unigram"``, ``"bpe"``, ``"char"`` or ``"word"``.
+            character_coverage: Fraction of characters covered by the model; rarer characters
+                map to ``<unk>`` (or bytes with ``byte_fallback``).
+            byte_fallback: Decompose unknown characters into UTF-8 byte pieces instead of
+                ``<unk>`` (needs 256 byte pieces of the vocabulary).
+            input_sentence_size: Train on a random sample of this many sentences; 0 uses all.
+            seed: Seed of SentencePiece's random generator (sentence sampling).
+            num_threads: Threads used by the trainer.
+
+        Returns:
+            The trained tokenizer.
+
+        Raises:
+            ValueError: If the corpus cannot supply ``vocab_size`` pieces (too many or too
+                few), naming ``vocab_size`` and SentencePiece's own explanation.
+        """
+        model_path = Path(model_path)
+        spm.set_random_generator_seed(seed)
+        model = io.BytesIO()
+        try:
+            spm.SentencePieceTrainer.train(
+                sentence_iterator=(s for s in sentences if s),
+                model_writer=model,
+                vocab_size=vocab_size,
+                model_type=model_type,
+                character_coverage=character_coverage,
+                byte_fallback=byte_fallback,
+                input_sentence_size=input_sentence_size,
+                shuffle_input_sentence=True,
+                hard_vocab_limit=True,
+                normalization_rule_name="nmt_nfkc",
+                pad_id=PAD_ID,
+                unk_id=UNK_ID,
+                bos_id=BOS_ID,
+                eos_id=EOS_ID,
+                num_threads=num_threads,
+                minloglevel=2,
+            )
+        except RuntimeError as err:
+            reason = str(err).rstrip(".")
+            raise ValueError(
+                f"SentencePiece could not build a {model_type} vocabulary of exactly "
+                f"vocab_size={vocab_size} pieces from the training corpus: {reason}. Choose a "
+                "vocab_size within the range SentencePiece reports (set `data.vocab_size`; "
+                "`model.vocab_size` follows it) or train on more text."
+            ) from err
+        data = model.getvalue()
+        _write_atomically(model_path, data)
+        return cls.from_bytes(data, name=str(model_path))
+
+    @classmethod
+    def load(cls, path: str | Path) -> Tokenizer:
+        """Loads a SentencePiece ``.model`` file.
+
+        Args:
+            path: Path of the model file.
+
+        Returns:
+            The tokenizer.
+
+        Raises:
+            FileNotFoundError: If ``path`` does not exist.
+            ValueError: If the file is not a SentencePiece model, or its special ids differ
+                from this project's.
+        """
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"SentencePiece model file not found: {path}")
+        return cls.from_bytes(path.read_bytes(), name=str(path))
+
+    @classmethod
+    def from_bytes(cls, data: bytes, name: str = "<bytes>") -> Tokenizer:
+        """Builds a tokenizer from a serialized model (as returned by :meth:`to_bytes`).
+
+        Args:
+            data: The serialized SentencePiece ``ModelProto``.
+            name: Description used in error messages.
+
+        Returns:
+            The tokenizer.
+
+        Raises:
+            ValueError: If ``data`` is not a SentencePiece model, or its special ids differ
+                from this project's.
+        """
+        processor = spm.SentencePieceProcessor()
+        try:
+            processor.LoadFromSerializedProto(bytes(data))
+        except (RuntimeError, OSError) as err:
+            raise ValueError(f"{name} is not a valid SentencePiece model ({err}).") from err
+        if processor.get_piece_size() == 0:
+            raise ValueError(f"{name} is not a valid SentencePiece model (it has no pieces).")
+        return cls(processor, name=name)
+
+    def to_bytes(self) -> bytes:
+        """Returns the serialized model, from which :meth:`from_bytes` rebuilds it."""
+        return self._sp.serialized_model_proto()
+
+    def __getstate__(self) -> dict:
+        return {"model": self.to_bytes(), "name": self.name}
+
+    def __setstate__(self, state: dict) -> None:
+        other = Tokenizer.from_bytes(state["model"], name=state["name"])
+        self._sp, self.name = other._sp, other.name
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def vocab_size(self) -> int:
+        """Number of pieces, special pieces included (the model's embedding rows)."""
+        return self._sp.get_piece_size()
+
+    @property
+    def pad_id(self) -> int:
+        """Id of the padding piece (0)."""
+        return PAD_ID
+
+    @property
+    def unk_id(self) -> int:
+        """Id of the unknown piece (1)."""
+        return UNK_ID
+
+    @property
+    def bos_id(self) -> int:
+        """Id of the begin-of-sentence piece (2)."""
+        return BOS_ID
+
+    @property
+    def eos_id(self) -> int:
+        """Id of the end-of-sentence piece (3)."""
+        return EOS_ID
+
+    # ------------------------------------------------------------------ conversion
+    def encode(self, texts: list[str], sample: bool = False, alpha: float = 0.1) -> list[list[int]]:
+        """Splits texts into piece ids, without BOS or EOS.
+
+        Args:
+            texts: Sentences (normalised with the model's ``nmt_nfkc`` rule first).
+            sample: Sample one segmentation per call (subword regularisation, Kudo 2018)
+                instead of the best one; for BPE models this is BPE-dropout (Provilkov et
+                al. 2020) with drop probability ``alpha``.
+            alpha: Smoothing parameter of the unigram sampling, or the BPE drop probability.
+
+        Returns:
+            One list of ids per text (an empty text gives an empty list).
+        """
+        if sample:
+            return self._sp.encode(
+                list(texts), out_type=int, enable_sampling=True, alpha=alpha, nbest_size=-1
+            )
+        return self._sp.encode(list(texts), out_type=int)
+
+    def decode(self, ids: list[list[int]]) -> list[str]:
+        """Turns piece ids back into plain text.
+
+        Args:
+            ids: One list of ids per sentence; pad, bos and eos ids are ignored wherever they
+                occur (so padded or EOS-terminated model outputs can be passed as they are).
+
+        Returns:
+            One detokenised string per sentence.
+        """
+        skip = {PAD_ID, BOS_ID, EOS_ID}
+        return self._sp.decode([[int(i) for i in seq if int(i) not in skip] for seq in ids])
+
+    def id_to_piece(self, ids: list[int]) -> list[str]:
+        """Returns the piece string of each id (e.g. ``"▁Ein"``), for inspection and plots."""
+        return [self._sp.id_to_piece(int(i)) for i in ids]
+
+    def __repr__(self) -> str:
+        return f"Tokenizer(name={self.name!r}, vocab_size={self.vocab_size})"

@@ -1,0 +1,400 @@
+"""TranslationModule: the LightningModule that trains, evaluates and runs a Transformer."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
+from lightning.pytorch.utilities import rank_zero_info
+
+from seq2seq.data.tokenizer import Tokenizer
+from seq2seq.evaluation import METRICS, Score, corpus_scores, gather_in_order, write_lines
+from seq2seq.nn import Transformer, beam_search, greedy_search, label_smoothed_cross_entropy
+from seq2seq.optim import InverseSqrtLR
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_KEY = "seq2seq"
+
+
+def _default_optimizer(params) -> torch.optim.Optimizer:
+    return torch.optim.AdamW(params, lr=5e-4, betas=(0.9, 0.98), eps=1e-8, weight_decay=0.0)
+
+
+def _default_scheduler(optimizer: torch.optim.Optimizer) -> InverseSqrtLR:
+    return InverseSqrtLR(optimizer, warmup_steps=4000)
+
+
+class TranslationModule(L.LightningModule):
+    """An encoder-decoder Transformer trained with label-smoothed cross entropy.
+
+    Training minimises label-smoothed cross entropy (Szegedy et al., 2016) summed over real
+    target tokens and divided by their number (across all processes under DDP). Validation
+    and test decode each held-out set (beam search, or greedy when the beam size is 1) and
+    score the detokenized output with sacreBLEU against the raw reference lines.
+
+    The SentencePiece model and the model configuration are stored in every checkpoint
+    (``checkpoint["seq2seq"]``), so a checkpoint alone can translate.
+
+    Args:
+        vocab_size: joint source/target vocabulary size, linked from ``data.vocab_size``.
+        d_model: model width D.
+        n_heads: attention heads H; must divide ``d_model``.
+        n_encoder_layers: encoder layers.
+        n_decoder_layers: decoder layers.
+        d_ff: inner width of the feed-forward blocks.
+        dropout: dropout on embeddings, sublayer outputs.
+        attention_dropout: dropout on attention weights.
+        activation_dropout: dropout after the feed-forward activation.
+        activation: ``"relu"`` or ``"gelu"``.
+        norm_first: Pre-LN (True) or Post-LN (False) layers.
+        positional: ``"sinusoidal"`` or ``"learned"`` positions.
+        max_positions: longest source or target sequence, in tokens, the model accepts.
+        tie_embeddings: ``"none"``, ``"decoder"`` (decoder input and output) or ``"all"``.
+        label_smoothing: epsilon of label smoothing, in [0, 1).
+        optimizer: builds the optimizer from the parameters (default AdamW, lr 5e-4,
+            betas (0.9, 0.98)).
+        lr_scheduler: builds the schedule from the optimizer; stepped once per optimizer step
+            (default :class:`~seq2seq.optim.InverseSqrtLR` with 4000 warmup steps).
+        beam_size: beam size for test and prediction; 1 means greedy search.
+        val_beam_size: beam size during validation in ``fit`` (``None``: same as beam_size).
+        length_penalty: exponent alpha of the length penalty.
+        length_penalty_form: ``"fairseq"`` (score / len^alpha) or ``"gnmt"``
+            (score / ((5 + len) / 6)^alpha, Wu et al., 2016).
+        max_len_a: hypotheses have at most ``max_len_a * src_len + max_len_b`` tokens.
+        max_len_b: see ``max_len_a``.
+        min_len: hypotheses have at least this many tokens before EOS.
+        metrics: corpus metrics computed on held-out sets (``bleu``, ``chrf``, ``ter``).
+        tgt_lang: target language code for sacreBLEU's tokenizer choice (``None``: 13a).
+    """
+
+    def __init__(
+        self,
+        vocab_size: int = 8000,
+        d_model: int = 512,
+        n_heads: int = 8,
+        n_encoder_layers: int = 6,
+        n_decoder_layers: int = 6,
+        d_ff: int = 2048,
+        dropout: float = 0.1,
+        attention_dropout: float = 0.0,
+        activation_dropout: float = 0.0,
+        activation: str = "relu",
+        norm_first: bool = True,
+        positional: str = "sinusoidal",
+        max_positions: int = 256,
+        tie_embeddings: str = "all",
+        label_smoothing: float = 0.1,
+        optimizer: OptimizerCallable = _default_optimizer,
+        lr_scheduler: LRSchedulerCallable = _default_scheduler,
+        beam_size: int = 5,
+        val_beam_size: int | None = None,
+        length_penalty: float = 1.0,
+        length_penalty_form: str = "fairseq",
+        max_len_a: float = 1.2,
+        max_len_b: int = 10,
+        min_len: int = 0,
+        metrics: list[str] | None = None,
+        tgt_lang: str | None = None,
+    ) -> None:
+        super().__init__()
+        if not 0.0 <= label_smoothing < 1.0:
+            raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing}")
+        if beam_size < 1:
+            raise ValueError(f"beam_size must be >= 1, got {beam_size}")
+        self.model_config = dict(
+            vocab_size=vocab_size,
+            d_model=d_model,
+            n_heads=n_heads,
+            n_encoder_layers=n_encoder_layers,
+            n_decoder_layers=n_decoder_layers,
+            d_ff=d_ff,
+            dropout=dropout,
+            attention_dropout=attention_dropout,
+            activation_dropout=activation_dropout,
+            activation=activation,
+            norm_first=norm_first,
+            positional=positional,
+            max_positions=max_positions,
+            tie_embeddings=tie_embeddings,
+        )
+        self.save_hyperparameters(ignore=["optimizer", "lr_scheduler"])
+        self.model = Transformer(**self.model_config)
+        self.optimizer_factory = optimizer
+        self.scheduler_factory = lr_scheduler
+        self.metrics = list(metrics) if metrics is not None else list(METRICS)
+        for name in self.metrics:
+            if name not in METRICS:
+                raise ValueError(f"unknown metric {name!r} in metrics; choose from {METRICS}")
+        self.tokenizer: Tokenizer | None = None
+        self._outputs: dict[str, list[tuple[int, str, str]]] = {}
+        self._last_batch_time: float | None = None
+        self.last_scores: dict[str, dict[str, Score]] = {}
+
+    # ------------------------------------------------------------------ set-up and checkpoints
+    def setup(self, stage: str) -> None:
+        datamodule = getattr(self.trainer, "datamodule", None) if self._trainer else None
+        if self.tokenizer is None and getattr(datamodule, "tokenizer", None) is not None:
+            self.tokenizer = datamodule.tokenizer
+        if self.tokenizer is not None:
+            self._check_vocab(self.tokenizer.vocab_size, "the tokenizer")
+
+    def _check_vocab(self, size: int, where: str) -> None:
+        if size != self.model_config["vocab_size"]:
+            raise ValueError(
+                f"{where} has {size} pieces but model.vocab_size is "
+                f"{self.model_config['vocab_size']}: set data.vocab_size/model.vocab_size to the "
+                "size the tokenizer was trained with, or retrain the tokenizer"
+            )
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        extra: dict[str, Any] = {"model_config": dict(self.model_config)}
+        if self.tokenizer is not None:
+            data = self.tokenizer.to_bytes()
+            extra["tokenizer"] = torch.frombuffer(bytearray(data), dtype=torch.uint8).clone()
+        checkpoint[CHECKPOINT_KEY] = extra
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        extra = checkpoint.get(CHECKPOINT_KEY, {})
+        saved = extra.get("model_config", {})
+        differing = [
+            f"{key}: checkpoint {saved[key]!r} vs config {value!r}"
+            for key, value in self.model_config.items()
+            if key in saved and saved[key] != value and key not in _NON_STRUCTURAL
+        ]
+        if differing:
+            raise ValueError(
+                "checkpoint was built with other model settings: " + "; ".join(differing)
+            )
+        if "tokenizer" in extra:
+            tokenizer = Tokenizer.from_bytes(bytes(extra["tokenizer"].cpu().numpy().tobytes()))
+            self._check_vocab(tokenizer.vocab_size, "the checkpoint's tokenizer")
+            self.tokenizer = tokenizer
+
+    # ------------------------------------------------------------------ training
+    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor, src_mask=None) -> torch.Tensor:
+        """Logits ``(B, T, V)`` for source ``(B, S)`` and shifted target input ``(B, T)``."""
+        return self.model(src, tgt_in, src_mask)
+
+    def _loss_sums(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        logits = self.model(batch["src"], batch["tgt_in"], batch["src_mask"])
+        loss_sum, nll_sum = label_smoothed_cross_entropy(
+            logits, batch["tgt_out"], self.hparams.label_smoothing, ignore_index=self.model.pad_id
+        )
+        n_tokens = (batch["tgt_out"] != self.model.pad_id).sum()
+        return loss_sum, nll_sum, n_tokens
+
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
+        loss_sum, nll_sum, n_tokens = self._loss_sums(batch)
+        # Normalise by the real target tokens of all processes: DDP averages gradients over
+        # processes, so multiplying by world_size makes the result sum / global token count.
+        world = self.trainer.world_size if self._trainer else 1
+        total = n_tokens.detach().float()
+        if world > 1:
+            total = self.trainer.strategy.reduce(total, reduce_op="sum")
+        loss = loss_sum * world / total.clamp(min=1)
+        tokens = n_tokens.float()
+        self.log("train/loss", loss_sum / tokens, prog_bar=True, batch_size=int(tokens))
+        nll = nll_sum.detach() / tokens
+        self.log("train/nll", nll, batch_size=int(tokens))
+        self.log("train/ppl", torch.exp(nll.clamp(max=50)), batch_size=int(tokens))
+        pad = self.model.pad_id
+        positions = batch["src"].numel() + batch["tgt_out"].numel()
+        real = (batch["src"] != pad).sum() + n_tokens
+        self.log("train/padding", 1.0 - real.float() / positions, batch_size=int(tokens))
+        return loss
+
+    def on_train_batch_start(self, batch: dict[str, Any], batch_idx: int) -> None:
+        self._batch_tokens = int(batch["n_tokens"]) if "n_tokens" in batch else 0
+
+    def on_train_batch_end(self, outputs, batch: dict[str, Any], batch_idx: int) -> None:
+        now = time.perf_counter()
+        if self._last_batch_time is not None and self._batch_tokens:
+            elapsed = now - self._last_batch_time
+            if elapsed > 0:
+                self.log("train/tokens_per_s", self._batch_tokens / elapsed, prog_bar=True)
+        self._last_batch_time = now
+        optimizer = self.trainer.optimizers[0] if self.trainer.optimizers else None
+        if optimizer is not None:
+            self.log("train/lr", optimizer.param_groups[0]["lr"], prog_bar=True)
+
+    def on_train_epoch_start(self) -> None:
+        self._last_batch_time = None
+
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        if self.trainer.global_step % max(1, self.trainer.log_every_n_steps) == 0:
+            norms = [p.grad.detach().norm(2) for p in self.parameters() if p.grad is not None]
+            if norms:
+                self.log("train/grad_norm", torch.stack(norms).norm(2))
+
+    def configure_optimizers(self):
+        optimizer = self.optimizer_factory(self.parameters())
+        scheduler = self.scheduler_factory(optimizer)
+        return {
+            "optimizer": optimizer,
+            "lr_scheduler": {"scheduler": scheduler, "interval": "step", "frequency": 1},
+        }
+
+    # ------------------------------------------------------------------ decoding
+    @torch.no_grad()
+    def translate_batch(
+        self, batch: dict[str, Any], beam_size: int | None = None, n_best: int = 1
+    ) -> list[list[tuple[str, float]]]:
+        """Decode a batch of sources into detokenized text.
+
+        Args:
+            batch: a collated batch with ``src`` ``(B, S)`` long and ``src_mask``
+                ``(B, 1, 1, S)`` bool.
+            beam_size: beam size; ``None`` uses ``self.hparams.beam_size``; 1 is greedy.
+            n_best: hypotheses returned per sentence (at most ``beam_size``).
+
+        Returns:
+            For each sentence, ``n_best`` pairs of (text, score), best first.
+
+        Raises:
+            RuntimeError: if no tokenizer is attached (none in the data module or checkpoint).
+        """
+        if self.tokenizer is None:
+            raise RuntimeError(
+                "no tokenizer attached: load a checkpoint that carries one or attach the "
+                "data module's tokenizer before decoding"
+            )
+        hp = self.hparams
+        beam = hp.beam_size if beam_size is None else beam_size
+        bos, eos = self.tokenizer.bos_id, self.tokenizer.eos_id
+        common = dict(max_len_a=hp.max_len_a, max_len_b=hp.max_len_b, min_len=hp.min_len)
+        if beam == 1:
+            results = greedy_search(self.model, batch["src"], batch["src_mask"], bos, eos, **common)
+        else:
+            results = beam_search(
+                self.model,
+                batch["src"],
+                batch["src_mask"],
+                bos,
+                eos,
+                beam_size=beam,
+                length_penalty=hp.length_penalty,
+                length_penalty_form=hp.length_penalty_form,
+                n_best=min(n_best, beam),
+                **common,
+            )
+        output = []
+        for hyps in results:
+            texts = self.tokenizer.decode([h.tokens for h in hyps[:n_best]])
+            output.append([(text, float(h.score)) for text, h in zip(texts, hyps, strict=False)])
+        return output
+
+    def _decode_and_store(self, batch: dict[str, Any], key: str, beam_size: int | None) -> None:
+        best = [hyps[0][0] for hyps in self.translate_batch(batch, beam_size=beam_size)]
+        refs = batch.get("ref_text") or [""] * len(best)
+        indices = batch["index"].tolist()
+        self._outputs.setdefault(key, []).extend(zip(indices, best, refs, strict=True))
+
+    def _held_out_step(self, batch: dict[str, Any], stage: str, key: str, beam) -> None:
+        loss_sum, nll_sum, n_tokens = self._loss_sums(batch)
+        tokens = int(n_tokens)
+        self.log(
+            f"{key}/loss",
+            loss_sum / n_tokens,
+            batch_size=tokens,
+            sync_dist=True,
+            add_dataloader_idx=False,
+        )
+        self.log(
+            f"{key}/nll",
+            nll_sum / n_tokens,
+            batch_size=tokens,
+            sync_dist=True,
+            add_dataloader_idx=False,
+        )
+        self._decode_and_store(batch, key, beam)
+
+    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        beam = self.hparams.val_beam_size if self.trainer.state.fn == "fit" else None
+        self._held_out_step(batch, "validate", "val", beam)
+
+    def test_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> None:
+        self._held_out_step(batch, "test", f"test/{self._test_set_name(dataloader_idx)}", None)
+
+    def predict_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0):
+        """Returns a list of ``(index, [(text, score), ...])`` for the batch's sentences."""
+        hyps = self.translate_batch(batch, n_best=getattr(self, "n_best", 1))
+        return list(zip(batch["index"].tolist(), hyps, strict=True))
+
+    def _test_set_name(self, dataloader_idx: int) -> str:
+        names = getattr(getattr(self.trainer, "datamodule", None), "test_set_names", None)
+        return names[dataloader_idx] if names else f"set{dataloader_idx}"
+
+    # ------------------------------------------------------------------ scoring
+    def on_validation_epoch_start(self) -> None:
+        self._outputs = {}
+
+    def on_test_epoch_start(self) -> None:
+        self._outputs = {}
+
+    def on_validation_epoch_end(self) -> None:
+        self._score_outputs()
+
+    def on_test_epoch_end(self) -> None:
+        scores = self._score_outputs()
+        if scores:
+            first = next(iter(scores.values()))
+            for name, score in first.items():
+                self.log(f"test/{name}", score.value, add_dataloader_idx=False)
+
+    def _score_outputs(self) -> dict[str, dict[str, Score]]:
+        results = {}
+        for key, items in sorted(self._outputs.items()):
+            ordered = gather_in_order(items)
+            hyps = [hyp for _, hyp, _ in ordered]
+            refs = [ref for _, _, ref in ordered]
+            if self.trainer.sanity_checking:
+                continue
+            scores = corpus_scores(hyps, refs, self.metrics, tgt_lang=self.hparams.tgt_lang)
+            for name, score in scores.items():
+                self.log(
+                    f"{key}/{name}",
+                    score.value,
+                    prog_bar=(name == "bleu"),
+                    add_dataloader_idx=False,
+                )
+            results[key] = scores
+            self._report(key, hyps, scores)
+        self._outputs = {}
+        self.last_scores = results
+        return results
+
+    def _report(self, key: str, hyps: list[str], scores: dict[str, Score]) -> None:
+        if self.trainer.global_rank != 0:
+            return
+        log_dir = self._log_dir()
+        name = key.replace("/", "_")
+        step = self.trainer.global_step
+        hyp_path = write_lines(log_dir / "hypotheses" / f"{name}.step{step}.txt", hyps)
+        lines = [
+            f"{key}: {score.text}\n  signature: {score.signature}" for score in scores.values()
+        ]
+        rank_zero_info("\n".join(lines) + f"\n  hypotheses: {hyp_path}")
+        write_lines(
+            hyp_path.with_suffix(".scores"), [f"{s.text}\t{s.signature}" for s in scores.values()]
+        )
+
+    def _log_dir(self) -> Path:
+        logger = self.trainer.logger
+        directory = getattr(logger, "log_dir", None) if logger is not None else None
+        return Path(directory or self.trainer.default_root_dir)
+
+
+# Settings that change training or decoding but not the shapes of the saved weights.
+_NON_STRUCTURAL = {"dropout", "attention_dropout", "activation_dropout"}
+
+
+def ppl(nll: float) -> float:
+    """Perplexity ``exp(nll)`` of a per-token negative log-likelihood in nats."""
+    return math.exp(min(nll, 50.0))

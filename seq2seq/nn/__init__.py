@@ -1,0 +1,21 @@
+"""Plain-PyTorch Transformer core: attention, layers, model, search and loss.
+
+No dependency on Lightning nor on the rest of :mod:`seq2seq`.
+"""
+
+from seq2seq.nn.attention import DecoderCache, KVCache, MultiHeadAttention, padding_mask
+from seq2seq.nn.loss import label_smoothed_cross_entropy
+from seq2seq.nn.search import Hypothesis, beam_search, greedy_search
+from seq2seq.nn.transformer import Transformer
+
+__all__ = [
+    "DecoderCache",
+    "Hypothesis",
+    "KVCache",
+    "MultiHeadAttention",
+    "Transformer",
+    "beam_search",
+    "greedy_search",
+    "label_smoothed_cross_entropy",
+    "padding_mask",
+]

@@ -1,0 +1,339 @@
+"""Multi-head attention, mask helpers and key/value caches.
+
+Shape legend used in every docstring of :mod:`seq2seq.nn`:
+
+* ``B``  batch size
+* ``S``  source length
+* ``T``  target length
+* ``D``  model width (``d_model``)
+* ``H``  number of attention heads (``n_heads``)
+* ``Dh`` head width, ``D / H``
+* ``V``  vocabulary size
+
+Mask convention: every mask is ``torch.bool`` and ``True`` means "may attend", the convention of
+:func:`torch.nn.functional.scaled_dot_product_attention`. A key padding mask has shape
+``(B, 1, 1, S)``; causality is expressed with ``is_causal=True`` or a ``(T, T)`` lower triangle.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+__all__ = [
+    "DecoderCache",
+    "KVCache",
+    "MultiHeadAttention",
+    "attend_first_if_empty",
+    "padding_mask",
+]
+
+
+def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
+    """Key padding mask of a batch of token sequences.
+
+    Args:
+        tokens: ``(B, S)`` long token ids.
+        pad_id: id of the padding token.
+
+    Returns:
+        ``(B, 1, 1, S)`` bool mask, ``True`` at real (non-padding) tokens. It broadcasts over
+        heads and query positions in :class:`MultiHeadAttention`.
+    """
+    return (tokens != pad_id)[:, None, None, :]
+
+
+def attend_first_if_empty(mask: Tensor) -> Tensor:
+    """Let rows of a key mask that allow no key at all attend to the first key instead.
+
+    ``F.scaled_dot_product_attention`` returns NaN (and NaN gradients) for a query whose keys are
+    all masked, which happens for a source made only of padding. Such rows are given the first
+    key position, so their output is a finite (meaningless) vector and every other row is left
+    untouched. :class:`seq2seq.nn.Transformer` applies this to the source mask in ``encode`` and
+    ``decode``; callers of :class:`MultiHeadAttention` with masks of their own should do the same.
+
+    Args:
+        mask: bool mask of shape ``(..., S)``, ``True`` = may attend.
+
+    Returns:
+        Bool mask of the same shape.
+    """
+    empty = ~mask.any(dim=-1, keepdim=True)
+    first = torch.zeros_like(mask)
+    first[..., 0] = True
+    return mask | (empty & first)
+
+
+class KVCache:
+    """Keys and values of one attention layer, kept between incremental decoding steps.
+
+    Two kinds exist:
+
+    * ``static=False`` (decoder self-attention): each call appends the keys/values of the new
+      target step(s). Storage is a buffer ``(B, H, capacity, Dh)`` written in place at the
+      current length; it doubles when full, so steps cost no concatenation.
+    * ``static=True`` (cross-attention): keys/values of the encoder memory, computed at the first
+      call and reused unchanged afterwards.
+
+    Attributes:
+        static: whether the cache holds cross-attention keys/values.
+        length: number of valid positions (target steps for self-attention, ``S`` for cross).
+        capacity: preallocated number of positions for self-attention.
+    """
+
+    def __init__(self, static: bool, capacity: int = 64) -> None:
+        self.static = static
+        self.capacity = max(int(capacity), 1)
+        self.length = 0
+        self._k: Tensor | None = None
+        self._v: Tensor | None = None
+
+    @property
+    def is_empty(self) -> bool:
+        """Whether nothing has been stored yet."""
+        return self._k is None
+
+    @property
+    def keys(self) -> Tensor:
+        """``(B, H, length, Dh)`` stored keys (a view, no copy)."""
+        assert self._k is not None, "empty cache"
+        return self._k if self.static else self._k[:, :, : self.length]
+
+    @property
+    def values(self) -> Tensor:
+        """``(B, H, length, Dh)`` stored values (a view, no copy)."""
+        assert self._v is not None, "empty cache"
+        return self._v if self.static else self._v[:, :, : self.length]
+
+    def set_static(self, k: Tensor, v: Tensor) -> None:
+        """Store cross-attention keys and values ``(B, H, S, Dh)``."""
+        self._k, self._v = k, v
+        self.length = k.size(2)
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Append new self-attention keys/values and return all stored ones.
+
+        Args:
+            k: ``(B, H, t, Dh)`` keys of the ``t`` new steps.
+            v: ``(B, H, t, Dh)`` values of the ``t`` new steps.
+
+        Returns:
+            ``(keys, values)``, each ``(B, H, length + t, Dh)``.
+        """
+        new_len = self.length + k.size(2)
+        if self._k is None or new_len > self._k.size(2):
+            cap = max(self.capacity, new_len, 2 * (0 if self._k is None else self._k.size(2)))
+            self._k = self._grow(self._k, k, cap)
+            self._v = self._grow(self._v, v, cap)
+        self._k[:, :, self.length : new_len] = k
+        self._v[:, :, self.length : new_len] = v
+        self.length = new_len
+        return self.keys, self.values
+
+    def _grow(self, old: Tensor | None, like: Tensor, cap: int) -> Tensor:
+        b, h, _, dh = like.shape
+        buf = like.new_empty((b, h, cap, dh))
+        if old is not None and self.length:
+            buf[:, :, : self.length] = old[:, :, : self.length]
+        return buf
+
+    def reorder(self, index: Tensor) -> None:
+        """Select batch rows in place: row ``i`` becomes old row ``index[i]``.
+
+        Args:
+            index: ``(B',)`` long indices into the current batch (may repeat rows).
+        """
+        if self._k is None:
+            return
+        if self.static:
+            self._k = self._k.index_select(0, index)
+            self._v = self._v.index_select(0, index)
+            return
+        for name in ("_k", "_v"):
+            old = getattr(self, name)
+            new = old.new_empty((index.numel(), *old.shape[1:]))
+            new[:, :, : self.length] = old[:, :, : self.length].index_select(0, index)
+            setattr(self, name, new)
+
+
+class DecoderCache:
+    """Incremental-decoding state of a whole decoder: one self- and one cross-attention
+    :class:`KVCache` per layer.
+
+    Beam search reorders only the self-attention caches between steps (``reorder(index)``);
+    cross-attention keys/values depend on the source sentence only, which all beams of a sentence
+    share, so they are never reordered within a sentence. Batch shape changes (expanding a batch
+    of ``B`` sentences into ``B * beam`` rows after the first step, or dropping finished
+    sentences) go through ``reorder(index, include_cross=True)``, which selects the cross-attention
+    keys/values as well: they are computed once per sentence, from the un-expanded memory.
+
+    Args:
+        n_layers: number of decoder layers.
+        capacity: initial number of target positions preallocated per self-attention cache.
+    """
+
+    def __init__(self, n_layers: int, capacity: int = 64) -> None:
+        self.layers = [(KVCache(False, capacity), KVCache(True)) for _ in range(n_layers)]
+
+    @property
+    def length(self) -> int:
+        """Number of target positions already decoded."""
+        return self.layers[0][0].length if self.layers else 0
+
+    def reorder(self, index: Tensor, include_cross: bool = False) -> None:
+        """Select batch rows of every cache: row ``i`` becomes old row ``index[i]``.
+
+        Args:
+            index: ``(B',)`` long indices into the current batch.
+            include_cross: also select the cross-attention keys/values (needed whenever the
+                new batch holds different sentences, not just different beams).
+        """
+        for self_kv, cross_kv in self.layers:
+            self_kv.reorder(index)
+            if include_cross:
+                cross_kv.reorder(index)
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head scaled dot-product attention (Vaswani et al. 2017, Sec. 3.2, Eq. 1).
+
+    ``Attention(Q, K, V) = softmax(Q K^T / sqrt(Dh) + M) V`` per head, heads concatenated and
+    projected, computed by :func:`torch.nn.functional.scaled_dot_product_attention`. Self-attention
+    uses one fused ``D -> 3D`` QKV projection; cross-attention uses a ``D -> D`` query projection
+    and a fused ``D -> 2D`` key/value projection of the memory.
+
+    Args:
+        d_model: model width ``D``.
+        n_heads: number of heads ``H``; must divide ``d_model``.
+        dropout: dropout probability on the attention weights (training only).
+        bias: whether the projections have biases.
+        self_attention: ``True`` for self-attention, ``False`` for cross-attention.
+
+    Raises:
+        ValueError: if ``d_model`` is not divisible by ``n_heads``.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        dropout: float = 0.0,
+        bias: bool = True,
+        self_attention: bool = True,
+    ) -> None:
+        super().__init__()
+        if n_heads <= 0 or d_model % n_heads != 0:
+            raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
+        self.d_model = d_model
+        self.n_heads = n_heads
+        self.head_dim = d_model // n_heads
+        self.dropout = dropout
+        self.self_attention = self_attention
+        if self_attention:
+            self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
+        else:
+            self.q = nn.Linear(d_model, d_model, bias=bias)
+            self.kv = nn.Linear(d_model, 2 * d_model, bias=bias)
+        self.out = nn.Linear(d_model, d_model, bias=bias)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Xavier-uniform weights per ``D x D`` projection (as if Q, K, V were separate), zero
+        biases."""
+        fused = [self.qkv] if self.self_attention else [self.q, self.kv]
+        for lin in [*fused, self.out]:
+            for block in lin.weight.split(self.d_model, dim=0):
+                nn.init.xavier_uniform_(block)
+            if lin.bias is not None:
+                nn.init.zeros_(lin.bias)
+
+    def _heads(self, x: Tensor, n: int) -> tuple[Tensor, ...]:
+        """``(B, L, n*D)`` -> ``n`` views ``(B, H, L, Dh)``."""
+        b, length, _ = x.shape
+        return x.view(b, length, n, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+
+    def forward(
+        self,
+        query: Tensor,
+        key_value: Tensor | None = None,
+        mask: Tensor | None = None,
+        is_causal: bool = False,
+        cache: KVCache | None = None,
+    ) -> Tensor:
+        """Attend from ``query`` to itself (self-attention) or to ``key_value`` (cross).
+
+        Args:
+            query: ``(B, T, D)`` float queries (and keys/values for self-attention).
+            key_value: ``(B, S, D)`` memory for cross-attention; ignored for self-attention, and
+                may be ``None`` when ``cache`` already holds the cross-attention keys/values.
+            mask: bool mask broadcastable to ``(B, H, T, L)`` (``L`` = number of keys), ``True``
+                = may attend, e.g. ``(B, 1, 1, S)`` key padding. Every query row must allow at
+                least one key (see :func:`attend_first_if_empty`), otherwise its output is NaN.
+            is_causal: self-attention only: query ``i`` attends to keys ``<= i`` (plus all cached
+                positions when a cache is given). Combined with ``mask`` if both are given.
+            cache: self-attention: the new keys/values are appended and attention covers all
+                cached steps. Cross-attention: keys/values are computed from ``key_value`` on the
+                first call, stored, and reused afterwards.
+
+        Returns:
+            ``(B, T, D)`` attention output, same dtype as ``query``.
+        """
+        b, t, _ = query.shape
+        if self.self_attention:
+            q, k, v = self._heads(self.qkv(query), 3)
+            past = 0
+            if cache is not None:
+                past = cache.length
+                k, v = cache.append(k, v)
+        else:
+            (q,) = self._heads(self.q(query), 1)
+            if cache is not None and not cache.is_empty:
+                k, v = cache.keys, cache.values
+            else:
+                if key_value is None:
+                    raise ValueError("cross-attention needs key_value (or a filled cache)")
+                k, v = self._heads(self.kv(key_value), 2)
+                if cache is not None:
+                    cache.set_static(k, v)
+            past = 0
+        if is_causal and (past > 0 or mask is not None):
+            # SDPA's is_causal is top-left aligned and cannot be combined with a mask: build the
+            # (T, past + T) lower triangle explicitly, only when it actually restricts something.
+            if t > 1:
+                causal = torch.ones(t, past + t, dtype=torch.bool, device=query.device).tril(past)
+                mask = causal if mask is None else mask & causal
+            is_causal = False
+        out = F.scaled_dot_product_attention(
+            q,
+            k,
+            v,
+            attn_mask=mask,
+            dropout_p=self.dropout if self.training else 0.0,
+            is_causal=is_causal,
+        )
+        return self.out(out.transpose(1, 2).reshape(b, t, self.d_model))
+
+    def extra_repr(self) -> str:
+        kind = "self" if self.self_attention else "cross"
+        return f"{kind}, d_model={self.d_model}, n_heads={self.n_heads}, dropout={self.dropout}"
+
+
+def reference_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> Tensor:
+    """Plain ``softmax(Q K^T / sqrt(Dh) + M) V`` (Vaswani et al. 2017, Eq. 1), for tests.
+
+    Args:
+        q: ``(..., T, Dh)`` queries.
+        k: ``(..., L, Dh)`` keys.
+        v: ``(..., L, Dh)`` values.
+        mask: bool mask broadcastable to ``(..., T, L)``, ``True`` = may attend.
+
+    Returns:
+        ``(..., T, Dh)`` attention output.
+    """
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return scores.softmax(dim=-1) @ v

@@ -1,0 +1,306 @@
+"""Encoder-decoder Transformer (Vaswani et al. 2017) with ``encode()`` / ``decode()``.
+
+Shapes follow the legend in :mod:`seq2seq.nn.attention`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from seq2seq.nn.attention import DecoderCache, attend_first_if_empty
+from seq2seq.nn.layers import (
+    DecoderLayer,
+    EncoderLayer,
+    LearnedPositionalEmbedding,
+    SinusoidalPositionalEncoding,
+    check_length,
+)
+
+__all__ = ["Decoder", "Encoder", "Transformer"]
+
+
+def _positions(kind: str, d_model: int, max_positions: int) -> nn.Module:
+    if kind == "sinusoidal":
+        return SinusoidalPositionalEncoding(d_model, max_positions)
+    if kind == "learned":
+        return LearnedPositionalEmbedding(d_model, max_positions)
+    raise ValueError(f"positional must be 'sinusoidal' or 'learned', got {kind!r}")
+
+
+class _Stack(nn.Module):
+    """Shared part of encoder and decoder: scaled token embedding + positions + dropout."""
+
+    def __init__(
+        self, embed: nn.Embedding, positional: str, max_positions: int, dropout: float
+    ) -> None:
+        super().__init__()
+        self.embed = embed
+        self.d_model = embed.embedding_dim
+        self.scale = math.sqrt(self.d_model)
+        self.max_positions = max_positions
+        self.positions = _positions(positional, self.d_model, max_positions)
+        self.dropout = nn.Dropout(dropout)
+
+    def embed_tokens(self, tokens: Tensor, offset: int = 0) -> Tensor:
+        """``(B, L)`` ids -> ``(B, L, D)``: ``sqrt(D) * E[x] + P[offset:offset+L]``, dropout
+        (Vaswani et al. 2017, Sec. 3.4-3.5)."""
+        x = self.embed(tokens) * self.scale
+        return self.dropout(x + self.positions(tokens.size(1), offset).to(x.dtype))
+
+
+class Encoder(_Stack):
+    """Stack of :class:`EncoderLayer`, with a final LayerNorm when Pre-LN.
+
+    Args:
+        embed: source token embedding (possibly shared).
+        n_layers: number of layers.
+        positional: ``"sinusoidal"`` or ``"learned"``.
+        max_positions: longest supported source.
+        dropout: dropout on embeddings and residual branches.
+        layer_kwargs: remaining :class:`EncoderLayer` arguments.
+    """
+
+    def __init__(
+        self,
+        embed: nn.Embedding,
+        n_layers: int,
+        positional: str,
+        max_positions: int,
+        dropout: float,
+        **layer_kwargs,
+    ) -> None:
+        super().__init__(embed, positional, max_positions, dropout)
+        self.layers = nn.ModuleList(
+            EncoderLayer(self.d_model, dropout=dropout, **layer_kwargs) for _ in range(n_layers)
+        )
+        self.norm = nn.LayerNorm(self.d_model) if layer_kwargs["norm_first"] else nn.Identity()
+
+    def forward(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
+        """``(B, S)`` ids, ``(B, 1, 1, S)`` bool mask -> ``(B, S, D)`` memory."""
+        x = self.embed_tokens(src)
+        for layer in self.layers:
+            x = layer(x, src_mask)
+        return self.norm(x)
+
+
+class Decoder(_Stack):
+    """Stack of :class:`DecoderLayer`, with a final LayerNorm when Pre-LN.
+
+    Args: as :class:`Encoder` (``embed`` is the target embedding).
+    """
+
+    def __init__(
+        self,
+        embed: nn.Embedding,
+        n_layers: int,
+        positional: str,
+        max_positions: int,
+        dropout: float,
+        **layer_kwargs,
+    ) -> None:
+        super().__init__(embed, positional, max_positions, dropout)
+        self.layers = nn.ModuleList(
+            DecoderLayer(self.d_model, dropout=dropout, **layer_kwargs) for _ in range(n_layers)
+        )
+        self.norm = nn.LayerNorm(self.d_model) if layer_kwargs["norm_first"] else nn.Identity()
+
+    def forward(
+        self,
+        tgt: Tensor,
+        memory: Tensor | None,
+        src_mask: Tensor | None = None,
+        cache: DecoderCache | None = None,
+    ) -> Tensor:
+        """``(B, T)`` ids -> ``(B, T, D)`` final decoder states (see ``Transformer.decode``)."""
+        offset = cache.length if cache is not None else 0
+        x = self.embed_tokens(tgt, offset)
+        for i, layer in enumerate(self.layers):
+            x = layer(x, memory, src_mask, cache.layers[i] if cache is not None else None)
+        return self.norm(x)
+
+
+class Transformer(nn.Module):
+    """Encoder-decoder Transformer for translation (Vaswani et al. 2017).
+
+    Token embeddings are scaled by ``sqrt(d_model)`` and added to positional encodings. Linear
+    weights are Xavier-uniform with zero biases (Vaswani et al. 2017 / tensor2tensor); embeddings
+    are ``N(0, d_model^-0.5)`` with a zero padding row (as in fairseq). The output projection
+    has no bias. The vocabulary is padded internally to a multiple of
+    ``pad_vocab_to_multiple_of`` rows (faster matrix products); the extra rows are never used and
+    logits are returned over the real ``vocab_size`` only.
+
+    Masks follow :mod:`seq2seq.nn.attention`: ``src_mask`` is a ``(B, 1, 1, S)`` bool key padding
+    mask, ``True`` at real tokens (see :func:`seq2seq.nn.padding_mask`); ``None`` means no
+    padding. A source row with no real token attends to its first position instead, so an empty
+    source gives finite outputs and gradients in every dtype. The decoder is causal; targets are
+    right-padded and padding needs no mask (real positions never attend to later ones).
+
+    Args:
+        vocab_size: joint (source and target) vocabulary size ``V``.
+        d_model: model width ``D``.
+        n_heads: number of attention heads ``H``; must divide ``d_model``.
+        n_encoder_layers: number of encoder layers.
+        n_decoder_layers: number of decoder layers.
+        d_ff: feed-forward hidden width.
+        dropout: dropout on embeddings and residual branches.
+        attention_dropout: dropout on attention weights.
+        activation_dropout: dropout after the feed-forward activation.
+        activation: feed-forward activation, ``"relu"`` or ``"gelu"``.
+        norm_first: Pre-LN (``True``, with a final LayerNorm on encoder and decoder outputs) or
+            Post-LN (``False``, as in the original paper).
+        positional: ``"sinusoidal"`` (fixed) or ``"learned"`` positions.
+        max_positions: longest supported source or target sequence.
+        tie_embeddings: ``"none"`` (three matrices), ``"decoder"`` (target embedding = output
+            projection, Press & Wolf 2017) or ``"all"`` (source embedding, target embedding and
+            output projection shared, Vaswani et al. 2017 Sec. 3.4; needs a joint vocabulary).
+        pad_id: padding token id (zero embedding row, no gradient).
+        pad_vocab_to_multiple_of: internal vocabulary rounding (1 disables it).
+
+    Raises:
+        ValueError: if ``d_model`` is not divisible by ``n_heads``, or an option has an unknown
+            value.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int = 512,
+        n_heads: int = 8,
+        n_encoder_layers: int = 6,
+        n_decoder_layers: int = 6,
+        d_ff: int = 2048,
+        dropout: float = 0.1,
+        attention_dropout: float = 0.0,
+        activation_dropout: float = 0.0,
+        activation: str = "relu",
+        norm_first: bool = True,
+        positional: str = "sinusoidal",
+        max_positions: int = 1024,
+        tie_embeddings: str = "all",
+        pad_id: int = 0,
+        pad_vocab_to_multiple_of: int = 8,
+    ) -> None:
+        super().__init__()
+        if n_heads <= 0 or d_model % n_heads != 0:
+            raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
+        if tie_embeddings not in ("none", "decoder", "all"):
+            raise ValueError(
+                f"tie_embeddings must be 'none', 'decoder' or 'all', got {tie_embeddings!r}"
+            )
+        if not 0 <= pad_id < vocab_size:
+            raise ValueError(f"pad_id ({pad_id}) must lie in [0, vocab_size={vocab_size})")
+        self.vocab_size = vocab_size
+        self.d_model = d_model
+        self.pad_id = pad_id
+        self.max_positions = max_positions
+        multiple = max(1, pad_vocab_to_multiple_of)
+        self.padded_vocab_size = -(-vocab_size // multiple) * multiple
+
+        tgt_embed = self._embedding(d_model, pad_id)
+        src_embed = tgt_embed if tie_embeddings == "all" else self._embedding(d_model, pad_id)
+        layer_kwargs = dict(
+            n_heads=n_heads,
+            d_ff=d_ff,
+            attention_dropout=attention_dropout,
+            activation_dropout=activation_dropout,
+            activation=activation,
+            norm_first=norm_first,
+        )
+        self.encoder = Encoder(
+            src_embed, n_encoder_layers, positional, max_positions, dropout, **layer_kwargs
+        )
+        self.decoder = Decoder(
+            tgt_embed, n_decoder_layers, positional, max_positions, dropout, **layer_kwargs
+        )
+        self.output = nn.Linear(d_model, self.padded_vocab_size, bias=False)
+        if tie_embeddings == "none":
+            nn.init.normal_(self.output.weight, mean=0.0, std=d_model**-0.5)
+        else:
+            self.output.weight = tgt_embed.weight
+
+    def _embedding(self, d_model: int, pad_id: int) -> nn.Embedding:
+        embed = nn.Embedding(self.padded_vocab_size, d_model, padding_idx=pad_id)
+        nn.init.normal_(embed.weight, mean=0.0, std=d_model**-0.5)
+        nn.init.zeros_(embed.weight[pad_id])
+        return embed
+
+    def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
+        """Encode a batch of source sentences.
+
+        Args:
+            src: ``(B, S)`` long token ids (right-padded).
+            src_mask: ``(B, 1, 1, S)`` bool, ``True`` at real tokens; ``None`` = no padding.
+
+        Returns:
+            ``(B, S, D)`` memory (values at padding positions are meaningless).
+
+        Raises:
+            ValueError: if ``S > max_positions``.
+        """
+        check_length(src.size(1), self.max_positions)
+        if src_mask is not None:
+            src_mask = attend_first_if_empty(src_mask)
+        return self.encoder(src, src_mask)
+
+    def decode(
+        self,
+        tgt: Tensor,
+        memory: Tensor | None,
+        src_mask: Tensor | None = None,
+        cache: DecoderCache | None = None,
+    ) -> Tensor:
+        """Next-token logits for a batch of (shifted) target prefixes.
+
+        Args:
+            tgt: ``(B, T)`` long decoder input, starting with BOS (right-padded). With a cache:
+                only the new step(s); their positions continue from ``cache.length``.
+            memory: ``(B, S, D)`` output of :meth:`encode`. May be ``None`` once ``cache`` holds
+                the cross-attention keys/values (after the first cached call).
+            src_mask: ``(B, 1, 1, S)`` bool source mask as given to :meth:`encode`.
+            cache: incremental decoding state from :meth:`new_cache`, updated in place.
+
+        Returns:
+            ``(B, T, V)`` logits over the real vocabulary (dtype of the computation).
+
+        Raises:
+            ValueError: if the decoded positions would exceed ``max_positions``.
+        """
+        if src_mask is not None:
+            src_mask = attend_first_if_empty(src_mask)
+        h = self.decoder(tgt, memory, src_mask, cache)
+        logits = F.linear(h, self.output.weight)
+        if self.padded_vocab_size != self.vocab_size:
+            logits = logits[..., : self.vocab_size]
+        return logits
+
+    def forward(self, src: Tensor, tgt: Tensor, src_mask: Tensor | None = None) -> Tensor:
+        """Teacher-forced logits: ``decode(tgt, encode(src, src_mask), src_mask)``.
+
+        Args:
+            src: ``(B, S)`` long source ids.
+            tgt: ``(B, T)`` long decoder input (BOS + target without its last token).
+            src_mask: ``(B, 1, 1, S)`` bool source mask.
+
+        Returns:
+            ``(B, T, V)`` logits.
+
+        Raises:
+            ValueError: if ``S`` or ``T`` exceeds ``max_positions``.
+        """
+        check_length(tgt.size(1), self.max_positions)
+        return self.decode(tgt, self.encode(src, src_mask), src_mask)
+
+    def new_cache(self, capacity: int = 64) -> DecoderCache:
+        """Empty incremental-decoding state for :meth:`decode`.
+
+        Args:
+            capacity: target positions to preallocate (the cache grows past it if needed).
+
+        Returns:
+            A :class:`seq2seq.nn.attention.DecoderCache` with one self- and one
+            cross-attention cache per decoder layer.
+        """
+        return DecoderCache(len(self.decoder.layers), capacity)

@@ -1,0 +1,142 @@
+"""Python API for translating with a trained checkpoint.
+
+Example::
+
+    from seq2seq import Translator
+
+    translator = Translator.from_checkpoint("checkpoints/multi30k_de_en/last.ckpt")
+    translator.translate(["Ein Mann fährt Fahrrad."])  # -> ["A man is riding a bike."]
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from seq2seq.checkpoint import load_checkpoint
+from seq2seq.data.batching import collate
+from seq2seq.module import TranslationModule
+
+log = logging.getLogger(__name__)
+
+
+class Translator:
+    """Batched translation with a :class:`~seq2seq.module.TranslationModule`.
+
+    Sentences are encoded with the module's SentencePiece model, sorted by length, cut into
+    batches of at most ``max_tokens`` padded source tokens, decoded, and returned in input
+    order. Sources longer than the model's ``max_positions`` are truncated (with a warning);
+    an empty line gets a translation like any other.
+
+    Args:
+        module: a module with its tokenizer attached.
+        device: where to run (``"cpu"``, ``"cuda"``, ...).
+        max_tokens: padded source tokens per batch.
+    """
+
+    def __init__(
+        self, module: TranslationModule, device: str | torch.device = "cpu", max_tokens: int = 4096
+    ) -> None:
+        if module.tokenizer is None:
+            raise ValueError("the module has no tokenizer attached; load it from a checkpoint")
+        self.module = module.to(device).eval()
+        self.device = torch.device(device)
+        self.max_tokens = max_tokens
+
+    @classmethod
+    def from_checkpoint(
+        cls,
+        path: str | Path,
+        device: str | torch.device | None = None,
+        max_tokens: int = 4096,
+        **decoding: Any,
+    ) -> Translator:
+        """Build a translator from a checkpoint alone (no data files needed).
+
+        Args:
+            path: a checkpoint written by ``seq2seq fit`` or ``seq2seq average``.
+            device: ``None`` picks CUDA when available, else CPU.
+            max_tokens: padded source tokens per batch.
+            **decoding: overrides of decoding settings (``beam_size``, ``length_penalty``,
+                ``length_penalty_form``, ``max_len_a``, ``max_len_b``, ``min_len``).
+
+        Raises:
+            FileNotFoundError: if the file does not exist.
+            seq2seq.checkpoint.UnsafeCheckpointError: if it holds arbitrary pickled objects.
+            ValueError: if it carries no tokenizer or model configuration.
+        """
+        checkpoint = load_checkpoint(path)
+        extra = checkpoint.get("seq2seq", {})
+        if "model_config" not in extra or "tokenizer" not in extra:
+            raise ValueError(
+                f"{path} carries no model configuration or tokenizer; it was not written by "
+                "seq2seq (or was trained without a tokenizer attached)"
+            )
+        accepted = set(inspect.signature(TranslationModule.__init__).parameters) - {"self"}
+        settings = {
+            k: v for k, v in checkpoint.get("hyper_parameters", {}).items() if k in accepted
+        }
+        settings.update(extra["model_config"])
+        unknown = set(decoding) - accepted
+        if unknown:
+            raise ValueError(f"unknown decoding settings: {sorted(unknown)}")
+        settings.update(decoding)
+        module = TranslationModule(**settings)
+        module.on_load_checkpoint(checkpoint)
+        module.load_state_dict(checkpoint["state_dict"])
+        if device is None:
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        return cls(module, device=device, max_tokens=max_tokens)
+
+    def encode(self, sentences: Sequence[str]) -> list[list[int]]:
+        """Source token ids ending with EOS, truncated to ``max_positions``."""
+        tokenizer = self.module.tokenizer
+        limit = self.module.model_config["max_positions"]
+        encoded = []
+        for i, ids in enumerate(tokenizer.encode(list(sentences))):
+            if len(ids) + 1 > limit:
+                log.warning("input line %d has %d tokens; truncated to %d", i + 1, len(ids), limit)
+                ids = ids[: limit - 1]
+            encoded.append(ids + [tokenizer.eos_id])
+        return encoded
+
+    def translate(
+        self, sentences: Sequence[str], beam_size: int | None = None, n_best: int = 1
+    ) -> list[str] | list[list[tuple[str, float]]]:
+        """Translate sentences, keeping their order.
+
+        Args:
+            sentences: source sentences, one per entry (newlines inside are not allowed).
+            beam_size: ``None`` uses the module's ``beam_size``; 1 is greedy search.
+            n_best: with 1, return one string per sentence; with more, a list of
+                ``(text, score)`` pairs per sentence, best first.
+
+        Returns:
+            One translation (or n-best list) per input sentence, in input order.
+        """
+        encoded = self.encode(sentences)
+        order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
+        results: list[Any] = [None] * len(encoded)
+        start = 0
+        while start < len(order):
+            end = start + 1
+            while (
+                end < len(order) and (end - start + 1) * len(encoded[order[end]]) <= self.max_tokens
+            ):
+                end += 1
+            chunk = order[start:end]
+            batch = collate(
+                [{"index": i, "src": encoded[i]} for i in chunk],
+                pad_id=self.module.tokenizer.pad_id,
+            )
+            batch = {k: v.to(self.device) if torch.is_tensor(v) else v for k, v in batch.items()}
+            hyps = self.module.translate_batch(batch, beam_size=beam_size, n_best=n_best)
+            for i, h in zip(chunk, hyps, strict=True):
+                results[i] = h[0][0] if n_best == 1 else h
+            start = end
+        return results

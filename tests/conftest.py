@@ -1,0 +1,72 @@
+"""Shared fixtures: the Multi30k corpus and one tiny trained run reused across tests."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIGS = REPO / "configs"
+
+
+def _multi30k_dir() -> Path:
+    env = os.environ.get("SEQ2SEQ_MULTI30K")
+    if env:
+        return Path(env)
+    return REPO.parent / "shared" / "data" / "multi30k"
+
+
+MULTI30K = _multi30k_dir()
+
+
+def pytest_collection_modifyitems(config, items):
+    if not torch.cuda.is_available():
+        skip = pytest.mark.skip(reason="needs a CUDA device")
+        for item in items:
+            if "gpu" in item.keywords:
+                item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def multi30k_dir() -> Path:
+    """Folder with Multi30k task-1 raw files (``train.de.gz`` ...)."""
+    if not (MULTI30K / "train.de.gz").is_file():
+        pytest.fail(f"Multi30k not found at {MULTI30K}; set SEQ2SEQ_MULTI30K to its folder")
+    return MULTI30K
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory, multi30k_dir) -> Path:
+    """Run ``seq2seq fit`` with configs/tiny.yaml once; returns the run's working folder.
+
+    The folder holds ``checkpoints/tiny/last.ckpt``, ``lightning_logs/tiny/version_0`` and
+    ``data/cache`` (the SentencePiece model).
+    """
+    from seq2seq.cli import cli_main
+
+    workdir = tmp_path_factory.mktemp("tiny_run")
+    previous = Path.cwd()
+    os.chdir(workdir)
+    try:
+        cli_main(
+            ["fit", "--config", str(CONFIGS / "tiny.yaml"), "--data.data_dir", str(multi30k_dir)]
+        )
+    finally:
+        os.chdir(previous)
+    return workdir
+
+
+@pytest.fixture(autouse=True)
+def _plain_argv(monkeypatch):
+    """LightningCLI reads sys.argv; keep pytest's own arguments out of it."""
+    monkeypatch.setattr("sys.argv", ["seq2seq"])
+
+
+@pytest.fixture
+def in_tmp(tmp_path, monkeypatch) -> Path:
+    """Run the test inside an empty temporary folder."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path

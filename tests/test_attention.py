@@ -1,0 +1,114 @@
+"""Multi-head attention against a plain softmax(QK^T / sqrt(d_k) + M) V reference."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from seq2seq.nn import MultiHeadAttention, padding_mask
+from seq2seq.nn.attention import KVCache, attend_first_if_empty, reference_attention
+
+D, H = 16, 4
+
+
+def _split(x: torch.Tensor) -> torch.Tensor:
+    b, length, _ = x.shape
+    return x.view(b, length, H, D // H).transpose(1, 2)
+
+
+def _reference(mha: MultiHeadAttention, query, memory=None, mask=None) -> torch.Tensor:
+    """Plain computation of multi-head attention from the module's weights."""
+    if mha.self_attention:
+        q, k, v = mha.qkv(query).split(D, dim=-1)
+    else:
+        q = mha.q(query)
+        k, v = mha.kv(memory).split(D, dim=-1)
+    out = reference_attention(_split(q), _split(k), _split(v), mask)
+    return mha.out(out.transpose(1, 2).reshape(query.shape))
+
+
+@pytest.fixture
+def tokens() -> torch.Tensor:
+    torch.manual_seed(0)
+    tok = torch.randint(1, 9, (3, 7))
+    tok[1, 4:] = 0
+    tok[2, 2:] = 0
+    return tok
+
+
+def test_padding_mask(tokens):
+    mask = padding_mask(tokens, 0)
+    assert mask.dtype == torch.bool and mask.shape == (3, 1, 1, 7)
+    assert mask[1, 0, 0].tolist() == [True] * 4 + [False] * 3
+
+
+@pytest.mark.parametrize("padded", [False, True])
+def test_self_attention_matches_reference(tokens, padded):
+    mha = MultiHeadAttention(D, H).double()
+    x = torch.randn(3, 7, D, dtype=torch.float64)
+    mask = padding_mask(tokens, 0) if padded else None
+    torch.testing.assert_close(mha(x, mask=mask), _reference(mha, x, mask=mask))
+
+
+def test_causal_self_attention_matches_reference():
+    mha = MultiHeadAttention(D, H).double()
+    x = torch.randn(2, 5, D, dtype=torch.float64)
+    causal = torch.ones(5, 5, dtype=torch.bool).tril()
+    torch.testing.assert_close(mha(x, is_causal=True), _reference(mha, x, mask=causal))
+
+
+@pytest.mark.parametrize("padded", [False, True])
+def test_cross_attention_matches_reference(tokens, padded):
+    mha = MultiHeadAttention(D, H, self_attention=False).double()
+    query = torch.randn(3, 4, D, dtype=torch.float64)
+    memory = torch.randn(3, 7, D, dtype=torch.float64)
+    mask = padding_mask(tokens, 0) if padded else None
+    expected = _reference(mha, query, memory, mask)
+    torch.testing.assert_close(mha(query, memory, mask=mask), expected)
+    # With a cache: keys/values computed at the first call, reused afterwards.
+    cache = KVCache(static=True)
+    torch.testing.assert_close(mha(query, memory, mask=mask, cache=cache), expected)
+    torch.testing.assert_close(mha(query, None, mask=mask, cache=cache), expected)
+
+
+@pytest.mark.parametrize("chunks", [[1] * 6, [2, 1, 3], [4, 2]])
+def test_cached_self_attention_equals_full(chunks):
+    mha = MultiHeadAttention(D, H).double()
+    x = torch.randn(2, 6, D, dtype=torch.float64)
+    full = mha(x, is_causal=True)
+    cache = KVCache(static=False, capacity=2)  # forces the buffer to grow
+    outs, start = [], 0
+    for size in chunks:
+        outs.append(mha(x[:, start : start + size], is_causal=True, cache=cache))
+        start += size
+    torch.testing.assert_close(torch.cat(outs, dim=1), full)
+    assert cache.length == 6
+
+
+def test_cache_reorder_selects_rows():
+    mha = MultiHeadAttention(D, H).double()
+    x = torch.randn(3, 4, D, dtype=torch.float64)
+    cache = KVCache(static=False)
+    mha(x[:, :3], is_causal=True, cache=cache)
+    index = torch.tensor([2, 2, 0])
+    cache.reorder(index)
+    step = mha(x[index, 3:], is_causal=True, cache=cache)
+    torch.testing.assert_close(step, mha(x[index], is_causal=True)[:, 3:])
+
+
+def test_fully_masked_row_is_finite():
+    mask = torch.zeros(2, 1, 1, 5, dtype=torch.bool)
+    mask[0, ..., :3] = True
+    fixed = attend_first_if_empty(mask)
+    assert torch.equal(fixed[0], mask[0])
+    assert fixed[1].flatten().tolist() == [True, False, False, False, False]
+    mha = MultiHeadAttention(D, H)
+    x = torch.randn(2, 5, D, requires_grad=True)
+    out = mha(x, mask=fixed)
+    out.sum().backward()
+    assert torch.isfinite(out).all() and torch.isfinite(x.grad).all()
+
+
+def test_heads_must_divide_width():
+    with pytest.raises(ValueError, match=r"d_model \(10\).*n_heads \(4\)"):
+        MultiHeadAttention(10, 4)

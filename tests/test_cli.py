@@ -1,0 +1,187 @@
+"""End-to-end tests of the ``seq2seq`` command line on real Multi30k lines."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from seq2seq.checkpoint import UnsafeCheckpointError, average_checkpoints, load_checkpoint
+from seq2seq.cli import cli_main
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+MAIN_CONFIGS = sorted(CONFIGS.glob("*.yaml"))
+PIECES = sorted((CONFIGS / "trainer").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("config", MAIN_CONFIGS, ids=lambda p: p.name)
+def test_every_config_parses(config, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(["fit", "--config", str(config), "--print_config"])
+    assert exit_info.value.code == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed["data"]["vocab_size"] > 0 and printed["model"]["d_model"] > 0
+
+
+@pytest.mark.parametrize("piece", PIECES, ids=lambda p: p.name)
+def test_every_trainer_piece_parses(piece, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(
+            [
+                "fit",
+                "--config",
+                str(CONFIGS / "tiny.yaml"),
+                "--trainer",
+                str(piece),
+                "--print_config",
+            ]
+        )
+    assert exit_info.value.code == 0
+
+
+def test_unknown_config_key_is_named(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(["fit", "--config", str(CONFIGS / "tiny.yaml"), "--model.d_modle", "64"])
+    assert exit_info.value.code != 0
+    assert "d_modle" in capsys.readouterr().err
+
+
+def test_fit_fast_dev_run(in_tmp, multi30k_dir):
+    cli = cli_main(
+        [
+            "fit",
+            "--config", str(CONFIGS / "tiny.yaml"),
+            "--data.data_dir", str(multi30k_dir),
+            "--trainer.fast_dev_run", "true",
+        ]
+    )  # fmt: skip
+    assert cli.trainer.global_step == 1
+    assert torch.isfinite(cli.trainer.callback_metrics["train/loss"])
+
+
+def test_tiny_run_outputs(tiny_run):
+    assert (tiny_run / "checkpoints/tiny/last.ckpt").is_file()
+    hyps = sorted((tiny_run / "lightning_logs/tiny/version_0/hypotheses").glob("val.step*.txt"))
+    assert hyps, "validation hypotheses were not written"
+
+
+def test_test_from_best_checkpoint_matches_sacrebleu(tiny_run, multi30k_dir, monkeypatch):
+    monkeypatch.chdir(tiny_run)
+    cli = cli_main(
+        [
+            "test",
+            "--config", str(CONFIGS / "tiny.yaml"),
+            "--data.data_dir", str(multi30k_dir),
+            "--ckpt_path", "best",
+            "--trainer.limit_test_batches", "1.0",
+        ]
+    )  # fmt: skip
+    logged = float(cli.trainer.callback_metrics["test/test_2016_flickr/bleu"])
+    assert float(cli.trainer.callback_metrics["test/bleu"]) == logged
+    log_dir = Path(cli.trainer.logger.log_dir)
+    hyp_file = next((log_dir / "hypotheses").glob("test_test_2016_flickr.step*.txt"))
+    refs = gzip.open(multi30k_dir / "test_2016_flickr.en.gz", "rt", encoding="utf-8").read()
+    ref_file = tiny_run / "refs.en"
+    ref_file.write_text(refs, encoding="utf-8")
+    assert len(hyp_file.read_text(encoding="utf-8").splitlines()) == len(refs.splitlines())
+    printed = subprocess.run(
+        [sys.executable, "-m", "sacrebleu", str(ref_file), "-i", str(hyp_file), "-b"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    assert f"{logged:.1f}" == printed or round(logged, 1) == float(printed)
+
+
+def test_validate_from_last_checkpoint(tiny_run, multi30k_dir, monkeypatch):
+    monkeypatch.chdir(tiny_run)
+    cli = cli_main(
+        [
+            "validate",
+            "--config", str(CONFIGS / "tiny.yaml"),
+            "--data.data_dir", str(multi30k_dir),
+            "--ckpt_path", "last",
+        ]
+    )  # fmt: skip
+    assert "val/bleu" in cli.trainer.callback_metrics
+
+
+def test_predict_writes_one_line_per_input(tiny_run, monkeypatch, tmp_path):
+    monkeypatch.chdir(tiny_run)
+    source = tmp_path / "input.de"
+    lines = ["Ein Mann fährt Fahrrad.", "", "Hund " * 300, "Zwei Frauen\u2028lachen."]
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    output = tmp_path / "output.en"
+    cli_main(
+        [
+            "predict",
+            "--config", str(CONFIGS / "tiny.yaml"),
+            "--data.predict_file", str(source),
+            "--ckpt_path", str(tiny_run / "checkpoints/tiny/last.ckpt"),
+            "--prediction_writer.output_path", str(output),
+        ]
+    )  # fmt: skip
+    written = output.read_text(encoding="utf-8").split("\n")
+    assert written[-1] == ""
+    assert len(written) - 1 == len(lines)
+
+
+def test_translate_from_checkpoint_alone(tiny_run, tmp_path):
+    ckpt = tmp_path / "model.ckpt"
+    ckpt.write_bytes((tiny_run / "checkpoints/tiny/last.ckpt").read_bytes())
+    lines = ["Ein Mann fährt Fahrrad.", "", "Eine Frau singt."]
+    result = subprocess.run(
+        [sys.executable, "-m", "seq2seq.cli", "translate", "--ckpt_path", str(ckpt),
+         "--beam_size", "2"],
+        input="\n".join(lines) + "\n", capture_output=True, text=True, cwd=tmp_path, check=True,
+    )  # fmt: skip
+    assert len(result.stdout.split("\n")) - 1 == len(lines)
+
+
+def test_translator_api_and_n_best(tiny_run):
+    from seq2seq.translator import Translator
+
+    translator = Translator.from_checkpoint(tiny_run / "checkpoints/tiny/last.ckpt", device="cpu")
+    single = translator.translate(["Ein Hund läuft."], beam_size=2)
+    assert isinstance(single[0], str)
+    nbest = translator.translate(["Ein Hund läuft."], beam_size=2, n_best=2)
+    assert len(nbest[0]) == 2 and nbest[0][0][1] >= nbest[0][1][1]
+    assert nbest[0][0][0] == single[0]
+
+
+def test_average_is_elementwise_mean(tiny_run, tmp_path):
+    last = tiny_run / "checkpoints/tiny/last.ckpt"
+    checkpoint = load_checkpoint(last)
+    shifted = dict(checkpoint)
+    shifted["state_dict"] = {
+        k: v + 1.0 if v.is_floating_point() else v for k, v in checkpoint["state_dict"].items()
+    }
+    other = tmp_path / "shifted.ckpt"
+    torch.save(shifted, other)
+    out = average_checkpoints([last, other], tmp_path / "avg.ckpt")
+    averaged = load_checkpoint(out)["state_dict"]
+    for key, value in checkpoint["state_dict"].items():
+        if value.is_floating_point():
+            torch.testing.assert_close(averaged[key], value + 0.5)
+    from seq2seq.translator import Translator
+
+    assert len(Translator.from_checkpoint(out, device="cpu").translate(["Ein Hund."])) == 1
+
+
+class _Exploit:
+    def __reduce__(self):
+        return (print, ("this ran during unpickling",))
+
+
+def test_malicious_checkpoint_is_refused(tmp_path, capsys):
+    path = tmp_path / "evil.ckpt"
+    buffer = io.BytesIO()
+    torch.save({"state_dict": {}, "payload": _Exploit()}, buffer)
+    path.write_bytes(buffer.getvalue())
+    with pytest.raises(UnsafeCheckpointError, match="evil.ckpt"):
+        load_checkpoint(path)
+    assert "this ran during unpickling" not in capsys.readouterr().out

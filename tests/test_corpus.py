@@ -1,0 +1,244 @@
+"""Tests of seq2seq.data.corpus: readers, split discovery and the Multi30k download."""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import hashlib
+import http.server
+import json
+import socket
+import threading
+from pathlib import Path
+
+import datasets
+import pytest
+
+from seq2seq.data.corpus import (
+    MULTI30K_SHA256,
+    download_multi30k,
+    find_split,
+    locate_split,
+    read_jsonl,
+    read_lines,
+    read_parallel,
+    read_tsv,
+)
+
+MULTI30K = Path(__file__).resolve().parents[1].parent / "shared/data/multi30k"
+
+
+@pytest.fixture(scope="module")
+def val_pairs() -> tuple[list[str], list[str]]:
+    """The Multi30k validation pairs (1,014 German-English lines)."""
+    return read_parallel(MULTI30K / "val.de.gz", MULTI30K / "val.en.gz")
+
+
+# ---------------------------------------------------------------------- read_lines
+def test_read_lines_gz_and_plain_agree(tmp_path, val_pairs):
+    de = read_lines(MULTI30K / "val.de.gz")
+    assert len(de) == 1014 and de == val_pairs[0]
+    plain = tmp_path / "val.de"
+    plain.write_bytes(gzip.decompress((MULTI30K / "val.de.gz").read_bytes()))
+    assert read_lines(plain) == de
+
+
+def test_read_lines_splits_on_newline_only(tmp_path):
+    path = tmp_path / "x.txt"
+    path.write_bytes("\ufeffa\u2028b\r\nc\u2029d\x0ce\u0085\n\n  f \r\n".encode())
+    assert read_lines(path) == ["a\u2028b", "c\u2029d\x0ce\u0085", "", "  f "]
+    path.write_bytes(b"no final newline")
+    assert read_lines(path) == ["no final newline"]
+    path.write_bytes(b"")
+    assert read_lines(path) == []
+
+
+def test_read_lines_invalid_utf8_names_file_and_line(tmp_path):
+    path = tmp_path / "bad.de.gz"
+    path.write_bytes(gzip.compress(b"ok\nfine\nbro\xffken\n"))
+    with pytest.raises(ValueError, match=r"bad\.de\.gz, line 3: invalid UTF-8"):
+        read_lines(path)
+
+
+def test_read_lines_missing_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nothere.en"):
+        read_lines(tmp_path / "nothere.en")
+
+
+def test_read_parallel_misaligned_names_both_files_and_counts(tmp_path):
+    (tmp_path / "a.de").write_text("1\n2\n3\n")
+    (tmp_path / "a.en").write_text("1\n2\n")
+    with pytest.raises(ValueError, match=r"a\.de has 3 lines but .*a\.en has 2 lines"):
+        read_parallel(tmp_path / "a.de", tmp_path / "a.en")
+
+
+def test_find_split_prefers_plain_then_gz(tmp_path):
+    (tmp_path / "val.de.gz").write_bytes(gzip.compress(b"x\n"))
+    assert find_split(tmp_path, "val", "de") == tmp_path / "val.de.gz"
+    (tmp_path / "val.de").write_text("x\n")
+    assert find_split(tmp_path, "val", "de") == tmp_path / "val.de"
+    with pytest.raises(FileNotFoundError, match=r"val\.en and .*val\.en\.gz"):
+        find_split(tmp_path, "val", "en")
+
+
+# ---------------------------------------------------------------------- TSV / JSONL
+def test_read_tsv(tmp_path, val_pairs):
+    src, tgt = val_pairs
+    path = tmp_path / "val.tsv.gz"
+    path.write_bytes(
+        gzip.compress("".join(f"{s}\t{t}\n" for s, t in zip(src, tgt, strict=True)).encode())
+    )
+    assert read_tsv(path) == (src, tgt)
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("a\tb\nonly one field\n")
+    with pytest.raises(ValueError, match=r"bad\.tsv, line 2: expected 2 .* found 1"):
+        read_tsv(bad)
+
+
+@pytest.mark.parametrize("nested", [True, False])
+def test_read_jsonl_both_layouts(tmp_path, val_pairs, nested):
+    src, tgt = val_pairs
+    records = [{"de": s, "en": t, "id": i} for i, (s, t) in enumerate(zip(src, tgt, strict=True))]
+    if nested:
+        records = [{"translation": {"de": r["de"], "en": r["en"]}} for r in records]
+    path = tmp_path / "val.jsonl"
+    path.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in records) + "\n\n")
+    assert read_jsonl(path, "de", "en") == (src, tgt)
+    assert read_jsonl(path, "en", "de") == (tgt, src)
+
+
+def test_read_jsonl_errors_name_file_and_line(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"de": "a", "en": "b"}\n{"de": "a"\n')
+    with pytest.raises(ValueError, match=r"bad\.jsonl, line 2: invalid JSON"):
+        read_jsonl(path, "de", "en")
+    path.write_text('{"de": "a", "en": "b"}\n{"de": "a", "fr": "b"}\n')
+    with pytest.raises(ValueError, match=r"bad\.jsonl, line 2: no 'en' field"):
+        read_jsonl(path, "de", "en")
+
+
+# ---------------------------------------------------------------------- locate_split
+def _hf_dataset(src: list[str], tgt: list[str], nested: bool) -> datasets.Dataset:
+    if nested:
+        return datasets.Dataset.from_dict(
+            {"translation": [{"de": s, "en": t} for s, t in zip(src, tgt, strict=True)]}
+        )
+    return datasets.Dataset.from_dict({"de": src, "en": tgt})
+
+
+def test_locate_split_every_format(tmp_path, val_pairs):
+    src, tgt = (side[:50] for side in val_pairs)
+    text = tmp_path / "text"
+    text.mkdir()
+    (text / "val.de").write_text("\n".join(src) + "\n")
+    (text / "val.en.gz").write_bytes(gzip.compress(("\n".join(tgt) + "\n").encode()))
+    tsv = tmp_path / "tsv"
+    tsv.mkdir()
+    (tsv / "val.tsv").write_text("".join(f"{s}\t{t}\n" for s, t in zip(src, tgt, strict=True)))
+    jsonl = tmp_path / "jsonl"
+    jsonl.mkdir()
+    (jsonl / "val.jsonl").write_text(
+        "".join(
+            json.dumps({"translation": {"de": s, "en": t}}) + "\n"
+            for s, t in zip(src, tgt, strict=True)
+        )
+    )
+    parquet = tmp_path / "parquet"
+    parquet.mkdir()
+    _hf_dataset(src, tgt, nested=False).to_parquet(str(parquet / "val.parquet"))
+    disk_dict = tmp_path / "disk_dict"
+    datasets.DatasetDict({"val": _hf_dataset(src, tgt, nested=True)}).save_to_disk(str(disk_dict))
+    disk_split = tmp_path / "disk_split"
+    _hf_dataset(src, tgt, nested=False).save_to_disk(str(disk_split / "val"))
+
+    expected = {
+        text: "text",
+        tsv: "tsv",
+        jsonl: "jsonl",
+        parquet: "parquet",
+        disk_dict: "hf_disk",
+        disk_split: "hf_disk",
+    }
+    for folder, fmt in expected.items():
+        corpus = locate_split(folder, "val", "de", "en")
+        assert corpus.format == fmt, folder
+        assert corpus.read() == (src, tgt), folder
+        assert len(corpus.fingerprint()) == 64
+    # A save_to_disk folder given as hf_dataset, with the split selected by name.
+    corpus = locate_split("unused", "val", "de", "en", hf_dataset=str(disk_dict))
+    assert corpus.read() == (src, tgt)
+    with pytest.raises(FileNotFoundError, match=r"Split 'test' not found .* \['val'\]"):
+        locate_split("unused", "test", "de", "en", hf_dataset=str(disk_dict)).read()
+
+
+def test_locate_split_missing_lists_candidates(tmp_path):
+    with pytest.raises(FileNotFoundError) as info:
+        locate_split(tmp_path, "train", "de", "en")
+    message = str(info.value)
+    for name in ("train.de", "train.en.gz", "train.tsv", "train.jsonl", "train.parquet"):
+        assert name in message
+    (tmp_path / "train.de").write_text("x\n")
+    with pytest.raises(FileNotFoundError, match=r"train\.en and .*train\.en\.gz"):
+        locate_split(tmp_path, "train", "de", "en")
+
+
+def test_fingerprint_follows_content(tmp_path):
+    (tmp_path / "t.de").write_text("a\n")
+    (tmp_path / "t.en").write_text("b\n")
+    before = locate_split(tmp_path, "t", "de", "en").fingerprint()
+    assert locate_split(tmp_path, "t", "de", "en").fingerprint() == before
+    assert locate_split(tmp_path, "t", "en", "de").fingerprint() != before
+    (tmp_path / "t.en").write_text("c\n")
+    assert locate_split(tmp_path, "t", "de", "en").fingerprint() != before
+
+
+# ---------------------------------------------------------------------- download
+@pytest.fixture(scope="module")
+def multi30k_server():
+    """An HTTP server on 127.0.0.1 serving the Multi30k files; yields its base URL."""
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(MULTI30K))
+    handler.log_message = lambda *args: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_download_verifies_and_skips_present_files(tmp_path, multi30k_server):
+    names = ["val.de.gz", "val.en.gz", "test_2016_flickr.en.gz"]
+    (tmp_path / "val.en.gz").write_bytes(b"already here")
+    got = download_multi30k(tmp_path, base_url=multi30k_server, files=names)
+    assert sorted(p.name for p in got) == ["test_2016_flickr.en.gz", "val.de.gz"]
+    for path in got:
+        assert hashlib.sha256(path.read_bytes()).hexdigest() == MULTI30K_SHA256[path.name]
+    assert (tmp_path / "val.en.gz").read_bytes() == b"already here"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names)  # no temporary files
+
+
+def test_download_hash_mismatch_removes_file(tmp_path, multi30k_server):
+    wrong = "0" * 64
+    with pytest.raises(ValueError) as info:
+        download_multi30k(tmp_path, base_url=multi30k_server, files={"val.de.gz": wrong})
+    message = str(info.value)
+    assert "val.de.gz" in message and wrong in message
+    assert MULTI30K_SHA256["val.de.gz"] in message
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_download_unreachable_server_explains_what_to_do(tmp_path):
+    with socket.socket() as sock:  # a port with nobody listening
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with pytest.raises(RuntimeError) as info:
+        download_multi30k(tmp_path / "m30k", base_url=f"http://127.0.0.1:{port}", timeout=5)
+    message = str(info.value)
+    assert "train.de.gz" in message and "test_2016_flickr.en.gz" in message
+    assert str(tmp_path / "m30k") in message and "--data.data_dir" in message
+    assert list((tmp_path / "m30k").iterdir()) == []
+
+
+def test_multi30k_copy_matches_known_hashes():
+    for name, digest in MULTI30K_SHA256.items():
+        assert hashlib.sha256((MULTI30K / name).read_bytes()).hexdigest() == digest

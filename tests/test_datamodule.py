@@ -1,0 +1,271 @@
+"""Tests of seq2seq.data.datamodule.TranslationDataModule on a slice of Multi30k."""
+
+from __future__ import annotations
+
+import gzip
+import logging
+from pathlib import Path
+from types import SimpleNamespace
+
+import lightning as L
+import pytest
+import torch
+
+from seq2seq.data.corpus import read_lines
+from seq2seq.data.datamodule import TranslationDataModule
+from seq2seq.data.tokenizer import EOS_ID, Tokenizer
+
+MULTI30K = Path(__file__).resolve().parents[1].parent / "shared/data/multi30k"
+VOCAB = 600
+MAX_POSITIONS = 128
+LONG = " ".join(["Hund"] * 200)  # far beyond MAX_POSITIONS tokens
+
+
+def _write(path: Path, lines: list[str]) -> None:
+    path.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    """2,000 training pairs plus three that must be filtered, 200 val pairs, two test sets."""
+    root = tmp_path_factory.mktemp("m30k")
+    train = {lang: read_lines(MULTI30K / f"train.{lang}.gz")[:2000] for lang in ("de", "en")}
+    train["de"] += ["", LONG, "Ja."]
+    train["en"] += ["Something.", LONG, "Yes, " + " ".join(["and so on"] * 10)]
+    val = {lang: read_lines(MULTI30K / f"val.{lang}.gz")[:200] for lang in ("de", "en")}
+    val["de"].append(LONG)
+    val["en"].append("A long one.")
+    for lang in ("de", "en"):
+        _write(root / f"train.{lang}.gz", train[lang])
+        _write(root / f"val.{lang}.gz", val[lang])
+        _write(
+            root / f"test_2016_flickr.{lang}.gz", read_lines(MULTI30K / f"val.{lang}.gz")[300:400]
+        )
+        (root / f"extra.{lang}").write_text("\n".join(val[lang][:20]) + "\n")
+    return root
+
+
+def _dm(corpus: Path, cache: Path, **kwargs) -> TranslationDataModule:
+    settings = dict(
+        data_dir=str(corpus),
+        cache_dir=str(cache),
+        vocab_size=VOCAB,
+        max_positions=MAX_POSITIONS,
+        max_tokens=1024,
+        download=False,
+    )
+    return TranslationDataModule(**{**settings, **kwargs})
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("cache")
+
+
+@pytest.fixture(scope="module")
+def dm(corpus, cache) -> TranslationDataModule:
+    dm = _dm(corpus, cache)
+    dm.prepare_data()
+    with pytest.warns(UserWarning, match="truncated"):
+        dm.setup()
+    return dm
+
+
+def test_vocab_size_known_before_setup(corpus, cache):
+    dm = _dm(corpus, cache)
+    assert dm.vocab_size == VOCAB and dm.tokenizer is None
+    assert dm.test_set_names == ["test_2016_flickr"]
+
+
+def test_training_filter_counts_are_logged(corpus, tmp_path, caplog):
+    dm = _dm(corpus, tmp_path)
+    with caplog.at_level(logging.INFO):
+        dm.setup("fit")
+    assert "kept 2000 of 2003; dropped 1 with an empty side, 1 longer than" in caplog.text
+    assert "1 with a length ratio above max_length_ratio=3.0" in caplog.text
+    assert dm.tokenizer.vocab_size == VOCAB
+    assert len(dm.train_set) == 2000
+    assert dm.tokenized_splits == ["train", "val"]
+
+
+def test_train_batches(dm):
+    loader = dm.train_dataloader()
+    batches = list(loader)
+    assert len(batches) == len(loader)
+    indices = torch.cat([b["index"] for b in batches]).tolist()
+    assert sorted(indices) == list(range(2000))
+    batch = batches[0]
+    assert batch["src"].shape[0] * max(batch["src"].shape[1], batch["tgt_in"].shape[1]) <= 1024
+    assert (
+        batch["src"].gather(1, batch["src_mask"][:, 0, 0].sum(1, keepdim=True) - 1) == EOS_ID
+    ).all()
+    assert "src_text" not in batch
+
+
+def test_heldout_is_complete_raw_and_truncated(dm, corpus):
+    raw_src = read_lines(corpus / "val.de.gz")
+    raw_ref = read_lines(corpus / "val.en.gz")
+    batches = list(dm.val_dataloader())
+    seen = {}
+    for batch in batches:
+        assert batch["src"].shape[1] <= MAX_POSITIONS
+        for i, src_text, ref_text in zip(
+            batch["index"].tolist(), batch["src_text"], batch["ref_text"], strict=True
+        ):
+            seen[i] = (src_text, ref_text)
+    assert sorted(seen) == list(range(len(raw_ref)))  # nothing dropped, LONG included
+    assert all(seen[i] == (raw_src[i], raw_ref[i]) for i in seen)
+
+
+def test_test_dataloaders_follow_test_set_names(corpus, cache):
+    dm = _dm(corpus, cache, test_splits=["extra", "test_2016_flickr"])
+    dm.setup("test")
+    loaders = dm.test_dataloader()
+    sizes = [sum(len(b["index"]) for b in loader) for loader in loaders]
+    assert dm.test_set_names == ["extra", "test_2016_flickr"] and sizes == [20, 100]
+
+
+def test_second_run_reuses_cache(corpus, cache, dm, monkeypatch):
+    def fail(*args, **kwargs):
+        raise AssertionError("re-tokenised although the cache holds this split")
+
+    monkeypatch.setattr(Tokenizer, "encode", fail)
+    monkeypatch.setattr(Tokenizer, "train", fail)
+    again = _dm(corpus, cache)
+    again.prepare_data()
+    with pytest.warns(UserWarning, match="truncated"):
+        again.setup()
+    assert again.tokenized_splits == []
+    assert len(again.train_set) == len(dm.train_set)
+
+
+def _sharded(dm, world_size: int, make) -> list[list[list[int]]]:
+    shards = []
+    for rank in range(world_size):
+        dm.trainer = SimpleNamespace(world_size=world_size, global_rank=rank, training=False)
+        shards.append([b["index"].tolist() for b in make()])
+    dm.trainer = None
+    return shards
+
+
+def test_ddp_sharding(dm):
+    train = _sharded(dm, 2, dm.train_dataloader)
+    assert len(train[0]) == len(train[1])
+    flat = [i for shard in train for batch in shard for i in batch]
+    assert sorted(flat) == list(range(2000))
+    val = _sharded(dm, 2, dm.val_dataloader)
+    flat = [i for shard in val for batch in shard for i in batch]
+    assert sorted(flat) == list(range(201))
+
+
+def test_state_dict_resumes_mid_epoch(corpus, cache, dm):
+    full = [b["index"].tolist() for b in dm.train_dataloader()]
+    loader = dm.train_dataloader()
+    iterator = iter(loader)
+    seen = [next(iterator)["index"].tolist() for _ in range(3)]
+    state = dm.state_dict()
+    assert state["train_sampler"]["batches_yielded"] == 3
+
+    resumed = _dm(corpus, cache)
+    resumed.setup("fit")
+    resumed.load_state_dict(state)
+    rest = [b["index"].tolist() for b in resumed.train_dataloader()]
+    assert seen + rest == full
+
+
+def test_num_workers(corpus, cache, dm):
+    workers = _dm(corpus, cache, num_workers=1)
+    with pytest.warns(UserWarning, match="truncated"):
+        workers.setup("validate")
+    got = [b["src"].tolist() for b in workers.val_dataloader()]
+    assert got == [b["src"].tolist() for b in dm.val_dataloader()]
+
+
+def test_predict_file_keeps_every_line(corpus, cache, tmp_path):
+    lines = ["Ein Hund läuft.", "", "   ", "Zwei Männer."]
+    path = tmp_path / "input.de"
+    path.write_text("\n".join(lines) + "\n")
+    dm = _dm(corpus, cache, predict_file=str(path))
+    dm.setup("predict")
+    batches = list(dm.predict_dataloader())
+    got = {
+        i: text for b in batches for i, text in zip(b["index"].tolist(), b["src_text"], strict=True)
+    }
+    assert got == dict(enumerate(lines))
+    assert all("tgt_in" not in b for b in batches)
+
+
+def test_errors_name_files_and_settings(corpus, cache, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for lang in ("de", "en"):
+        (empty / f"train.{lang}").write_text("")
+        (empty / f"val.{lang}").write_text("")
+    with pytest.raises(
+        ValueError, match=r"training split 'train' is empty: .*train\.de \+ .*train\.en"
+    ):
+        _dm(empty, tmp_path / "c1").prepare_data()
+
+    dm = _dm(empty, tmp_path / "c2", tokenizer_path=str(cache / "missing.model"))
+    dm.tokenizer = Tokenizer.load(next(cache.glob("spm_*.model")))
+    with pytest.raises(ValueError, match=r"held-out split 'val' is empty: .*val\.de"):
+        dm.setup("validate")
+
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "train.de").write_text("a\nb\n")
+    (bad / "train.en").write_text("a\n")
+    with pytest.raises(ValueError, match=r"train\.de has 2 lines but .*train\.en has 1 lines"):
+        _dm(bad, tmp_path / "c3").prepare_data()
+
+    junk = tmp_path / "junk.model"
+    junk.write_bytes(b"\x00\x01 not a model")
+    with pytest.raises(ValueError, match=r"junk\.model is not a valid SentencePiece model"):
+        _dm(corpus, cache, tokenizer_path=str(junk)).setup("fit")
+
+    model = next(cache.glob("spm_*.model"))
+    with pytest.raises(ValueError, match=r"has 600 pieces but data\.vocab_size is 500"):
+        _dm(corpus, cache, tokenizer_path=str(model), vocab_size=500).setup("fit")
+
+    with pytest.raises(FileNotFoundError, match=r"split 'nosuch'"):
+        _dm(corpus, cache, test_splits=["nosuch"]).setup("test")
+
+
+class _Recorder(L.LightningModule):
+    """A one-parameter model that records the example indices of each training batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(1))
+        self.seen: list[list[int]] = []
+
+    def training_step(self, batch, batch_idx):
+        self.seen.append(batch["index"].tolist())
+        return (self.weight * batch["n_tokens"]).square().sum() * 1e-9
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.0)
+
+
+def test_trainer_resume_mid_epoch(corpus, cache, tmp_path):
+    def trainer(**kwargs) -> L.Trainer:
+        return L.Trainer(
+            accelerator="cpu",
+            max_epochs=2,
+            logger=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            limit_val_batches=0,
+            use_distributed_sampler=False,
+            default_root_dir=tmp_path,
+            **kwargs,
+        )
+
+    checkpoint = L.pytorch.callbacks.ModelCheckpoint(
+        dirpath=tmp_path / "ckpt", every_n_train_steps=3, save_top_k=-1, filename="{step}"
+    )
+    first = _Recorder()
+    trainer(callbacks=[checkpoint]).fit(first, datamodule=_dm(corpus, cache))
+    resumed = _Recorder()
+    trainer().fit(resumed, datamodule=_dm(corpus, cache), ckpt_path=tmp_path / "ckpt/step=3.ckpt")
+    assert resumed.seen == first.seen[3:]

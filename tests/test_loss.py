@@ -1,0 +1,84 @@
+"""Label-smoothed cross entropy against torch's own implementation."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from seq2seq.nn import label_smoothed_cross_entropy
+
+PAD = 0
+
+
+def _data(shape=(3, 5), vocab=11, dtype=torch.float32):
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(*shape, vocab, generator=g).to(dtype)
+    target = torch.randint(1, vocab, shape, generator=g)
+    target[..., -2:] = PAD
+    return logits, target
+
+
+@pytest.mark.parametrize("epsilon", [0.0, 0.1, 0.3])
+@pytest.mark.parametrize("shape", [(15,), (3, 5)])
+def test_matches_torch_cross_entropy(epsilon, shape):
+    logits, target = _data(shape)
+    loss, nll = label_smoothed_cross_entropy(logits, target, epsilon, PAD)
+    flat_logits, flat_target = logits.reshape(-1, logits.size(-1)), target.reshape(-1)
+    expected = F.cross_entropy(
+        flat_logits, flat_target, ignore_index=PAD, reduction="sum", label_smoothing=epsilon
+    )
+    expected_nll = F.cross_entropy(flat_logits, flat_target, ignore_index=PAD, reduction="sum")
+    torch.testing.assert_close(loss, expected)
+    torch.testing.assert_close(nll, expected_nll)
+
+
+def test_padding_is_ignored():
+    logits, target = _data()
+    loss, nll = label_smoothed_cross_entropy(logits, target, 0.1, PAD)
+    changed = logits.clone()
+    changed[target == PAD] = 100.0 * torch.randn_like(changed[target == PAD])
+    loss2, nll2 = label_smoothed_cross_entropy(changed, target, 0.1, PAD)
+    torch.testing.assert_close((loss, nll), (loss2, nll2))
+    all_pad = torch.zeros_like(target)
+    assert label_smoothed_cross_entropy(logits, all_pad, 0.1, PAD)[0].item() == 0.0
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_logits_computed_in_float32(dtype):
+    logits, target = _data(dtype=dtype)
+    logits.requires_grad_(True)
+    loss, nll = label_smoothed_cross_entropy(logits, target, 0.1, PAD)
+    assert loss.dtype == torch.float32 and nll.dtype == torch.float32
+    expected, _ = label_smoothed_cross_entropy(logits.detach().float(), target, 0.1, PAD)
+    torch.testing.assert_close(loss, expected)
+    loss.backward()
+    assert logits.grad.dtype == dtype and torch.isfinite(logits.grad).all()
+
+
+def test_non_contiguous_logits_and_shape_error():
+    logits, target = _data(vocab=11)
+    logits = torch.cat([logits, torch.randn(3, 5, 5)], dim=-1)
+    view = logits[..., :11]  # like the vocabulary-padded output, sliced
+    loss, _ = label_smoothed_cross_entropy(view, target, 0.1, PAD)
+    expected, _ = label_smoothed_cross_entropy(view.contiguous(), target, 0.1, PAD)
+    torch.testing.assert_close(loss, expected)
+    with pytest.raises(ValueError, match="disagree"):
+        label_smoothed_cross_entropy(logits, target[:, :2], 0.1, PAD)
+
+
+@pytest.mark.parametrize("epsilon", [0.0, 0.1])
+def test_gradients_match_autograd_reference(epsilon):
+    logits, target = _data()
+    ours = logits.clone().requires_grad_(True)
+    loss, nll = label_smoothed_cross_entropy(ours, target, epsilon, PAD)
+    (2.0 * loss + 3.0 * nll).backward()
+    ref = logits.clone().requires_grad_(True)
+    flat, flat_target = ref.reshape(-1, ref.size(-1)), target.reshape(-1)
+    ref_loss = F.cross_entropy(
+        flat, flat_target, ignore_index=PAD, reduction="sum", label_smoothing=epsilon
+    )
+    ref_nll = F.cross_entropy(flat, flat_target, ignore_index=PAD, reduction="sum")
+    (2.0 * ref_loss + 3.0 * ref_nll).backward()
+    torch.testing.assert_close(ours.grad, ref.grad)
+    assert torch.count_nonzero(ours.grad[target == PAD]) == 0

@@ -1,0 +1,191 @@
+"""Greedy and beam search: equivalences, batch independence, scoring and length rules."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from seq2seq.nn import Transformer, beam_search, greedy_search, padding_mask
+from seq2seq.nn.search import length_penalty_value
+
+PAD, BOS, EOS = 0, 2, 3
+V = 14
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Run single-threaded: tiny matrices gain nothing from threads."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _copy_batch(n: int, g: torch.Generator):
+    lens = torch.randint(2, 9, (n,), generator=g)
+    length = int(lens.max())
+    src = torch.randint(4, V, (n, length), generator=g)
+    src = src.masked_fill(torch.arange(length) >= lens[:, None], PAD)
+    tgt = torch.cat([src, torch.full((n, 1), PAD)], dim=1)
+    tgt[torch.arange(n), lens] = EOS
+    dec_in = torch.cat([torch.full((n, 1), BOS), tgt[:, :-1]], dim=1).masked_fill(tgt == PAD, PAD)
+    return src, dec_in, tgt
+
+
+@pytest.fixture(scope="module")
+def model() -> Transformer:
+    """A model trained briefly on copying: confident but imperfect, with EOS at varied steps."""
+    torch.manual_seed(0)
+    m = Transformer(
+        V,
+        d_model=32,
+        n_heads=4,
+        n_encoder_layers=1,
+        n_decoder_layers=2,
+        d_ff=64,
+        dropout=0.0,
+        max_positions=40,
+    )
+    opt = torch.optim.Adam(m.parameters(), lr=3e-3)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(60):
+        src, dec_in, tgt = _copy_batch(32, g)
+        logits = m(src, dec_in, padding_mask(src, PAD))
+        loss = torch.nn.functional.cross_entropy(logits.transpose(1, 2), tgt, ignore_index=PAD)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return m.double().eval()
+
+
+@pytest.fixture(scope="module")
+def sources() -> torch.Tensor:
+    """Three sources of different lengths, right-padded."""
+    src = torch.tensor([[5, 6, 7, 8, 9, 10, 11], [12, 4, 5, 0, 0, 0, 0], [7, 7, 13, 9, 6, 0, 0]])
+    return src
+
+
+def _ends_with_eos(hyp, src_len: int, a: float = 1.2, b: int = 10) -> bool:
+    return len(hyp.tokens) < int(a * src_len + b)
+
+
+def _rescore(model, src_row, hyp, with_eos: bool, alpha: float, form: str) -> float:
+    seq = hyp.tokens + ([EOS] if with_eos else [])
+    dec_in = torch.tensor([[BOS, *seq[:-1]]])
+    src = src_row[None]
+    logits = model(src, dec_in, padding_mask(src, PAD))
+    lprobs = torch.log_softmax(logits.double(), dim=-1)[0]
+    total = lprobs[torch.arange(len(seq)), torch.tensor(seq)].sum().item()
+    return total / length_penalty_value(float(len(seq)), alpha, form)
+
+
+@pytest.mark.parametrize(("alpha", "form"), [(1.0, "fairseq"), (0.6, "gnmt"), (0.0, "fairseq")])
+@pytest.mark.parametrize("min_len", [0, 3])
+def test_beam_size_one_equals_greedy(model, sources, alpha, form, min_len):
+    mask = padding_mask(sources, PAD)
+    kwargs = dict(length_penalty=alpha, length_penalty_form=form, min_len=min_len)
+    greedy = greedy_search(model, sources, mask, BOS, EOS, **kwargs)
+    beam = beam_search(model, sources, mask, BOS, EOS, beam_size=1, **kwargs)
+    for (g,), (b,) in zip(greedy, beam, strict=True):
+        assert g.tokens == b.tokens
+        assert g.score == pytest.approx(b.score, abs=1e-5)
+
+
+@pytest.mark.parametrize("beam_size", [1, 4])
+def test_output_does_not_depend_on_batch_or_padding(model, sources, beam_size):
+    def decode(src):
+        mask = padding_mask(src, PAD)
+        if beam_size == 1:
+            return greedy_search(model, src, mask, BOS, EOS)
+        return beam_search(model, src, mask, BOS, EOS, beam_size=beam_size, n_best=3)
+
+    together = decode(sources)
+    for i in range(sources.size(0)):
+        length = int((sources[i] != PAD).sum())
+        alone = decode(sources[i : i + 1, :length])
+        padded = decode(torch.cat([sources[i : i + 1], torch.zeros(1, 5, dtype=torch.long)], 1))
+        for hyps in (alone, padded):
+            assert [h.tokens for h in hyps[0]] == [h.tokens for h in together[i]]
+            assert [h.score for h in hyps[0]] == pytest.approx([h.score for h in together[i]])
+
+
+@pytest.mark.parametrize(("alpha", "form"), [(1.0, "fairseq"), (0.6, "gnmt"), (2.0, "gnmt")])
+def test_scores_are_length_penalised_log_probs(model, sources, alpha, form):
+    mask = padding_mask(sources, PAD)
+    results = beam_search(
+        model,
+        sources,
+        mask,
+        BOS,
+        EOS,
+        beam_size=4,
+        n_best=4,
+        length_penalty=alpha,
+        length_penalty_form=form,
+    )
+    for i, hyps in enumerate(results):
+        src_len = int(mask[i].sum())
+        for hyp in hyps:
+            expected = _rescore(model, sources[i], hyp, _ends_with_eos(hyp, src_len), alpha, form)
+            assert hyp.score == pytest.approx(expected, abs=1e-4)
+
+
+def test_length_penalty_forms():
+    assert length_penalty_value(4.0, 1.0, "fairseq") == 4.0
+    assert length_penalty_value(4.0, 0.5, "fairseq") == 2.0
+    assert length_penalty_value(7.0, 1.0, "gnmt") == 2.0
+    assert length_penalty_value(7.0, 0.0, "gnmt") == 1.0
+    with pytest.raises(ValueError, match="length_penalty_form"):
+        length_penalty_value(3.0, 1.0, "other")
+
+
+def test_n_best_sorted_and_distinct(model, sources):
+    results = beam_search(
+        model, sources, padding_mask(sources, PAD), BOS, EOS, beam_size=5, n_best=3
+    )
+    for hyps in results:
+        assert len(hyps) == 3
+        scores = [h.score for h in hyps]
+        assert scores == sorted(scores, reverse=True)
+        assert len({tuple(h.tokens) for h in hyps}) == 3
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_eos_ends_hypotheses_and_lengths_are_bounded(model, sources, beam_size):
+    mask = padding_mask(sources, PAD)
+    results = beam_search(model, sources, mask, BOS, EOS, beam_size=beam_size, n_best=beam_size)
+    stopped_early = False
+    for i, hyps in enumerate(results):
+        max_len = int(1.2 * int(mask[i].sum()) + 10)
+        for hyp in hyps:
+            assert EOS not in hyp.tokens and PAD not in hyp.tokens
+            assert len(hyp.tokens) <= max_len
+            stopped_early |= len(hyp.tokens) < max_len - 1
+    assert stopped_early
+
+
+@pytest.mark.parametrize("search", ["greedy", "beam"])
+def test_min_len_and_max_len(model, sources, search):
+    mask = padding_mask(sources, PAD)
+
+    def run(**kwargs):
+        if search == "greedy":
+            return greedy_search(model, sources, mask, BOS, EOS, **kwargs)
+        return beam_search(model, sources, mask, BOS, EOS, beam_size=3, n_best=3, **kwargs)
+
+    for hyps in run(min_len=12):
+        assert all(len(h.tokens) >= 12 for h in hyps)
+    for hyps in run(max_len_a=0.0, max_len_b=2):
+        assert all(len(h.tokens) <= 2 for h in hyps)
+
+
+def test_invalid_arguments(model, sources):
+    mask = padding_mask(sources, PAD)
+    with pytest.raises(ValueError, match="beam_size"):
+        beam_search(model, sources, mask, BOS, EOS, beam_size=0)
+    with pytest.raises(ValueError, match="n_best"):
+        beam_search(model, sources, mask, BOS, EOS, beam_size=2, n_best=3)
+    with pytest.raises(ValueError, match="length_penalty_form"):
+        beam_search(model, sources, mask, BOS, EOS, length_penalty_form="wu")
+    with pytest.raises(ValueError, match="src_mask"):
+        greedy_search(model, sources, mask[:, 0], BOS, EOS)

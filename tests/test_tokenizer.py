@@ -1,0 +1,118 @@
+"""Tests of seq2seq.data.tokenizer on real Multi30k lines."""
+
+from __future__ import annotations
+
+import pickle
+import unicodedata
+from pathlib import Path
+
+import pytest
+import sentencepiece as spm
+
+from seq2seq.data.corpus import read_lines
+from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
+
+MULTI30K = Path(__file__).resolve().parents[1].parent / "shared/data/multi30k"
+VOCAB = 800
+
+
+@pytest.fixture(scope="module")
+def lines() -> list[str]:
+    """2,000 German and 2,000 English training lines."""
+    return read_lines(MULTI30K / "train.de.gz")[:2000] + read_lines(MULTI30K / "train.en.gz")[:2000]
+
+
+@pytest.fixture(scope="module")
+def tokenizer(lines, tmp_path_factory) -> Tokenizer:
+    return Tokenizer.train(lines, tmp_path_factory.mktemp("spm") / "joint.model", VOCAB)
+
+
+def test_exact_vocab_size_and_special_ids(tokenizer):
+    assert tokenizer.vocab_size == VOCAB
+    assert (tokenizer.pad_id, tokenizer.unk_id, tokenizer.bos_id, tokenizer.eos_id) == (0, 1, 2, 3)
+    assert (PAD_ID, UNK_ID, BOS_ID, EOS_ID) == (0, 1, 2, 3)
+    assert tokenizer.id_to_piece([0, 1, 2, 3]) == ["<pad>", "<unk>", "<s>", "</s>"]
+
+
+def test_round_trip_on_held_out_lines(tokenizer):
+    """decode(encode(x)) == x for every validation line the nmt_nfkc rule leaves unchanged."""
+    val = read_lines(MULTI30K / "val.de.gz") + read_lines(MULTI30K / "val.en.gz")
+    normal = [x for x in val if unicodedata.normalize("NFKC", x) == x and " ".join(x.split()) == x]
+    assert len(normal) > 0.95 * len(val)
+    ids = tokenizer.encode(normal)
+    assert all(BOS_ID not in seq and EOS_ID not in seq and PAD_ID not in seq for seq in ids)
+    assert tokenizer.decode(ids) == normal
+
+
+def test_nmt_nfkc_normalisation_of_inputs(tokenizer):
+    assert tokenizer.decode(tokenizer.encode(["  Ein   Hund\u00a0läuft. "])) == ["Ein Hund läuft."]
+    assert tokenizer.encode([""]) == [[]]
+
+
+def test_decode_ignores_pad_bos_eos(tokenizer):
+    ids = tokenizer.encode(["Ein Mann schläft.", "Two dogs run."])
+    padded = [[BOS_ID, *ids[0], EOS_ID, PAD_ID, PAD_ID], [*ids[1], EOS_ID]]
+    assert tokenizer.decode(padded) == ["Ein Mann schläft.", "Two dogs run."]
+
+
+def test_sampling_varies_segmentation_not_text(tokenizer):
+    text = ["Mehrere Männer mit Schutzhelmen bedienen ein Antriebsradsystem."]
+    best = tokenizer.encode(text)
+    samples = [tokenizer.encode(text, sample=True, alpha=0.1)[0] for _ in range(20)]
+    assert any(s != best[0] for s in samples)
+    assert all(tokenizer.decode([s]) == text for s in samples)
+
+
+def test_bytes_and_pickle_round_trip(tokenizer, lines):
+    clone = Tokenizer.from_bytes(tokenizer.to_bytes())
+    assert clone.encode(lines[:100]) == tokenizer.encode(lines[:100])
+    assert pickle.loads(pickle.dumps(tokenizer)).encode(lines[:100]) == tokenizer.encode(
+        lines[:100]
+    )
+
+
+def test_load_errors_name_the_file(tokenizer, tmp_path):
+    with pytest.raises(FileNotFoundError, match="missing.model"):
+        Tokenizer.load(tmp_path / "missing.model")
+    junk = tmp_path / "junk.model"
+    junk.write_text("this is not a model\n")
+    with pytest.raises(ValueError, match=r"junk\.model is not a valid SentencePiece model"):
+        Tokenizer.load(junk)
+    with pytest.raises(ValueError, match="not a valid SentencePiece model"):
+        Tokenizer.from_bytes(b"")
+    path = tmp_path / "copy.model"
+    path.write_bytes(tokenizer.to_bytes())
+    assert Tokenizer.load(path).vocab_size == VOCAB
+
+
+def test_foreign_special_ids_are_rejected(lines, tmp_path):
+    prefix = tmp_path / "default_ids"
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines[:500]), model_prefix=str(prefix), vocab_size=200, minloglevel=2
+    )
+    with pytest.raises(ValueError, match=r"default_ids\.model has special ids"):
+        Tokenizer.load(f"{prefix}.model")
+
+
+@pytest.mark.parametrize("vocab_size", [100_000, 20])
+def test_unreachable_vocab_size(lines, tmp_path, vocab_size):
+    path = tmp_path / "too.model"
+    with pytest.raises(ValueError, match=rf"vocab_size={vocab_size}.*data\.vocab_size"):
+        Tokenizer.train(lines[:300], path, vocab_size)
+    assert not path.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_bpe_and_byte_fallback(lines, tmp_path):
+    tok = Tokenizer.train(
+        lines[:1000],
+        tmp_path / "bpe.model",
+        600,
+        model_type="bpe",
+        character_coverage=0.98,
+        byte_fallback=True,
+    )
+    assert tok.vocab_size == 600
+    text = ["Ein Hund 🐕 läuft."]
+    ids = tok.encode(text)
+    assert UNK_ID not in ids[0]
+    assert tok.decode(ids) == text

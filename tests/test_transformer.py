@@ -1,0 +1,225 @@
+"""Transformer properties: causality, padding invariance, cached decoding, dtypes, errors, and a
+toy copy task."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from seq2seq.nn import Transformer, greedy_search, label_smoothed_cross_entropy, padding_mask
+
+PAD, BOS, EOS = 0, 2, 3
+V = 29  # not a multiple of 8: exercises the internal vocabulary padding
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Run single-threaded: tiny matrices gain nothing from threads, and on a busy machine
+    spinning thread pools slow down a lot."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _model(**kwargs) -> Transformer:
+    torch.manual_seed(0)
+    options = dict(
+        d_model=32,
+        n_heads=4,
+        n_encoder_layers=2,
+        n_decoder_layers=2,
+        d_ff=64,
+        dropout=0.0,
+        max_positions=32,
+    )
+    options.update(kwargs)
+    return Transformer(V, **options).double().eval()
+
+
+def _batch(seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(4, V, (3, 7), generator=g)
+    src[1, 5:] = PAD
+    src[2, 3:] = PAD
+    tgt = torch.randint(4, V, (3, 6), generator=g)
+    tgt[:, 0] = BOS
+    return src, tgt
+
+
+VARIANTS = [
+    dict(),
+    dict(norm_first=False, activation="gelu"),
+    dict(positional="learned", tie_embeddings="none"),
+]
+
+
+@pytest.mark.parametrize("options", VARIANTS)
+def test_logits_shape_and_real_vocab(options):
+    model = _model(**options)
+    src, tgt = _batch()
+    logits = model(src, tgt, padding_mask(src, PAD))
+    assert logits.shape == (3, 6, V)
+    assert model.padded_vocab_size == 32
+
+
+@pytest.mark.parametrize("options", VARIANTS)
+def test_future_target_tokens_do_not_change_earlier_logits(options):
+    model = _model(**options)
+    src, tgt = _batch()
+    mask = padding_mask(src, PAD)
+    base = model(src, tgt, mask)
+    for t in range(1, tgt.size(1)):
+        changed = tgt.clone()
+        changed[:, t] = (changed[:, t] + 1 - 4) % (V - 4) + 4
+        out = model(src, changed, mask)
+        torch.testing.assert_close(out[:, :t], base[:, :t])
+        assert not torch.allclose(out[:, t:], base[:, t:])
+
+
+@pytest.mark.parametrize("options", VARIANTS)
+def test_extra_padding_changes_nothing(options):
+    model = _model(**options)
+    src, tgt = _batch()
+    base = model(src, tgt, padding_mask(src, PAD))
+    src_more = torch.cat([src, torch.full((3, 4), PAD)], dim=1)
+    tgt_more = torch.cat([tgt, torch.full((3, 3), PAD)], dim=1)
+    out = model(src_more, tgt_more, padding_mask(src_more, PAD))
+    torch.testing.assert_close(out[:, : tgt.size(1)], base)
+    # Encoder memory at real positions is unchanged as well.
+    mem = model.encode(src, padding_mask(src, PAD))
+    mem_more = model.encode(src_more, padding_mask(src_more, PAD))
+    real = padding_mask(src, PAD)[:, 0, 0]
+    torch.testing.assert_close(mem_more[:, : src.size(1)][real], mem[real])
+
+
+@pytest.mark.parametrize("options", VARIANTS)
+@pytest.mark.parametrize("chunks", [[1] * 6, [3, 1, 2]])
+def test_cached_decoding_equals_full_forward(options, chunks):
+    model = _model(**options)
+    src, tgt = _batch()
+    mask = padding_mask(src, PAD)
+    full = model(src, tgt, mask)
+    memory = model.encode(src, mask)
+    cache = model.new_cache(capacity=2)
+    outs, start = [], 0
+    for size in chunks:
+        outs.append(model.decode(tgt[:, start : start + size], memory, mask, cache))
+        start += size
+    torch.testing.assert_close(torch.cat(outs, dim=1), full)
+    assert cache.length == tgt.size(1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("norm_first", [True, False])
+def test_empty_source_gives_finite_outputs_and_grads(dtype, norm_first):
+    torch.manual_seed(0)
+    model = Transformer(
+        V,
+        d_model=32,
+        n_heads=4,
+        n_encoder_layers=1,
+        n_decoder_layers=1,
+        d_ff=64,
+        norm_first=norm_first,
+        max_positions=32,
+    ).to(dtype)
+    src, tgt = _batch()
+    src[0] = PAD  # a source made only of padding
+    logits = model(src, tgt, padding_mask(src, PAD))
+    assert logits.dtype == dtype
+    assert torch.isfinite(logits).all()
+    loss, _ = label_smoothed_cross_entropy(logits, tgt, 0.1, PAD)
+    loss.backward()
+    for name, p in model.named_parameters():
+        assert p.grad is None or torch.isfinite(p.grad).all(), name
+
+
+def test_too_long_input_raises():
+    model = _model(max_positions=8)
+    src = torch.randint(4, V, (2, 9))
+    tgt = torch.randint(4, V, (2, 9))
+    with pytest.raises(ValueError, match=r"length 9 exceeds max_positions=8"):
+        model.encode(src)
+    with pytest.raises(ValueError, match=r"length 9 exceeds max_positions=8"):
+        model(src[:, :5], tgt)
+    memory = model.encode(src[:, :5])
+    cache = model.new_cache()
+    model.decode(tgt[:, :8], memory, None, cache)
+    with pytest.raises(ValueError, match=r"length 9 exceeds max_positions=8"):
+        model.decode(tgt[:, 8:], memory, None, cache)
+
+
+def test_heads_must_divide_width():
+    with pytest.raises(ValueError, match=r"d_model \(30\).*n_heads \(4\)"):
+        Transformer(V, d_model=30, n_heads=4)
+
+
+@pytest.mark.parametrize(("tie", "n_matrices"), [("none", 3), ("decoder", 2), ("all", 1)])
+def test_tied_embeddings(tie, n_matrices):
+    model = _model(tie_embeddings=tie)
+    weights = {
+        id(model.encoder.embed.weight),
+        id(model.decoder.embed.weight),
+        id(model.output.weight),
+    }
+    assert len(weights) == n_matrices
+
+
+def test_initialisation():
+    torch.manual_seed(0)
+    model = Transformer(1000, d_model=64, n_heads=4, n_encoder_layers=1, n_decoder_layers=1)
+    emb = model.encoder.embed.weight
+    assert torch.count_nonzero(emb[PAD]) == 0
+    assert abs(emb[1:].std().item() - 64**-0.5) < 0.01
+    qkv = model.encoder.layers[0].self_attn.qkv.weight
+    bound = (6 / (64 + 64)) ** 0.5  # Xavier uniform of each D x D projection
+    assert qkv.abs().max() <= bound and qkv.abs().max() > 0.9 * bound
+    assert torch.count_nonzero(model.encoder.layers[0].self_attn.qkv.bias) == 0
+
+
+def _copy_batch(n: int, vocab: int, g: torch.Generator | None = None):
+    lens = torch.randint(4, 11, (n,), generator=g)
+    length = int(lens.max())
+    src = torch.randint(4, vocab, (n, length), generator=g)
+    src = src.masked_fill(torch.arange(length) >= lens[:, None], PAD)
+    tgt = torch.cat([src, torch.full((n, 1), PAD)], dim=1)
+    tgt[torch.arange(n), lens] = EOS
+    dec_in = torch.cat([torch.full((n, 1), BOS), tgt[:, :-1]], dim=1).masked_fill(tgt == PAD, PAD)
+    return src, dec_in, tgt, lens
+
+
+def test_learns_to_copy():
+    """A tiny model learns to copy random sequences (greedy token accuracy >= 95%)."""
+    torch.manual_seed(0)
+    vocab = 16
+    model = Transformer(
+        vocab,
+        d_model=64,
+        n_heads=4,
+        n_encoder_layers=2,
+        n_decoder_layers=2,
+        d_ff=128,
+        dropout=0.0,
+        max_positions=32,
+    )
+    opt = torch.optim.Adam(model.parameters(), lr=2e-3, betas=(0.9, 0.98))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 50))
+    for _ in range(400):
+        src, dec_in, tgt, _ = _copy_batch(64, vocab)
+        loss, _ = label_smoothed_cross_entropy(
+            model(src, dec_in, padding_mask(src, PAD)), tgt, 0.0, PAD
+        )
+        opt.zero_grad()
+        (loss / (tgt != PAD).sum()).backward()
+        opt.step()
+        sched.step()
+    model.eval()
+    src, _, _, lens = _copy_batch(200, vocab, torch.Generator().manual_seed(1))
+    hyps = greedy_search(model, src, padding_mask(src, PAD), BOS, EOS, max_len_a=1.0, max_len_b=2)
+    correct = total = 0
+    for (hyp,), row, n in zip(hyps, src.tolist(), lens.tolist(), strict=True):
+        ref = row[:n]
+        correct += sum(a == b for a, b in zip(hyp.tokens, ref, strict=False))
+        total += max(len(ref), len(hyp.tokens))
+    assert correct / total >= 0.95
