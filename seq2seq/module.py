@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import math
 import time
 from pathlib import Path
 from typing import Any
@@ -72,6 +71,9 @@ class TranslationModule(L.LightningModule):
         min_len: hypotheses have at least this many tokens before EOS.
         metrics: corpus metrics computed on held-out sets (``bleu``, ``chrf``, ``ter``).
         tgt_lang: target language code for sacreBLEU's tokenizer choice (``None``: 13a).
+        compile: run the training and evaluation forward pass through ``torch.compile``
+            (decoding stays eager). Pair it with ``data.pad_to_multiple_of: 8`` so that
+            variable-length batches reuse a few compiled shapes.
     """
 
     def __init__(
@@ -102,6 +104,7 @@ class TranslationModule(L.LightningModule):
         min_len: int = 0,
         metrics: list[str] | None = None,
         tgt_lang: str | None = None,
+        compile: bool = False,
     ) -> None:
         super().__init__()
         if not 0.0 <= label_smoothing < 1.0:
@@ -135,6 +138,10 @@ class TranslationModule(L.LightningModule):
         self.tokenizer: Tokenizer | None = None
         self._outputs: dict[str, list[tuple[int, str, str]]] = {}
         self._last_batch_time: float | None = None
+        self.register_buffer("_window_tokens", torch.zeros((), dtype=torch.long), persistent=False)
+        # A bound method, not a module attribute, so the state dict keeps one copy of weights.
+        forward = self.model.forward
+        self._forward = torch.compile(forward, dynamic=False) if compile else forward
         self.last_scores: dict[str, dict[str, Score]] = {}
 
     # ------------------------------------------------------------------ set-up and checkpoints
@@ -183,7 +190,7 @@ class TranslationModule(L.LightningModule):
         return self.model(src, tgt_in, src_mask)
 
     def _loss_sums(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        logits = self.model(batch["src"], batch["tgt_in"], batch["src_mask"])
+        logits = self._forward(batch["src"], batch["tgt_in"], batch["src_mask"])
         loss_sum, nll_sum = label_smoothed_cross_entropy(
             logits, batch["tgt_out"], self.hparams.label_smoothing, ignore_index=self.model.pad_id
         )
@@ -192,26 +199,24 @@ class TranslationModule(L.LightningModule):
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
         loss_sum, nll_sum, n_tokens = self._loss_sums(batch)
-        # Normalise by the real target tokens of all processes: DDP averages gradients over
-        # processes, so multiplying by world_size makes the result sum / global token count.
-        world = self.trainer.world_size if self._trainer else 1
-        total = n_tokens.detach().float()
-        if world > 1:
-            total = self.trainer.strategy.reduce(total, reduce_op="sum")
-        loss = loss_sum * world / total.clamp(min=1)
-        tokens = n_tokens.float()
-        self.log("train/loss", loss_sum / tokens, prog_bar=True, batch_size=int(tokens))
-        nll = nll_sum.detach() / tokens
-        self.log("train/nll", nll, batch_size=int(tokens))
-        self.log("train/ppl", torch.exp(nll.clamp(max=50)), batch_size=int(tokens))
+        # The returned loss is a *sum* over tokens; on_before_optimizer_step divides the
+        # gradients by the real target tokens of the whole optimizer step (all accumulated
+        # micro-batches on all processes), as fairseq does. Lightning divides the returned
+        # loss by accumulate_grad_batches, which the multiplication here cancels.
+        self._window_tokens = self._window_tokens + n_tokens.detach()
+        tokens = int(batch["n_tokens"])  # a Python int from collate: no device sync
+        self.log("train/loss", loss_sum.detach() / n_tokens, prog_bar=True, batch_size=tokens)
+        nll = nll_sum.detach() / n_tokens
+        self.log("train/nll", nll, batch_size=tokens)
+        self.log("train/ppl", torch.exp(nll.clamp(max=50)), batch_size=tokens)
         pad = self.model.pad_id
         positions = batch["src"].numel() + batch["tgt_out"].numel()
         real = (batch["src"] != pad).sum() + n_tokens
-        self.log("train/padding", 1.0 - real.float() / positions, batch_size=int(tokens))
-        return loss
+        self.log("train/padding", 1.0 - real.float() / positions, batch_size=tokens)
+        return loss_sum * self.trainer.accumulate_grad_batches
 
     def on_train_batch_start(self, batch: dict[str, Any], batch_idx: int) -> None:
-        self._batch_tokens = int(batch["n_tokens"]) if "n_tokens" in batch else 0
+        self._batch_tokens = int(batch.get("n_tokens", 0))
 
     def on_train_batch_end(self, outputs, batch: dict[str, Any], batch_idx: int) -> None:
         now = time.perf_counter()
@@ -228,10 +233,21 @@ class TranslationModule(L.LightningModule):
         self._last_batch_time = None
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
-        if self.trainer.global_step % max(1, self.trainer.log_every_n_steps) == 0:
-            norms = [p.grad.detach().norm(2) for p in self.parameters() if p.grad is not None]
-            if norms:
-                self.log("train/grad_norm", torch.stack(norms).norm(2))
+        # Gradients hold d(sum of token losses); turn them into d(mean over the real target
+        # tokens of this optimizer step). DDP has averaged them over processes, hence `world`.
+        world = self.trainer.world_size
+        total = self._window_tokens.float()
+        if world > 1:
+            total = self.trainer.strategy.reduce(total, reduce_op="sum")
+        scale = world / total.clamp(min=1)
+        grads = [p.grad for p in self.parameters() if p.grad is not None]
+        torch._foreach_mul_(grads, scale)
+        self._window_tokens = torch.zeros_like(self._window_tokens)
+        if self.trainer.global_step % max(1, self.trainer.log_every_n_steps) == 0 and grads:
+            self.log(
+                "train/grad_norm",
+                torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])),
+            )
 
     def configure_optimizers(self):
         optimizer = self.optimizer_factory(self.parameters())
@@ -393,8 +409,3 @@ class TranslationModule(L.LightningModule):
 
 # Settings that change training or decoding but not the shapes of the saved weights.
 _NON_STRUCTURAL = {"dropout", "attention_dropout", "activation_dropout"}
-
-
-def ppl(nll: float) -> float:
-    """Perplexity ``exp(nll)`` of a per-token negative log-likelihood in nats."""
-    return math.exp(min(nll, 50.0))

@@ -61,10 +61,9 @@ def attend_first_if_empty(mask: Tensor) -> Tensor:
     Returns:
         Bool mask of the same shape.
     """
-    empty = ~mask.any(dim=-1, keepdim=True)
-    first = torch.zeros_like(mask)
-    first[..., 0] = True
-    return mask | (empty & first)
+    fixed = mask.clone()
+    fixed[..., :1] |= ~mask.any(dim=-1, keepdim=True)
+    return fixed
 
 
 class KVCache:

@@ -9,6 +9,7 @@ import math
 
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from seq2seq.nn.attention import DecoderCache, attend_first_if_empty
 from seq2seq.nn.layers import (
@@ -19,7 +20,13 @@ from seq2seq.nn.layers import (
     check_length,
 )
 
-__all__ = ["Decoder", "Encoder", "Transformer"]
+__all__ = ["SDPA_BACKENDS", "Decoder", "Encoder", "Transformer"]
+
+# Attention kernels that encode() and decode() let F.scaled_dot_product_attention choose from.
+# cuDNN attention is left out: it builds an execution plan for every new input shape (seconds
+# over a decoding run, where each step has a new key length, and again for every new batch shape
+# in length-bucketed training), which outweighs its speed at a fixed shape.
+SDPA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
 def _positions(kind: str, d_model: int, max_positions: int) -> nn.Module:
@@ -130,7 +137,9 @@ class Transformer(nn.Module):
     are ``N(0, d_model^-0.5)`` with a zero padding row (as in fairseq). The output projection
     has no bias. The vocabulary is padded internally to a multiple of
     ``pad_vocab_to_multiple_of`` rows (faster matrix products); the extra rows are never used and
-    logits are returned over the real ``vocab_size`` only.
+    logits are returned over the real ``vocab_size`` only. Attention runs through
+    ``F.scaled_dot_product_attention`` restricted to :data:`SDPA_BACKENDS` (flash,
+    memory-efficient, math; not cuDNN).
 
     Masks follow :mod:`seq2seq.nn.attention`: ``src_mask`` is a ``(B, 1, 1, S)`` bool key padding
     mask, ``True`` at real tokens (see :func:`seq2seq.nn.padding_mask`); ``None`` means no
@@ -243,7 +252,8 @@ class Transformer(nn.Module):
         check_length(src.size(1), self.max_positions)
         if src_mask is not None:
             src_mask = attend_first_if_empty(src_mask)
-        return self.encoder(src, src_mask)
+        with sdpa_kernel(SDPA_BACKENDS):
+            return self.encoder(src, src_mask)
 
     def decode(
         self,
@@ -270,7 +280,8 @@ class Transformer(nn.Module):
         """
         if src_mask is not None:
             src_mask = attend_first_if_empty(src_mask)
-        h = self.decoder(tgt, memory, src_mask, cache)
+        with sdpa_kernel(SDPA_BACKENDS):
+            h = self.decoder(tgt, memory, src_mask, cache)
         logits = F.linear(h, self.output.weight)
         if self.padded_vocab_size != self.vocab_size:
             logits = logits[..., : self.vocab_size]
