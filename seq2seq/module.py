@@ -12,6 +12,7 @@ import torch
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from lightning.pytorch.utilities import rank_zero_info
 
+from seq2seq.checkpoint import capture_rng_state, restore_rng_state
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.evaluation import METRICS, Score, corpus_scores, gather_in_order, write_lines
 from seq2seq.nn import Transformer, beam_search, greedy_search, label_smoothed_cross_entropy
@@ -39,7 +40,12 @@ class TranslationModule(L.LightningModule):
     score the detokenized output with sacreBLEU against the raw reference lines.
 
     The SentencePiece model and the model configuration are stored in every checkpoint
-    (``checkpoint["seq2seq"]``), so a checkpoint alone can translate.
+    (``checkpoint["seq2seq"]``), so a checkpoint alone can translate, together with the states
+    of the random generators, so that a run resumed from it draws the same dropout masks as
+    an uninterrupted one. Loading a checkpoint whose architecture or SentencePiece model
+    differs from this module's raises a ValueError naming the differing settings. A
+    non-finite training loss stops training with a FloatingPointError naming the step and
+    the batch, before the optimizer step could write it into the weights.
 
     Args:
         vocab_size: joint source/target vocabulary size, linked from ``data.vocab_size``.
@@ -137,12 +143,20 @@ class TranslationModule(L.LightningModule):
                 raise ValueError(f"unknown metric {name!r} in metrics; choose from {METRICS}")
         self.tokenizer: Tokenizer | None = None
         self._outputs: dict[str, list[tuple[int, str, str]]] = {}
+        self._heldout_sums: dict[str, torch.Tensor] = {}
         self._last_batch_time: float | None = None
         self.register_buffer("_window_tokens", torch.zeros((), dtype=torch.long), persistent=False)
+        self.register_buffer(
+            "_window_nonfinite", torch.zeros((), dtype=torch.bool), persistent=False
+        )
+        self._window_batches: list[tuple[int, torch.Tensor, torch.Tensor]] = []
+        self._resume_rng_state: dict[str, Any] | None = None
         # A bound method, not a module attribute, so the state dict keeps one copy of weights.
         forward = self.model.forward
         self._forward = torch.compile(forward, dynamic=False) if compile else forward
         self.last_scores: dict[str, dict[str, Score]] = {}
+        # (index, hypothesis, reference) of the last decoded held-out sets, in index order.
+        self.last_hypotheses: dict[str, list[tuple[int, str, str]]] = {}
 
     # ------------------------------------------------------------------ set-up and checkpoints
     def setup(self, stage: str) -> None:
@@ -161,7 +175,12 @@ class TranslationModule(L.LightningModule):
             )
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        extra: dict[str, Any] = {"model_config": dict(self.model_config)}
+        # The random generators' states let a resumed run draw the same dropout masks as an
+        # uninterrupted one (Lightning restores optimizer, scheduler and loop state only).
+        extra: dict[str, Any] = {
+            "model_config": dict(self.model_config),
+            "rng": capture_rng_state(),
+        }
         if self.tokenizer is not None:
             data = self.tokenizer.to_bytes()
             extra["tokenizer"] = torch.frombuffer(bytearray(data), dtype=torch.uint8).clone()
@@ -182,7 +201,16 @@ class TranslationModule(L.LightningModule):
         if "tokenizer" in extra:
             tokenizer = Tokenizer.from_bytes(bytes(extra["tokenizer"].cpu().numpy().tobytes()))
             self._check_vocab(tokenizer.vocab_size, "the checkpoint's tokenizer")
+            if self.tokenizer is not None and self.tokenizer.to_bytes() != tokenizer.to_bytes():
+                raise ValueError(
+                    f"the checkpoint's SentencePiece model differs from the data module's "
+                    f"({self.tokenizer.name}) although both have {tokenizer.vocab_size} pieces: "
+                    "the checkpoint was trained on other text or with other data.* tokenizer "
+                    "settings; use the data settings it was trained with"
+                )
             self.tokenizer = tokenizer
+        # Restored at the next training step, after the data loaders have been set up.
+        self._resume_rng_state = extra.get("rng")
 
     # ------------------------------------------------------------------ training
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor, src_mask=None) -> torch.Tensor:
@@ -198,7 +226,17 @@ class TranslationModule(L.LightningModule):
         return loss_sum, nll_sum, n_tokens
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
+        if self._resume_rng_state is not None:
+            # First step after resuming: continue the random streams (dropout) where the
+            # checkpointed run left them.
+            restore_rng_state(self._resume_rng_state)
+            self._resume_rng_state = None
         loss_sum, nll_sum, n_tokens = self._loss_sums(batch)
+        # A device-side flag (no synchronisation here); on_before_optimizer_step reads it
+        # once per optimizer step and stops before non-finite gradients reach the weights.
+        nonfinite = ~torch.isfinite(loss_sum.detach())
+        self._window_nonfinite = self._window_nonfinite | nonfinite
+        self._window_batches.append((batch_idx, batch["index"], nonfinite))
         # The returned loss is a *sum* over tokens; on_before_optimizer_step divides the
         # gradients by the real target tokens of the whole optimizer step (all accumulated
         # micro-batches on all processes), as fairseq does. Lightning divides the returned
@@ -237,8 +275,14 @@ class TranslationModule(L.LightningModule):
         # tokens of this optimizer step). DDP has averaged them over processes, hence `world`.
         world = self.trainer.world_size
         total = self._window_tokens.float()
+        nonfinite = self._window_nonfinite.float()
         if world > 1:
-            total = self.trainer.strategy.reduce(total, reduce_op="sum")
+            sums = self.trainer.strategy.reduce(torch.stack([total, nonfinite]), reduce_op="sum")
+            total, nonfinite = sums.unbind()
+        if nonfinite.item():  # the one host synchronisation per optimizer step
+            self._raise_nonfinite()
+        self._window_nonfinite = torch.zeros_like(self._window_nonfinite)
+        self._window_batches = []
         scale = world / total.clamp(min=1)
         grads = [p.grad for p in self.parameters() if p.grad is not None]
         torch._foreach_mul_(grads, scale)
@@ -248,6 +292,27 @@ class TranslationModule(L.LightningModule):
                 "train/grad_norm",
                 torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])),
             )
+
+    def _raise_nonfinite(self) -> None:
+        """Raises FloatingPointError naming the step and the batches whose loss was not finite."""
+        bad = [
+            f"batch {batch_idx} of epoch {self.trainer.current_epoch} (sentences at 0-based "
+            f"lines {index.tolist()[:8]}{' ...' if index.numel() > 8 else ''} of the training "
+            "split)"
+            for batch_idx, index, flag in self._window_batches
+            if bool(flag)
+        ]
+        where = (
+            "; ".join(bad)
+            if bad
+            else f"a batch of another process (this is rank {self.global_rank})"
+        )
+        raise FloatingPointError(
+            f"non-finite training loss at step {self.trainer.global_step}: {where}. The "
+            "optimizer step was not taken, so the weights and the checkpoints written so far "
+            "are unaffected. Lower the learning rate, lengthen the warm-up or set "
+            "trainer.gradient_clip_val, then resume with --ckpt_path last."
+        )
 
     def configure_optimizers(self):
         optimizer = self.optimizer_factory(self.parameters())
@@ -312,31 +377,20 @@ class TranslationModule(L.LightningModule):
         indices = batch["index"].tolist()
         self._outputs.setdefault(key, []).extend(zip(indices, best, refs, strict=True))
 
-    def _held_out_step(self, batch: dict[str, Any], stage: str, key: str, beam) -> None:
+    def _held_out_step(self, batch: dict[str, Any], key: str, beam: int | None) -> None:
         loss_sum, nll_sum, n_tokens = self._loss_sums(batch)
-        tokens = int(n_tokens)
-        self.log(
-            f"{key}/loss",
-            loss_sum / n_tokens,
-            batch_size=tokens,
-            sync_dist=True,
-            add_dataloader_idx=False,
-        )
-        self.log(
-            f"{key}/nll",
-            nll_sum / n_tokens,
-            batch_size=tokens,
-            sync_dist=True,
-            add_dataloader_idx=False,
-        )
+        # Summed here and reduced once per set in _score_outputs: the loss is exactly
+        # sum / tokens over the whole set, on any number of processes.
+        sums = torch.stack([loss_sum.detach(), nll_sum.detach(), n_tokens]).double()
+        self._heldout_sums[key] = self._heldout_sums.get(key, 0) + sums
         self._decode_and_store(batch, key, beam)
 
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
         beam = self.hparams.val_beam_size if self.trainer.state.fn == "fit" else None
-        self._held_out_step(batch, "validate", "val", beam)
+        self._held_out_step(batch, "val", beam)
 
     def test_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> None:
-        self._held_out_step(batch, "test", f"test/{self._test_set_name(dataloader_idx)}", None)
+        self._held_out_step(batch, f"test/{self._test_set_name(dataloader_idx)}", None)
 
     def predict_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0):
         """Returns a list of ``(index, [(text, score), ...])`` for the batch's sentences."""
@@ -349,10 +403,10 @@ class TranslationModule(L.LightningModule):
 
     # ------------------------------------------------------------------ scoring
     def on_validation_epoch_start(self) -> None:
-        self._outputs = {}
+        self._outputs, self._heldout_sums = {}, {}
 
     def on_test_epoch_start(self) -> None:
-        self._outputs = {}
+        self._outputs, self._heldout_sums = {}, {}
 
     def on_validation_epoch_end(self) -> None:
         self._score_outputs()
@@ -368,10 +422,16 @@ class TranslationModule(L.LightningModule):
         results = {}
         for key, items in sorted(self._outputs.items()):
             ordered = gather_in_order(items)
+            self.last_hypotheses[key] = ordered
             hyps = [hyp for _, hyp, _ in ordered]
             refs = [ref for _, _, ref in ordered]
             if self.trainer.sanity_checking:
                 continue
+            sums = self.trainer.strategy.reduce(self._heldout_sums[key], reduce_op="sum")
+            loss, nll = sums[0] / sums[2].clamp(min=1), sums[1] / sums[2].clamp(min=1)
+            self.log(f"{key}/loss", loss.float(), add_dataloader_idx=False)
+            self.log(f"{key}/nll", nll.float(), add_dataloader_idx=False)
+            self.log(f"{key}/ppl", torch.exp(nll.clamp(max=50)).float(), add_dataloader_idx=False)
             scores = corpus_scores(hyps, refs, self.metrics, tgt_lang=self.hparams.tgt_lang)
             for name, score in scores.items():
                 self.log(

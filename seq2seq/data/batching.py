@@ -33,8 +33,11 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
     same number of batches, which collective operations need: the batch list is lengthened
     to a multiple of ``num_replicas`` by splitting its largest batches in two (still disjoint
     and within budget); only when no batch has two examples left to split are batches
-    repeated. With ``even_batches=False`` (for held-out sets) nothing is split or repeated, so
-    each example is seen exactly once and ranks may get one batch more or fewer.
+    repeated. With ``even_batches=False`` (for held-out sets) ranks may get one batch more or
+    fewer and each example is seen exactly once; only when there are fewer batches than ranks
+    are the largest batches split (or, with fewer examples than ranks, repeated) so that every
+    rank gets at least one batch: a rank without batches would skip evaluation altogether and
+    leave the others waiting in its collective operations.
 
     Resuming: the sampler counts the batches it has yielded in the current epoch;
     :meth:`state_dict` / :meth:`load_state_dict` carry that count (and the epoch), so the next
@@ -135,8 +138,8 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
             batches.append(batch)
         return batches
 
-    def _even_out(self, batches: list[list[int]]) -> list[list[int]]:
-        missing = -len(batches) % self.num_replicas
+    def _add_batches(self, batches: list[list[int]], missing: int) -> list[list[int]]:
+        """``missing`` more batches, by splitting the largest ones, else by repeating."""
         while missing:
             largest = max(range(len(batches)), key=lambda i: len(batches[i]))
             if len(batches[largest]) < 2:
@@ -158,8 +161,12 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         epoch = self.epoch if epoch is None else epoch
         rng = np.random.default_rng(self.seed + epoch)
         batches = self._cut(self._order(rng))
-        if self.even_batches and self.num_replicas > 1 and batches:
-            batches = self._even_out(batches)
+        if self.num_replicas > 1 and batches:
+            if self.even_batches:
+                missing = -len(batches) % self.num_replicas
+            else:
+                missing = max(0, self.num_replicas - len(batches))
+            batches = self._add_batches(batches, missing)
         if self.shuffle:
             batches = [batches[i] for i in rng.permutation(len(batches))]
         return batches
@@ -226,8 +233,13 @@ def collate(
     pad_id: int = PAD_ID,
     bos_id: int = BOS_ID,
     eos_id: int = EOS_ID,
+    pad_to_multiple_of: int = 1,
 ) -> dict[str, Any]:
     """Pads a list of examples into a batch of tensors.
+
+    With ``pad_to_multiple_of > 1`` the padded lengths S and T are rounded up to a multiple
+    of it, so a compiled model (``torch.compile`` with static shapes) meets few distinct
+    shapes; the extra positions are ordinary padding (masked, ignored by the loss).
 
     Args:
         examples: Dicts with ``"index"`` (int), ``"src"`` (list[int], ending with EOS),
@@ -236,6 +248,7 @@ def collate(
         pad_id: Padding id.
         bos_id: Id prepended to the decoder input.
         eos_id: Id appended to the decoder output.
+        pad_to_multiple_of: Round S and T up to a multiple of this (1: no rounding).
 
     Returns:
         A dict with
@@ -248,15 +261,18 @@ def collate(
         ``"src_text"`` / ``"ref_text"``: list[str], when the examples carry them.
 
     Raises:
-        ValueError: If ``examples`` is empty or only some examples have ``"tgt"``.
+        ValueError: If ``examples`` is empty, only some examples have ``"tgt"``, or
+            ``pad_to_multiple_of`` < 1.
     """
     if not examples:
         raise ValueError("Cannot collate an empty list of examples.")
+    if pad_to_multiple_of < 1:
+        raise ValueError(f"pad_to_multiple_of must be >= 1, got {pad_to_multiple_of}.")
     src = [torch.as_tensor(e["src"], dtype=torch.long) for e in examples]
     src_lengths = torch.tensor([len(s) for s in src])
     batch: dict[str, Any] = {
         "index": torch.tensor([e["index"] for e in examples], dtype=torch.long),
-        "src": pad_sequence(src, batch_first=True, padding_value=pad_id),
+        "src": _pad(src, pad_id, pad_to_multiple_of),
     }
     positions = torch.arange(batch["src"].size(1))
     batch["src_mask"] = (positions[None, :] < src_lengths[:, None])[:, None, None, :]
@@ -269,10 +285,17 @@ def collate(
         bos, eos = torch.tensor([bos_id]), torch.tensor([eos_id])
         tgt_in = [torch.cat([bos, t]) for t in tgt]
         tgt_out = [torch.cat([t, eos]) for t in tgt]
-        batch["tgt_in"] = pad_sequence(tgt_in, batch_first=True, padding_value=pad_id)
-        batch["tgt_out"] = pad_sequence(tgt_out, batch_first=True, padding_value=pad_id)
+        batch["tgt_in"] = _pad(tgt_in, pad_id, pad_to_multiple_of)
+        batch["tgt_out"] = _pad(tgt_out, pad_id, pad_to_multiple_of)
         batch["n_tokens"] = sum(len(t) for t in tgt_out)
     for key in ("src_text", "ref_text"):
         if key in examples[0]:
             batch[key] = [e[key] for e in examples]
     return batch
+
+
+def _pad(sequences: list[torch.Tensor], pad_id: int, multiple: int) -> torch.Tensor:
+    """``(B, L)`` right-padded with ``pad_id``, L rounded up to a multiple of ``multiple``."""
+    padded = pad_sequence(sequences, batch_first=True, padding_value=pad_id)
+    extra = -padded.size(1) % multiple
+    return torch.nn.functional.pad(padded, (0, extra), value=pad_id) if extra else padded

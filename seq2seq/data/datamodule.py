@@ -150,6 +150,11 @@ class TranslationDataModule(L.LightningDataModule):
         subword_alpha: If > 0, training examples are re-segmented on every access with
             SentencePiece sampling (subword regularisation) using this alpha; batching still
             uses the cached lengths, so a batch may exceed ``max_tokens`` slightly.
+        pad_to_multiple_of: Round the padded source and target lengths of every batch up to
+            a multiple of this (see :func:`~seq2seq.data.batching.collate`); 8 pairs well
+            with ``model.compile``, which then compiles a few shapes instead of one per
+            length. Batches then hold up to ``pad_to_multiple_of - 1`` extra padding
+            positions per sentence beyond ``max_tokens``.
     """
 
     def __init__(
@@ -179,6 +184,7 @@ class TranslationDataModule(L.LightningDataModule):
         seed: int = 1,
         download: bool = True,
         subword_alpha: float = 0.0,
+        pad_to_multiple_of: int = 1,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -206,6 +212,9 @@ class TranslationDataModule(L.LightningDataModule):
         self.seed = seed
         self.download = download
         self.subword_alpha = subword_alpha
+        if pad_to_multiple_of < 1:
+            raise ValueError(f"pad_to_multiple_of must be >= 1, got {pad_to_multiple_of}.")
+        self.pad_to_multiple_of = pad_to_multiple_of
 
         self.tokenizer: Tokenizer | None = None
         self.train_set: TokenizedDataset | None = None
@@ -486,7 +495,7 @@ class TranslationDataModule(L.LightningDataModule):
         return DataLoader(
             dataset,
             batch_sampler=sampler,
-            collate_fn=partial(collate, pad_id=PAD_ID),
+            collate_fn=partial(collate, pad_id=PAD_ID, pad_to_multiple_of=self.pad_to_multiple_of),
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
         )
