@@ -1,13 +1,18 @@
-"""Safe checkpoint loading, ``best``/``last`` resolution and parameter averaging."""
+"""Safe checkpoint loading and writing, ``best``/``last`` resolution, parameter averaging."""
 
 from __future__ import annotations
 
+import os
 import pickle
+import random
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
+from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 
 class UnsafeCheckpointError(ValueError):
@@ -48,6 +53,110 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     if not isinstance(checkpoint, dict):
         raise ValueError(f"{path} is not a checkpoint dictionary (found {type(checkpoint)})")
     return checkpoint
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Writes each checkpoint to a temporary file beside its destination, then renames it.
+
+    The file under the final name is therefore always a complete checkpoint: a process killed
+    while saving, or a full disk, leaves the previous file (e.g. ``last.ckpt``) untouched, and
+    the temporary file is removed when the write fails with an exception. The data are
+    flushed to disk (``fsync``) before the rename. Lightning's default writer stages the file
+    in the system temporary folder instead, which is only atomic when that folder is on the
+    same file system as the checkpoints. Paths with a URL scheme (``s3://`` ...) are left to
+    Lightning's writer.
+
+    ``seq2seq fit`` installs it in place of Lightning's default ``TorchCheckpointIO``.
+    """
+
+    def save_checkpoint(
+        self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any | None = None
+    ) -> None:
+        """Saves ``checkpoint`` to ``path`` atomically.
+
+        Raises:
+            OSError: if the file cannot be written (e.g. ``ENOSPC``), naming the path and
+                keeping the error number; the previous file at ``path`` is unchanged.
+        """
+        if storage_options is not None or "://" in str(path):
+            super().save_checkpoint(checkpoint, path, storage_options)
+            return
+        path = Path(path)
+        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(tmp, "xb") as f:
+                torch.save(checkpoint, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException as err:
+            tmp.unlink(missing_ok=True)
+            if isinstance(err, OSError):
+                raise OSError(
+                    err.errno,
+                    f"could not write checkpoint {path}: {err.strerror or err}; the previous "
+                    "checkpoint at that path (if any) is unchanged",
+                ) from err
+            raise
+        _fsync_dir(path.parent)
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Makes a rename in ``directory`` durable (best effort; not all systems allow it)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def capture_rng_state() -> dict[str, Any]:
+    """The states of Python's, NumPy's and PyTorch's (CPU and current CUDA device) generators.
+
+    Returned as tensors and plain values only, so a checkpoint holding it still loads with
+    ``torch.load(weights_only=True)``. :func:`restore_rng_state` sets them back.
+    """
+    version, keys, gauss = random.getstate()
+    algorithm, np_keys, pos, has_gauss, cached = np.random.get_state()
+    state: dict[str, Any] = {
+        "python": {"version": version, "keys": list(keys), "gauss": gauss},
+        "numpy": {
+            "algorithm": algorithm,
+            "keys": torch.from_numpy(np_keys.astype(np.int64)),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(cached),
+        },
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def restore_rng_state(state: dict[str, Any]) -> None:
+    """Sets the random generators to a state captured by :func:`capture_rng_state`."""
+    py = state["python"]
+    random.setstate((py["version"], tuple(py["keys"]), py["gauss"]))
+    npy = state["numpy"]
+    np.random.set_state(
+        (
+            npy["algorithm"],
+            npy["keys"].numpy().astype(np.uint32),
+            npy["pos"],
+            npy["has_gauss"],
+            npy["cached_gaussian"],
+        )
+    )
+    torch.set_rng_state(state["torch"].cpu())
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"].cpu())
 
 
 def resolve_ckpt_path(alias: str, checkpoint_dirs: Sequence[str | Path]) -> Path:
