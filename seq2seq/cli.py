@@ -11,13 +11,17 @@ Examples::
 from __future__ import annotations
 
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+import lightning as L
+from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from seq2seq.callbacks import TranslationWriter
-from seq2seq.checkpoint import load_checkpoint, resolve_ckpt_path
+from seq2seq.checkpoint import AtomicCheckpointIO, load_checkpoint, resolve_ckpt_path
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.module import CHECKPOINT_KEY, TranslationModule
 
@@ -27,9 +31,14 @@ class Seq2SeqCLI(LightningCLI):
 
     ``--ckpt_path best`` and ``--ckpt_path last`` are resolved from the ``dirpath`` of the
     configured ``ModelCheckpoint`` (``last.ckpt`` there records the best checkpoint), so they
-    also work in a new process after ``fit``. With a checkpoint, the model's architecture is
-    taken from the checkpoint, while decoding settings (beam size, length penalty) come from
-    the config and command line.
+    also work in a new process after ``fit``. With a checkpoint, ``validate``, ``test`` and
+    ``predict`` take the model's architecture from the checkpoint, while decoding settings
+    (beam size, length penalty) come from the config and command line; ``fit --ckpt_path``
+    resumes with the config's architecture and stops with an error naming the settings that
+    differ from the checkpoint's.
+
+    ``fit`` checks that the log and checkpoint folders are writable before training starts,
+    and writes checkpoints atomically (:class:`~seq2seq.checkpoint.AtomicCheckpointIO`).
     """
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
@@ -60,7 +69,7 @@ class Seq2SeqCLI(LightningCLI):
         if not subcommand:
             return
         ckpt_path = self.config[subcommand].get("ckpt_path")
-        if not ckpt_path or not Path(ckpt_path).is_file():
+        if subcommand == "fit" or not ckpt_path or not Path(ckpt_path).is_file():
             return
         checkpoint = load_checkpoint(ckpt_path)
         saved = checkpoint.get(CHECKPOINT_KEY, {}).get("model_config", {})
@@ -70,6 +79,15 @@ class Seq2SeqCLI(LightningCLI):
                 model[key] = value
             data = self.config[subcommand]["data"]
             data["vocab_size"] = saved["vocab_size"]
+
+    def instantiate_trainer(self, **kwargs) -> L.Trainer:
+        trainer = super().instantiate_trainer(**kwargs)
+        if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
+            trainer.strategy.checkpoint_io = AtomicCheckpointIO()
+        return trainer
+
+    def before_fit(self) -> None:
+        _check_writable(self.trainer)
 
     def after_instantiate_classes(self) -> None:
         ckpt_path = self.config[self.subcommand].get("ckpt_path") if self.subcommand else None
@@ -87,6 +105,34 @@ def _tokenizer_from(checkpoint: dict):
 
     blob = checkpoint.get(CHECKPOINT_KEY, {}).get("tokenizer")
     return None if blob is None else Tokenizer.from_bytes(blob.numpy().tobytes())
+
+
+def _check_writable(trainer: L.Trainer) -> None:
+    """Fails before training if a log or checkpoint folder cannot be created or written.
+
+    Raises:
+        OSError: naming the setting and the folder, with the error number of the failure.
+    """
+    folders = [(logger.save_dir, "the logger's save_dir") for logger in trainer.loggers]
+    folders += [
+        (callback.dirpath, "ModelCheckpoint's dirpath")
+        for callback in trainer.callbacks
+        if isinstance(callback, ModelCheckpoint)
+    ]
+    folders.append((trainer.default_root_dir, "trainer.default_root_dir"))
+    for folder, setting in folders:
+        if not folder or "://" in str(folder):
+            continue
+        try:
+            Path(folder).mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryFile(dir=folder):
+                pass
+        except OSError as err:
+            raise OSError(
+                err.errno,
+                f"cannot write to {folder} ({setting}): {err.strerror or err}; choose a "
+                "writable folder before training",
+            ) from err
 
 
 def _checkpoint_dirs(config) -> list[Path]:

@@ -1,0 +1,413 @@
+"""Catalogue of bad inputs: each case is a small input and what the user sees.
+
+Every test drives the user-facing path (the data module, the command line or the Python
+API) and matches on the message that names the file, line or setting at fault, or checks
+the documented handling (dropped and counted, kept, truncated with a warning).
+"""
+
+from __future__ import annotations
+
+import errno
+import gzip
+import io
+import logging
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from seq2seq.checkpoint import load_checkpoint
+from seq2seq.cli import cli_main
+from seq2seq.data.datamodule import TranslationDataModule
+from seq2seq.data.tokenizer import Tokenizer
+from seq2seq.module import TranslationModule
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+VOCAB = 200
+
+
+# ---------------------------------------------------------------------- helpers
+def _multi30k(multi30k_dir: Path, split: str, lang: str, n: int) -> list[str]:
+    with gzip.open(multi30k_dir / f"{split}.{lang}.gz", "rt", encoding="utf-8") as f:
+        return [next(f).rstrip("\n") for _ in range(n)]
+
+
+def _write(folder: Path, name: str, lines: list[str]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def pairs(multi30k_dir) -> dict[str, tuple[list[str], list[str]]]:
+    """Real Multi30k lines: 300 training pairs, 10 validation and 10 test pairs."""
+    sizes = {"train": 300, "val": 10, "test_2016_flickr": 10}
+    return {
+        split: (_multi30k(multi30k_dir, split, "de", n), _multi30k(multi30k_dir, split, "en", n))
+        for split, n in sizes.items()
+    }
+
+
+@pytest.fixture(scope="module")
+def spm_file(pairs, tmp_path_factory) -> Path:
+    """A SentencePiece model of VOCAB pieces trained on the 300 training pairs."""
+    path = tmp_path_factory.mktemp("spm") / "spm.model"
+    Tokenizer.train(pairs["train"][0] + pairs["train"][1], path, VOCAB)
+    return path
+
+
+def _corpus(folder: Path, pairs, **replace: tuple[list[str], list[str]]) -> Path:
+    """Writes train/val/test_2016_flickr text files, with some splits replaced."""
+    for split, (src, tgt) in {**pairs, **replace}.items():
+        _write(folder, f"{split}.de", src)
+        _write(folder, f"{split}.en", tgt)
+    return folder
+
+
+def _datamodule(data_dir: Path, spm_file: Path | None, **kwargs) -> TranslationDataModule:
+    settings = dict(
+        data_dir=str(data_dir),
+        cache_dir=str(data_dir / "cache"),
+        tokenizer_path=None if spm_file is None else str(spm_file),
+        vocab_size=VOCAB,
+        max_positions=256,
+        max_tokens=1024,
+        download=False,
+    )
+    return TranslationDataModule(**{**settings, **kwargs})
+
+
+def _fit_config(tmp_path: Path, data_dir: Path, **trainer) -> Path:
+    """A tiny fit config in ``tmp_path`` (few steps, checkpoints every 2 steps)."""
+    config = yaml.safe_load((CONFIGS / "tiny.yaml").read_text())
+    settings = dict(
+        max_steps=4,
+        limit_val_batches=0,
+        callbacks=[
+            {
+                "class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+                "init_args": {
+                    "dirpath": str(tmp_path / "checkpoints"),
+                    "every_n_train_steps": 2,
+                    "save_top_k": 0,
+                    "save_last": True,
+                },
+            }
+        ],
+        logger={
+            "class_path": "lightning.pytorch.loggers.CSVLogger",
+            "init_args": {"save_dir": str(tmp_path / "logs")},
+        },
+    )
+    config["trainer"].update({**settings, **trainer})
+    config["data"].update(
+        data_dir=str(data_dir),
+        cache_dir=str(tmp_path / "cache"),
+        vocab_size=VOCAB,
+        max_tokens=400,
+        download=False,
+    )
+    path = tmp_path / "fit.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.fixture(scope="module")
+def trained(pairs, tmp_path_factory) -> Path:
+    """Folder of a 2-step tiny run: ``fit.yaml``, ``checkpoints/last.ckpt``, the corpus."""
+    folder = tmp_path_factory.mktemp("trained")
+    data = _corpus(folder / "data", pairs)
+    config = _fit_config(folder, data, max_steps=2)
+    cli_main(["fit", "--config", str(config)])
+    assert (folder / "checkpoints" / "last.ckpt").is_file()
+    return folder
+
+
+# ---------------------------------------------------------------------- corpus files
+def test_misaligned_line_counts(tmp_path, pairs, spm_file):
+    """ValueError: 'Parallel files are misaligned: .../train.de has 300 lines but
+    .../train.en has 299 lines'."""
+    src, tgt = pairs["train"]
+    data = _corpus(tmp_path, pairs, train=(src, tgt[:-1]))
+    with pytest.raises(ValueError, match=r"misaligned: .*train\.de has 300 lines but .*train\.en"):
+        _datamodule(data, spm_file).prepare_data()
+
+
+def test_empty_line_in_training_pair_is_dropped_and_counted(tmp_path, pairs, spm_file, caplog):
+    """The pair is dropped; the log says 'kept 299 of 300; dropped 1 with an empty side'."""
+    src, tgt = pairs["train"]
+    data = _corpus(tmp_path, pairs, train=(src, [""] + tgt[1:]))
+    dm = _datamodule(data, spm_file)
+    caplog.set_level(logging.INFO)
+    dm.prepare_data()
+    dm.setup("fit")
+    assert len(dm.train_set) == 299
+    assert "kept 299 of 300; dropped 1 with an empty side" in caplog.text
+
+
+def test_empty_line_in_heldout_pair_is_kept(tmp_path, pairs, spm_file):
+    """Held-out sets are never filtered: the pair with an empty side is translated and scored."""
+    src, tgt = pairs["val"]
+    data = _corpus(tmp_path, pairs, val=(src, tgt[:3] + [""] + tgt[4:]))
+    dm = _datamodule(data, spm_file)
+    dm.prepare_data()
+    dm.setup("validate")
+    assert len(dm.val_set) == 10
+    assert dm.val_set[3]["ref_text"] == ""
+
+
+def test_invalid_utf8(tmp_path, pairs, spm_file):
+    """ValueError: '.../train.en, line 3: invalid UTF-8 (invalid start byte at byte 5 ...)'."""
+    data = _corpus(tmp_path, pairs)
+    lines = (data / "train.en").read_bytes().split(b"\n")
+    lines[2] = lines[2][:4] + b"\xff" + lines[2][4:]
+    (data / "train.en").write_bytes(b"\n".join(lines))
+    with pytest.raises(ValueError, match=r"train\.en, line 3: invalid UTF-8"):
+        _datamodule(data, spm_file).prepare_data()
+
+
+def test_missing_file(tmp_path, pairs, spm_file):
+    """FileNotFoundError: "No 'en' file for split 'train': looked for .../train.en and
+    .../train.en.gz"."""
+    data = _corpus(tmp_path, pairs)
+    (data / "train.en").unlink()
+    with pytest.raises(
+        FileNotFoundError, match=r"'en' file for split 'train': looked for .*train\.en"
+    ):
+        _datamodule(data, spm_file).prepare_data()
+
+
+def test_empty_training_split(tmp_path, pairs):
+    """ValueError: "The training split 'train' is empty: .../train.de + .../train.en has no
+    sentence pairs, so no SentencePiece model can be trained."."""
+    data = _corpus(tmp_path, pairs, train=([], []))
+    with pytest.raises(ValueError, match=r"training split 'train' is empty: .*train\.de"):
+        _datamodule(data, None).prepare_data()
+
+
+def test_empty_heldout_set(tmp_path, pairs, spm_file):
+    """ValueError: "The held-out split 'val' is empty: .../val.de + .../val.en."."""
+    data = _corpus(tmp_path, pairs, val=([], []))
+    with pytest.raises(ValueError, match=r"held-out split 'val' is empty: .*val\.de"):
+        _datamodule(data, spm_file).prepare_data()
+
+
+def test_long_training_sentence_is_dropped(tmp_path, pairs, spm_file, caplog):
+    """The pair is dropped; the log says '1 longer than max_positions=256'."""
+    src, tgt = pairs["train"]
+    data = _corpus(tmp_path, pairs, train=(src, [" ".join(tgt[:40])] + tgt[1:]))
+    dm = _datamodule(data, spm_file)
+    caplog.set_level(logging.INFO)
+    dm.prepare_data()
+    dm.setup("fit")
+    assert len(dm.train_set) == 299
+    assert "1 longer than max_positions=256" in caplog.text
+
+
+def test_long_heldout_sentence_is_truncated_with_warning(tmp_path, pairs, spm_file):
+    """UserWarning: "1 source sentences of 'val' are longer than max_positions=256 tokens and
+    are truncated (never dropped)."."""
+    src, tgt = pairs["val"]
+    data = _corpus(tmp_path, pairs, val=([" ".join(src + src)] + src[1:], tgt))
+    dm = _datamodule(data, spm_file)
+    dm.prepare_data()
+    with pytest.warns(UserWarning, match=r"1 source sentences of 'val' .*max_positions=256"):
+        dm.setup("validate")
+    assert len(dm.val_set) == 10
+    assert len(dm.val_set[0]["src"]) == 256
+
+
+def test_model_forward_rejects_sequence_longer_than_max_positions():
+    """ValueError: 'sequence length 17 exceeds max_positions=16; truncate the input or ...'."""
+    module = TranslationModule(
+        vocab_size=50, d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=1,
+        d_ff=32, max_positions=16,
+    )  # fmt: skip
+    src = torch.full((1, 17), 5)
+    with pytest.raises(ValueError, match="sequence length 17 exceeds max_positions=16"):
+        module(src, torch.full((1, 3), 5))
+
+
+def test_line_separators_inside_a_line_keep_alignment(tmp_path, pairs, spm_file):
+    """U+2028 / U+2029 stay inside their sentence: no misalignment error, no pair lost."""
+    src, tgt = pairs["train"]
+    src = ["Ein Mann\u2028fährt Fahrrad."] + src[1:]
+    tgt = ["A man\u2029rides a bike."] + tgt[1:]
+    data = _corpus(tmp_path, pairs, train=(src, tgt))
+    dm = _datamodule(data, spm_file)
+    dm.prepare_data()
+    dm.setup("fit")
+    assert len(dm.train_set) == 300
+    texts = dict(zip(dm.train_set.data["index"], dm.train_set.data["src_text"], strict=True))
+    assert texts[0] == "Ein Mann\u2028fährt Fahrrad."
+
+
+# ---------------------------------------------------------------------- settings
+def test_unknown_config_key(tmp_path, capsys):
+    """The command exits with an error naming the key: "... unexpected ... 'd_modle'"."""
+    config = tmp_path / "bad.yaml"
+    config.write_text("model:\n  d_modle: 64\n")
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(["fit", "--config", str(CONFIGS / "tiny.yaml"), "--config", str(config)])
+    assert exit_info.value.code != 0
+    assert "d_modle" in capsys.readouterr().err
+
+
+def test_config_value_of_wrong_type(capsys):
+    """The command exits with an error naming the key and the value: "model.d_model ... 'big'"."""
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(["fit", "--config", str(CONFIGS / "tiny.yaml"), "--model.d_model", "big"])
+    assert exit_info.value.code != 0
+    err = capsys.readouterr().err
+    assert "d_model" in err and "big" in err
+
+
+def test_d_model_not_divisible_by_n_heads():
+    """ValueError: 'd_model (30) must be divisible by n_heads (4)', before any data is read."""
+    with pytest.raises(ValueError, match=r"d_model \(30\) must be divisible by n_heads \(4\)"):
+        cli_main(
+            ["fit", "--config", str(CONFIGS / "tiny.yaml"), "--model.d_model", "30",
+             "--model.n_heads", "4"]
+        )  # fmt: skip
+
+
+def test_vocab_size_out_of_reach(tmp_path, pairs):
+    """ValueError: 'SentencePiece could not build a unigram vocabulary of exactly
+    vocab_size=5000 pieces ...: Vocabulary size is too high (5000). Please set it to a value
+    <= ...'."""
+    data = _corpus(tmp_path, pairs)
+    with pytest.raises(ValueError, match=r"vocab_size=5000 .*data\.vocab_size"):
+        _datamodule(data, None, vocab_size=5000).prepare_data()
+
+
+def test_tokenizer_file_is_not_a_sentencepiece_model(tmp_path, pairs):
+    """ValueError: '.../notes.model is not a valid SentencePiece model (...)'."""
+    data = _corpus(tmp_path, pairs)
+    bogus = _write(tmp_path, "notes.model", ["this is not a model"])
+    with pytest.raises(ValueError, match=r"notes\.model is not a valid SentencePiece model"):
+        _datamodule(data, bogus).prepare_data()
+
+
+# ---------------------------------------------------------------------- checkpoints
+def test_resume_with_other_model_sizes(trained, tmp_path):
+    """ValueError: 'checkpoint was built with other model settings: d_model: checkpoint 32
+    vs config 48; d_ff: checkpoint 64 vs config 96', not a tensor size mismatch."""
+    config = _fit_config(tmp_path, trained / "data")
+    ckpt = str(trained / "checkpoints" / "last.ckpt")
+    with pytest.raises(ValueError, match=r"d_model: checkpoint 32 vs config 48; d_ff: checkpoint"):
+        cli_main(
+            ["fit", "--config", str(config), "--ckpt_path", ckpt, "--model.d_model", "48",
+             "--model.d_ff", "96"]
+        )  # fmt: skip
+
+
+def test_resume_with_other_vocabulary_size(trained, tmp_path):
+    """ValueError: 'checkpoint was built with other model settings: vocab_size: checkpoint
+    200 vs config 150'."""
+    config = _fit_config(tmp_path, trained / "data")
+    ckpt = str(trained / "checkpoints" / "last.ckpt")
+    with pytest.raises(ValueError, match="vocab_size: checkpoint 200 vs config 150"):
+        cli_main(["fit", "--config", str(config), "--ckpt_path", ckpt, "--data.vocab_size", "150"])
+
+
+def test_resume_with_other_sentencepiece_model_of_same_size(trained, tmp_path, pairs):
+    """ValueError: "the checkpoint's SentencePiece model differs from the data module's (...)
+    although both have 200 pieces: ...", instead of training on wrongly encoded text."""
+    src, tgt = pairs["train"]
+    data = _corpus(tmp_path / "data", pairs, train=(src[:250], tgt[:250]))
+    config = _fit_config(tmp_path, data)
+    ckpt = str(trained / "checkpoints" / "last.ckpt")
+    with pytest.raises(ValueError, match="SentencePiece model differs .* both have 200 pieces"):
+        cli_main(["fit", "--config", str(config), "--ckpt_path", ckpt])
+
+
+def test_manual_load_with_other_model_sizes(trained):
+    """ValueError naming the setting ('n_heads: checkpoint 2 vs config 4') from
+    TranslationModule.load_from_checkpoint with other sizes."""
+    with pytest.raises(ValueError, match="n_heads: checkpoint 2 vs config 4"):
+        TranslationModule.load_from_checkpoint(
+            trained / "checkpoints" / "last.ckpt", n_heads=4, weights_only=True
+        )
+
+
+def test_checkpoint_carries_config_and_tokenizer(trained, spm_file):
+    """A checkpoint holds the model configuration and the SentencePiece model it was trained
+    with (and loads with weights_only=True)."""
+    checkpoint = load_checkpoint(trained / "checkpoints" / "last.ckpt")
+    extra = checkpoint["seq2seq"]
+    assert extra["model_config"]["d_model"] == 32 and extra["model_config"]["vocab_size"] == VOCAB
+    tokenizer = Tokenizer.from_bytes(extra["tokenizer"].numpy().tobytes())
+    assert tokenizer.vocab_size == VOCAB
+    assert tokenizer.encode(["Ein Hund läuft."]) == Tokenizer.load(spm_file).encode(
+        ["Ein Hund läuft."]
+    )
+
+
+# ---------------------------------------------------------------------- during training
+def test_non_finite_loss_stops_training(tmp_path, pairs, monkeypatch):
+    """FloatingPointError: 'non-finite training loss at step 3: batch 3 of epoch 0 (sentences
+    at 0-based lines [13, 98, ...] of the training split). The optimizer step was not taken,
+    ...'; the weights stay finite and the last checkpoint (step 2) is intact."""
+    data = _corpus(tmp_path / "data", pairs)
+    config = _fit_config(tmp_path, data)
+    real = TranslationModule._loss_sums
+    seen: dict = {"calls": 0}
+
+    def poisoned(self, batch):
+        loss_sum, nll_sum, n_tokens = real(self, batch)
+        if self.training:
+            seen["calls"] += 1
+            seen["module"] = self
+            if seen["calls"] == 4:
+                seen["index"] = batch["index"].tolist()
+                loss_sum = loss_sum * float("inf")
+        return loss_sum, nll_sum, n_tokens
+
+    monkeypatch.setattr(TranslationModule, "_loss_sums", poisoned)
+    with pytest.raises(FloatingPointError, match=r"non-finite training loss at step 3") as info:
+        cli_main(["fit", "--config", str(config)])
+    assert str(seen["index"][:8]) in str(info.value)
+    assert all(torch.isfinite(p).all() for p in seen["module"].parameters())
+    checkpoint = load_checkpoint(tmp_path / "checkpoints" / "last.ckpt")
+    assert checkpoint["global_step"] == 2
+    assert all(torch.isfinite(v).all() for v in checkpoint["state_dict"].values())
+
+
+def test_log_directory_not_writable(tmp_path, pairs):
+    """OSError before any data is prepared: "[Errno 20] cannot write to .../afile/logs (the
+    logger's save_dir): Not a directory; choose a writable folder before training"."""
+    data = _corpus(tmp_path / "data", pairs)
+    config = _fit_config(tmp_path, data)
+    blocker = _write(tmp_path, "afile", ["a regular file"])
+    with pytest.raises(OSError, match=r"cannot write to .*afile/logs \(the logger's save_dir\)"):
+        cli_main(["fit", "--config", str(config), "--trainer.logger.save_dir", f"{blocker}/logs"])
+    assert not (tmp_path / "cache").exists()
+
+
+def test_disk_full_while_saving(tmp_path, pairs, monkeypatch):
+    """OSError: '[Errno 28] could not write checkpoint .../last.ckpt: No space left on device;
+    the previous checkpoint at that path (if any) is unchanged'; last.ckpt still loads."""
+    data = _corpus(tmp_path / "data", pairs)
+    config = _fit_config(tmp_path, data)
+    real_save = torch.save
+    calls = {"n": 0}
+
+    def save_until_disk_full(obj, f, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            return real_save(obj, f, *args, **kwargs)
+        buffer = io.BytesIO()
+        real_save(obj, buffer, *args, **kwargs)
+        f.write(buffer.getvalue()[:1000])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", save_until_disk_full)
+    with pytest.raises(OSError, match=r"could not write checkpoint .*last\.ckpt: No space") as info:
+        cli_main(["fit", "--config", str(config)])
+    monkeypatch.setattr(torch, "save", real_save)
+    assert info.value.errno == errno.ENOSPC
+    folder = tmp_path / "checkpoints"
+    assert load_checkpoint(folder / "last.ckpt")["global_step"] == 2
+    assert [p.name for p in folder.iterdir()] == ["last.ckpt"]

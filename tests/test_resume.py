@@ -1,0 +1,172 @@
+"""Resuming interrupted training, and atomic checkpoint writes.
+
+A run killed with SIGKILL in the middle of an epoch and resumed with ``--ckpt_path last``
+must continue exactly where the last checkpoint left it: same learning rate, optimizer
+state, batch order and dropout masks, so that (on CPU, float32) its per-step training
+losses equal those of a run that was never interrupted.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from lightning.pytorch.callbacks import Callback
+
+from seq2seq.checkpoint import AtomicCheckpointIO, load_checkpoint
+
+TESTS = Path(__file__).resolve().parent
+CONFIGS = TESTS.parent / "configs"
+
+MAX_STEPS = 12
+CKPT_EVERY = 3
+KILL_AT = 8  # killed before step 9; the last checkpoint holds step 6
+
+
+class KillAtStep(Callback):
+    """Kills its own process with SIGKILL before training batch ``step`` (test helper)."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if trainer.global_step == self.step:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _write_corpus(multi30k_dir: Path, folder: Path, sizes: dict[str, int]) -> Path:
+    """Writes the first ``n`` lines of each Multi30k split ``{split: n}`` as plain files."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for split, n in sizes.items():
+        for lang in ("de", "en"):
+            with gzip.open(multi30k_dir / f"{split}.{lang}.gz", "rt", encoding="utf-8") as f:
+                lines = [next(f) for _ in range(n)]
+            (folder / f"{split}.{lang}").write_text("".join(lines), encoding="utf-8")
+    return folder
+
+
+def _config(tmp_path: Path, data_dir: Path, name: str, kill_at: int | None = None) -> Path:
+    config = yaml.safe_load((CONFIGS / "tiny.yaml").read_text())
+    callbacks = [
+        {
+            "class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+            "init_args": {
+                "dirpath": str(tmp_path / name / "checkpoints"),
+                "every_n_train_steps": CKPT_EVERY,
+                "save_top_k": -1,
+                "save_last": True,
+            },
+        }
+    ]
+    if kill_at is not None:
+        callbacks.append({"class_path": "test_resume.KillAtStep", "init_args": {"step": kill_at}})
+    config["trainer"].update(
+        max_steps=MAX_STEPS,
+        log_every_n_steps=1,
+        val_check_interval=5,
+        limit_val_batches=1,
+        deterministic=True,
+        logger={
+            "class_path": "lightning.pytorch.loggers.CSVLogger",
+            "init_args": {"save_dir": str(tmp_path / name / "logs"), "name": "run"},
+        },
+        callbacks=callbacks,
+    )
+    config["model"].update(dropout=0.3, attention_dropout=0.1, activation_dropout=0.1)
+    config["data"].update(
+        data_dir=str(data_dir),
+        cache_dir=str(tmp_path / "cache"),
+        max_tokens=400,
+        download=False,
+        test_splits=[],
+    )
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def _fit(config: Path, *extra: str) -> subprocess.CompletedProcess:
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "seq2seq.cli", "fit", "--config", str(config), *extra],
+        capture_output=True, text=True, env=env, cwd=config.parent, timeout=300,
+    )  # fmt: skip
+
+
+def _logged(run_dir: Path, key: str) -> dict[int, float]:
+    """``{step: value}`` of one metric over every version of a CSVLogger run."""
+    values = {}
+    for metrics in sorted((run_dir / "logs" / "run").glob("version_*/metrics.csv")):
+        with open(metrics, newline="") as f:
+            for row in csv.DictReader(f):
+                if row.get(key):
+                    values[int(row["step"])] = float(row[key])
+    return values
+
+
+def test_sigkill_mid_epoch_then_resume_matches_uninterrupted_run(tmp_path, multi30k_dir):
+    data = _write_corpus(multi30k_dir, tmp_path / "data", {"train": 600, "val": 20})
+    reference = _fit(_config(tmp_path, data, "reference"))
+    assert reference.returncode == 0, reference.stderr[-3000:]
+
+    killed = _fit(_config(tmp_path, data, "resumed", kill_at=KILL_AT))
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    last = tmp_path / "resumed" / "checkpoints" / "last.ckpt"
+    saved = load_checkpoint(last)
+    assert saved["global_step"] == KILL_AT // CKPT_EVERY * CKPT_EVERY
+    assert "rng" in saved["seq2seq"] and "tokenizer" in saved["seq2seq"]
+
+    resumed = _fit(_config(tmp_path, data, "resumed"), "--ckpt_path", "last")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+
+    start = saved["global_step"]
+    expected = _logged(tmp_path / "reference", "train/loss")
+    got = _logged(tmp_path / "resumed", "train/loss")
+    assert sorted(expected) == list(range(MAX_STEPS))
+    # Steps after the checkpoint were logged twice (killed run, then resumed run); the
+    # resumed run's values come last and must equal the uninterrupted run's exactly.
+    assert {s: got[s] for s in range(start, MAX_STEPS)} == {
+        s: expected[s] for s in range(start, MAX_STEPS)
+    }
+    expected_lr = _logged(tmp_path / "reference", "train/lr")
+    got_lr = _logged(tmp_path / "resumed", "train/lr")
+    assert {s: got_lr[s] for s in range(start, MAX_STEPS)} == {
+        s: expected_lr[s] for s in range(start, MAX_STEPS)
+    }
+    final = load_checkpoint(last)
+    reference_final = load_checkpoint(tmp_path / "reference" / "checkpoints" / "last.ckpt")
+    assert final["global_step"] == reference_final["global_step"] == MAX_STEPS
+    for key, value in reference_final["state_dict"].items():
+        assert torch.equal(final["state_dict"][key], value), key
+
+
+def test_failed_write_keeps_previous_checkpoint(tmp_path, monkeypatch):
+    """A write that dies half-way leaves the previous file intact and no temporary file."""
+    path = tmp_path / "checkpoints" / "last.ckpt"
+    writer = AtomicCheckpointIO()
+    writer.save_checkpoint({"global_step": 1, "state_dict": {"w": torch.ones(3)}}, path)
+    real_save = torch.save
+
+    def save_half_then_crash(obj, f, *args, **kwargs):
+        buffer = io.BytesIO()
+        real_save(obj, buffer, *args, **kwargs)
+        f.write(buffer.getvalue()[: len(buffer.getvalue()) // 2])
+        raise KeyboardInterrupt  # stands for the process being stopped mid-write
+
+    monkeypatch.setattr(torch, "save", save_half_then_crash)
+    with pytest.raises(KeyboardInterrupt):
+        writer.save_checkpoint({"global_step": 2, "state_dict": {"w": torch.zeros(3)}}, path)
+    monkeypatch.setattr(torch, "save", real_save)
+    assert load_checkpoint(path)["global_step"] == 1
+    assert [p.name for p in path.parent.iterdir()] == ["last.ckpt"]
