@@ -287,7 +287,7 @@ class TranslationModule(L.LightningModule):
         grads = [p.grad for p in self.parameters() if p.grad is not None]
         torch._foreach_mul_(grads, scale)
         self._window_tokens = torch.zeros_like(self._window_tokens)
-        if self.trainer.global_step % max(1, self.trainer.log_every_n_steps) == 0 and grads:
+        if (self.trainer.global_step + 1) % max(1, self.trainer.log_every_n_steps) == 0 and grads:
             self.log(
                 "train/grad_norm",
                 torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])),

@@ -96,6 +96,45 @@ def test_cache_reorder_selects_rows():
     torch.testing.assert_close(step, mha(x[index], is_causal=True)[:, 3:])
 
 
+@torch.no_grad()
+def test_repeated_reorders_reuse_buffers_and_select_rows():
+    """Beam-search-like use: reorders between single steps (buffers swapped, batch shrinking)."""
+    mha = MultiHeadAttention(D, H).double()
+    x = torch.randn(4, 6, D, dtype=torch.float64)
+    cache = KVCache(static=False, capacity=3)  # grows while reordering
+    rows = torch.arange(4)
+    mha(x[:, :1], is_causal=True, cache=cache)
+    for step, index in enumerate(
+        [[3, 3, 1, 0], [0, 2, 1, 1], [2, 0, 3], [1, 1, 0], [2, 0]], start=1
+    ):
+        index = torch.tensor(index)
+        cache.reorder(index)
+        rows = rows[index]
+        out = mha(x[rows, step : step + 1], is_causal=True, cache=cache)
+        torch.testing.assert_close(out, mha(x[rows, : step + 1], is_causal=True)[:, -1:])
+
+
+@pytest.mark.parametrize("self_attention", [True, False])
+def test_cached_single_steps_in_bfloat16(self_attention):
+    """Single-query cached steps under bfloat16 autocast (float32 cache) match the fused path."""
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(D, H, self_attention=self_attention)
+    x = torch.randn(3, 5, D)
+    memory = torch.randn(3, 7, D)
+    mask = torch.ones(3, 1, 1, 7, dtype=torch.bool)
+    mask[1, ..., 4:] = False
+    kwargs = dict(is_causal=True) if self_attention else dict(mask=mask)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        full = mha(x, None if self_attention else memory, **kwargs)
+        cache = KVCache(static=not self_attention)
+        steps = [
+            mha(x[:, i : i + 1], None if self_attention else memory, cache=cache, **kwargs)
+            for i in range(5)
+        ]
+    assert steps[0].dtype == torch.bfloat16
+    torch.testing.assert_close(torch.cat(steps, 1).float(), full.float(), atol=3e-2, rtol=3e-2)
+
+
 def test_fully_masked_row_is_finite():
     mask = torch.zeros(2, 1, 1, 5, dtype=torch.bool)
     mask[0, ..., :3] = True

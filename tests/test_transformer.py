@@ -223,3 +223,50 @@ def test_learns_to_copy():
         correct += sum(a == b for a, b in zip(hyp.tokens, ref, strict=False))
         total += max(len(ref), len(hyp.tokens))
     assert correct / total >= 0.95
+
+
+@pytest.mark.parametrize("options", VARIANTS)
+def test_attention_maps(options):
+    model = _model(**options)
+    src, tgt = _batch()
+    src[2] = PAD  # an empty source: its rows attend to the first position only
+    mask = padding_mask(src, PAD)
+    b, s, t = src.size(0), src.size(1), tgt.size(1)
+    before = model(src, tgt, mask)
+    maps = model.attention_maps(src, tgt, mask)
+    # Maps are off again afterwards, and recording them did not change the output.
+    torch.testing.assert_close(model(src, tgt, mask), before, rtol=0, atol=0)
+    assert sorted(maps) == sorted(
+        [f"encoder.{i}.self" for i in range(2)]
+        + [f"decoder.{i}.{kind}" for i in range(2) for kind in ("self", "cross")]
+    )
+    allowed = mask.clone()
+    allowed[2, ..., 0] = True
+    causal = torch.ones(t, t, dtype=torch.bool).tril()
+    expected = {"encoder": ((b, 4, s, s), allowed), "self": ((b, 4, t, t), causal)}
+    expected["cross"] = ((b, 4, t, s), allowed)
+    for name, probs in maps.items():
+        kind = "encoder" if name.startswith("encoder") else name.split(".")[-1]
+        shape, keys = expected[kind]
+        assert probs.dtype == torch.float32 and probs.shape == shape
+        keys = keys.expand(shape)
+        assert torch.all(probs[~keys] == 0)
+        assert torch.all(probs[keys] > 0)
+        torch.testing.assert_close(probs.sum(-1), torch.ones(shape[:-1]))
+
+
+def test_attention_maps_do_not_change_output_with_maps_on():
+    model = _model()
+    src, tgt = _batch()
+    mask = padding_mask(src, PAD)
+    layers = [*model.encoder.layers, *model.decoder.layers]
+    modules = [m for layer in layers for m in (layer.self_attn, getattr(layer, "cross_attn", None))]
+    off = model(src, tgt, mask)
+    for m in filter(None, modules):
+        m.record_weights = True
+    try:
+        on = model(src, tgt, mask)
+    finally:
+        for m in filter(None, modules):
+            m.record_weights = False
+    torch.testing.assert_close(on, off, rtol=0, atol=0)

@@ -66,16 +66,26 @@ def attend_first_if_empty(mask: Tensor) -> Tensor:
     return fixed
 
 
+def _storage_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Caches keep float16/bfloat16 keys and values in float32: single-query attention then
+    computes in float32 (like the fused kernel) without converting the whole cache each step."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
 class KVCache:
     """Keys and values of one attention layer, kept between incremental decoding steps.
 
     Two kinds exist:
 
     * ``static=False`` (decoder self-attention): each call appends the keys/values of the new
-      target step(s). Storage is a buffer ``(B, H, capacity, Dh)`` written in place at the
-      current length; it doubles when full, so steps cost no concatenation.
+      target step(s). Storage is a buffer ``(B, H, Dh, capacity)`` (keys and values transposed,
+      so the valid prefix ``[..., :length]`` is a matrix operand that batched matrix products
+      read without copying) written in place at the current length; it doubles when full, so
+      steps cost no concatenation.
     * ``static=True`` (cross-attention): keys/values of the encoder memory, computed at the first
       call and reused unchanged afterwards.
+
+    float16/bfloat16 keys and values are stored in float32 (see :attr:`keys`).
 
     Attributes:
         static: whether the cache holds cross-attention keys/values.
@@ -87,8 +97,9 @@ class KVCache:
         self.static = static
         self.capacity = max(int(capacity), 1)
         self.length = 0
-        self._k: Tensor | None = None
+        self._k: Tensor | None = None  # (B, H, Dh, capacity or S)
         self._v: Tensor | None = None
+        self._spare: tuple[Tensor | None, Tensor | None] = (None, None)
 
     @property
     def is_empty(self) -> bool:
@@ -96,20 +107,34 @@ class KVCache:
         return self._k is None
 
     @property
-    def keys(self) -> Tensor:
-        """``(B, H, length, Dh)`` stored keys (a view, no copy)."""
+    def keys_t(self) -> Tensor:
+        """``(B, H, Dh, length)`` stored keys, transposed (a view, no copy)."""
         assert self._k is not None, "empty cache"
-        return self._k if self.static else self._k[:, :, : self.length]
+        return self._k if self.static else self._k[..., : self.length]
+
+    @property
+    def values_t(self) -> Tensor:
+        """``(B, H, Dh, length)`` stored values, transposed (a view, no copy)."""
+        assert self._v is not None, "empty cache"
+        return self._v if self.static else self._v[..., : self.length]
+
+    @property
+    def keys(self) -> Tensor:
+        """``(B, H, length, Dh)`` stored keys (a view, no copy; float32 for float16/bfloat16
+        inputs)."""
+        return self.keys_t.transpose(-2, -1)
 
     @property
     def values(self) -> Tensor:
-        """``(B, H, length, Dh)`` stored values (a view, no copy)."""
-        assert self._v is not None, "empty cache"
-        return self._v if self.static else self._v[:, :, : self.length]
+        """``(B, H, length, Dh)`` stored values (a view, no copy; float32 for float16/bfloat16
+        inputs)."""
+        return self.values_t.transpose(-2, -1)
 
     def set_static(self, k: Tensor, v: Tensor) -> None:
         """Store cross-attention keys and values ``(B, H, S, Dh)``."""
-        self._k, self._v = k, v
+        dtype = _storage_dtype(k.dtype)
+        self._k = k.transpose(-2, -1).to(dtype).contiguous()
+        self._v = v.transpose(-2, -1).to(dtype).contiguous()
         self.length = k.size(2)
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
@@ -123,24 +148,28 @@ class KVCache:
             ``(keys, values)``, each ``(B, H, length + t, Dh)``.
         """
         new_len = self.length + k.size(2)
-        if self._k is None or new_len > self._k.size(2):
-            cap = max(self.capacity, new_len, 2 * (0 if self._k is None else self._k.size(2)))
+        if self._k is None or new_len > self._k.size(-1):
+            cap = max(self.capacity, new_len, 2 * (0 if self._k is None else self._k.size(-1)))
             self._k = self._grow(self._k, k, cap)
             self._v = self._grow(self._v, v, cap)
-        self._k[:, :, self.length : new_len] = k
-        self._v[:, :, self.length : new_len] = v
+        self._k[..., self.length : new_len] = k.transpose(-2, -1)
+        self._v[..., self.length : new_len] = v.transpose(-2, -1)
         self.length = new_len
         return self.keys, self.values
 
     def _grow(self, old: Tensor | None, like: Tensor, cap: int) -> Tensor:
         b, h, _, dh = like.shape
-        buf = like.new_empty((b, h, cap, dh))
+        buf = like.new_empty((b, h, dh, cap), dtype=_storage_dtype(like.dtype))
         if old is not None and self.length:
-            buf[:, :, : self.length] = old[:, :, : self.length]
+            buf[..., : self.length] = old[..., : self.length]
         return buf
 
     def reorder(self, index: Tensor) -> None:
         """Select batch rows in place: row ``i`` becomes old row ``index[i]``.
+
+        Self-attention caches copy the valid positions into a second buffer kept from the
+        previous reorder (allocated once, reused while the batch does not grow) and swap the two,
+        so beam search reorders without allocating.
 
         Args:
             index: ``(B',)`` long indices into the current batch (may repeat rows).
@@ -151,11 +180,23 @@ class KVCache:
             self._k = self._k.index_select(0, index)
             self._v = self._v.index_select(0, index)
             return
-        for name in ("_k", "_v"):
-            old = getattr(self, name)
-            new = old.new_empty((index.numel(), *old.shape[1:]))
-            new[:, :, : self.length] = old[:, :, : self.length].index_select(0, index)
-            setattr(self, name, new)
+        rows, n = index.numel(), self.length
+        if self._k.requires_grad:  # differentiable path (out= does not support autograd)
+            for name in ("_k", "_v"):
+                old = getattr(self, name)
+                new = old.new_empty((rows, *old.shape[1:]))
+                new[..., :n] = old[..., :n].index_select(0, index)
+                setattr(self, name, new)
+            return
+        spare_k, spare_v = self._spare
+        if spare_k is None or spare_k.size(0) < rows or spare_k.shape[1:] != self._k.shape[1:]:
+            spare_k = self._k.new_empty((rows, *self._k.shape[1:]))
+            spare_v = self._v.new_empty((rows, *self._v.shape[1:]))
+        spare_k, spare_v = spare_k[:rows], spare_v[:rows]
+        torch.index_select(self._k[..., :n], 0, index, out=spare_k[..., :n])
+        torch.index_select(self._v[..., :n], 0, index, out=spare_v[..., :n])
+        self._spare = (self._k, self._v)
+        self._k, self._v = spare_k, spare_v
 
 
 class DecoderCache:
@@ -237,6 +278,10 @@ class MultiHeadAttention(nn.Module):
             self.q = nn.Linear(d_model, d_model, bias=bias)
             self.kv = nn.Linear(d_model, 2 * d_model, bias=bias)
         self.out = nn.Linear(d_model, d_model, bias=bias)
+        # Visualisation: when ``record_weights`` is set, each call also computes the attention
+        # probabilities explicitly and keeps them in ``weights`` (see Transformer.attention_maps).
+        self.record_weights = False
+        self.weights: Tensor | None = None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -297,7 +342,14 @@ class MultiHeadAttention(nn.Module):
                 k, v = self._heads(self.kv(key_value), 2)
                 if cache is not None:
                     cache.set_static(k, v)
+                    k, v = cache.keys, cache.values
             past = 0
+        if cache is not None and t == 1 and not self.record_weights:
+            # One query per row (incremental decoding) attends to every cached key: no causal
+            # mask, and two batched matrix products on the cache's transposed buffers beat the
+            # fused kernel at this shape.
+            out = self._one_query(q, cache.keys_t, cache.values_t, mask)
+            return self.out(out.reshape(b, 1, self.d_model))
         if is_causal and (past > 0 or mask is not None):
             # SDPA's is_causal is top-left aligned and cannot be combined with a mask: build the
             # (T, past + T) lower triangle explicitly, only when it actually restricts something.
@@ -305,6 +357,10 @@ class MultiHeadAttention(nn.Module):
                 causal = torch.ones(t, past + t, dtype=torch.bool, device=query.device).tril(past)
                 mask = causal if mask is None else mask & causal
             is_causal = False
+        if cache is not None:  # float32 storage of a low-precision computation
+            k, v = k.to(q.dtype), v.to(q.dtype)
+        if self.record_weights:
+            self.weights = _attention_probs(q, k, mask, is_causal)
         out = F.scaled_dot_product_attention(
             q,
             k,
@@ -315,9 +371,50 @@ class MultiHeadAttention(nn.Module):
         )
         return self.out(out.transpose(1, 2).reshape(b, t, self.d_model))
 
+    def _one_query(self, q: Tensor, keys_t: Tensor, values_t: Tensor, mask: Tensor | None):
+        """``softmax(q K^T / sqrt(Dh) + M) V`` for a single query per row, in float32 for
+        float16/bfloat16 inputs (as the fused kernel accumulates).
+
+        Args:
+            q: ``(B, H, 1, Dh)`` queries.
+            keys_t: ``(B, H, Dh, L)`` transposed keys.
+            values_t: ``(B, H, Dh, L)`` transposed values.
+            mask: bool mask broadcastable to ``(B, H, 1, L)`` or ``None``.
+
+        Returns:
+            ``(B, 1, H, Dh)`` attention output (heads not yet merged).
+        """
+        dtype = q.dtype
+        with torch.autocast(q.device.type, enabled=False):
+            q = q.to(keys_t.dtype)  # float32 products for float16/bfloat16, see KVCache
+            scores = torch.matmul(q, keys_t).mul_(1.0 / math.sqrt(self.head_dim))
+            if mask is not None:
+                scores = scores.masked_fill_(~mask, float("-inf"))
+            probs = scores.softmax(dim=-1)
+            if self.training and self.dropout > 0:
+                probs = F.dropout(probs, self.dropout)
+            # (B, H, Dh, L) @ (B, H, L, 1) -> (B, H, Dh, 1), i.e. (B, 1, H, Dh) once permuted.
+            out = torch.matmul(values_t, probs.transpose(-2, -1)).permute(0, 3, 1, 2)
+        return out.to(dtype)
+
     def extra_repr(self) -> str:
         kind = "self" if self.self_attention else "cross"
         return f"{kind}, d_model={self.d_model}, n_heads={self.n_heads}, dropout={self.dropout}"
+
+
+def _attention_probs(q: Tensor, k: Tensor, mask: Tensor | None, is_causal: bool) -> Tensor:
+    """float32 ``softmax(Q K^T / sqrt(Dh) + M)`` with the masks given to SDPA, ``(B, H, T, L)``.
+
+    Masked keys get probability exactly zero; ``is_causal`` is SDPA's top-left aligned triangle.
+    """
+    q, k = q.float(), k.float()
+    scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.size(-1)))
+    if is_causal:
+        t, length = scores.shape[-2:]
+        mask = torch.ones(t, length, dtype=torch.bool, device=q.device).tril()
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return scores.softmax(dim=-1)
 
 
 def reference_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> Tensor:

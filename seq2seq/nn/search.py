@@ -82,7 +82,11 @@ def _step_log_probs(
     eos_id: int,
     min_len: int,
 ) -> Tensor:
-    """float32 ``(N, V)`` next-token log-probabilities, with pad (and too early EOS) banned."""
+    """float32 ``(N, V)`` next-token log-probabilities, with pad (and too early EOS) banned.
+
+    One fused log-softmax pass reads the logits in their own dtype and writes float32; the bans
+    are applied in place on that fresh tensor, which the caller may also update in place.
+    """
     logits = model.decode(tokens, memory, src_mask, cache)[:, -1]
     lprobs = torch.log_softmax(logits, dim=-1, dtype=torch.float32)
     lprobs[:, model.pad_id] = float("-inf")
@@ -285,13 +289,13 @@ def beam_search(
         lprobs = _step_log_probs(model, tokens, memory, mask, cache, step, eos_id, min_len)
         vocab = lprobs.size(-1)
         if step == 0:  # one row per sentence so far: expand to K beams (only beam 0 is live)
-            lprobs = lprobs.unsqueeze(1).expand(a, k, vocab)
+            cand = beam_score.unsqueeze(-1) + lprobs.unsqueeze(1)
             rows = torch.arange(a, device=device).repeat_interleave(k)
             cache.reorder(rows, include_cross=True)
             mask = mask.index_select(0, rows) if mask is not None else None
-        else:
-            lprobs = lprobs.view(a, k, vocab)
-        cand = (beam_score.unsqueeze(-1) + lprobs).view(a, k * vocab)
+        else:  # summed log-probability, added in place (no new (A * K, V) tensor)
+            cand = lprobs.view(a, k, vocab).add_(beam_score.unsqueeze(-1))
+        cand = cand.view(a, k * vocab)
         cand_score, cand_idx = cand.topk(2 * k, dim=-1)
         cand_beam = torch.div(cand_idx, vocab, rounding_mode="floor")
         cand_tok = cand_idx - cand_beam * vocab

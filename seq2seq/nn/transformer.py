@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import math
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from seq2seq.nn.attention import DecoderCache, attend_first_if_empty
+from seq2seq.nn.attention import DecoderCache, MultiHeadAttention, attend_first_if_empty
 from seq2seq.nn.layers import (
     DecoderLayer,
     EncoderLayer,
@@ -303,6 +304,45 @@ class Transformer(nn.Module):
         """
         check_length(tgt.size(1), self.max_positions)
         return self.decode(tgt, self.encode(src, src_mask), src_mask)
+
+    @torch.no_grad()
+    def attention_maps(
+        self, src: Tensor, tgt: Tensor, src_mask: Tensor | None = None
+    ) -> dict[str, Tensor]:
+        """Attention probabilities of every layer for one teacher-forced pass, for visualisation.
+
+        Runs :meth:`encode` and :meth:`decode` once without gradients (the caller chooses
+        train/eval mode; use eval mode for dropout-free maps) and returns
+        ``softmax(Q K^T / sqrt(Dh) + M)`` of each attention module, computed with the same masks
+        as the fused attention (padded source keys and future target keys get exactly zero).
+
+        Args:
+            src: ``(B, S)`` long source ids.
+            tgt: ``(B, T)`` long decoder input (BOS + target prefix).
+            src_mask: ``(B, 1, 1, S)`` bool source mask, ``True`` at real tokens, or ``None``.
+
+        Returns:
+            float32 tensors keyed ``"encoder.{i}.self"`` ``(B, H, S, S)``,
+            ``"decoder.{i}.self"`` ``(B, H, T, T)`` and ``"decoder.{i}.cross"`` ``(B, H, T, S)``
+            for each layer ``i`` (0-based).
+
+        Raises:
+            ValueError: if ``S`` or ``T`` exceeds ``max_positions``.
+        """
+        modules: dict[str, MultiHeadAttention] = {}
+        for i, layer in enumerate(self.encoder.layers):
+            modules[f"encoder.{i}.self"] = layer.self_attn
+        for i, layer in enumerate(self.decoder.layers):
+            modules[f"decoder.{i}.self"] = layer.self_attn
+            modules[f"decoder.{i}.cross"] = layer.cross_attn
+        for mha in modules.values():
+            mha.record_weights = True
+        try:
+            self(src, tgt, src_mask)
+            return {name: mha.weights for name, mha in modules.items()}
+        finally:
+            for mha in modules.values():
+                mha.record_weights, mha.weights = False, None
 
     def new_cache(self, capacity: int = 64) -> DecoderCache:
         """Empty incremental-decoding state for :meth:`decode`.
