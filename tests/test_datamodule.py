@@ -8,9 +8,11 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import lightning as L
+import numpy as np
 import pytest
 import torch
 
+from seq2seq.data import datamodule
 from seq2seq.data.corpus import read_lines
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.data.tokenizer import EOS_ID, Tokenizer
@@ -100,6 +102,18 @@ def test_train_batches(dm):
         batch["src"].gather(1, batch["src_mask"][:, 0, 0].sum(1, keepdim=True) - 1) == EOS_ID
     ).all()
     assert "src_text" not in batch
+
+
+def test_train_set_stays_memory_mapped(dm, corpus, tmp_path, monkeypatch):
+    # Training indexes the Arrow cache on disk; only lengths live in memory, as numpy arrays.
+    assert dm.train_set.data.cache_files
+    assert all(isinstance(a, np.ndarray) for a in dm._lengths["train"])
+    # Tokenising in chunks (here 7 pairs) gives the ids of one call over the whole split.
+    monkeypatch.setattr(datamodule, "_ENCODE_CHUNK", 7)
+    chunked = _dm(corpus, tmp_path)
+    table = chunked._tokenized(chunked._locate("val"), dm.tokenizer)
+    assert table["src"] == dm.tokenizer.encode(read_lines(corpus / "val.de.gz"))
+    assert table["tgt"] == dm.tokenizer.encode(read_lines(corpus / "val.en.gz"))
 
 
 def test_heldout_is_complete_raw_and_truncated(dm, corpus):

@@ -28,6 +28,7 @@ from seq2seq.data.corpus import (
 from seq2seq.data.tokenizer import EOS_ID, PAD_ID, Tokenizer
 
 _CACHE_VERSION = "1"  # bump when the layout of the tokenised Arrow cache changes
+_ENCODE_CHUNK = 10_000  # sentence pairs tokenised at a time while building the cache
 
 
 class TokenizedDataset(Dataset):
@@ -323,29 +324,39 @@ class TranslationDataModule(L.LightningDataModule):
         if not src:
             kind = "training split" if corpus.split == self.train_split else "held-out split"
             raise ValueError(f"The {kind} {corpus.split!r} is empty: {corpus.describe()}.")
-        table = datasets.Dataset.from_dict(
+        text = datasets.Features(
             {
-                "index": list(range(len(src))),
-                "src_text": src,
-                "tgt_text": tgt,
-                "src": tokenizer.encode(src),
-                "tgt": tokenizer.encode(tgt),
-            },
-            features=datasets.Features(
-                {
-                    "index": datasets.Value("int64"),
-                    "src_text": datasets.Value("string"),
-                    "tgt_text": datasets.Value("string"),
-                    "src": datasets.Sequence(datasets.Value("int32")),
-                    "tgt": datasets.Sequence(datasets.Value("int32")),
-                }
-            ),
+                "index": datasets.Value("int64"),
+                "src_text": datasets.Value("string"),
+                "tgt_text": datasets.Value("string"),
+            }
         )
+        ids = datasets.Sequence(datasets.Value("int32"))
+        table = datasets.Dataset.from_dict(
+            {"index": np.arange(len(src)), "src_text": src, "tgt_text": tgt}, features=text
+        )
+        del src, tgt
+
+        def encode(rows: dict[str, list]) -> dict[str, list[list[int]]]:
+            return {
+                "src": tokenizer.encode(rows["src_text"]),
+                "tgt": tokenizer.encode(rows["tgt_text"]),
+            }
+
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}."))
         bars_were_on = datasets.is_progress_bar_enabled()
         datasets.disable_progress_bars()
         try:
+            # Chunks of ids go straight into Arrow: Python lists hold one chunk at a time.
+            table = table.map(
+                encode,
+                batched=True,
+                batch_size=_ENCODE_CHUNK,
+                features=datasets.Features({**text, "src": ids, "tgt": ids}),
+                keep_in_memory=True,
+                new_fingerprint=key,
+            )
             table.save_to_disk(str(tmp))
             os.rename(tmp, path)
         except OSError:
