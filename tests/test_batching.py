@@ -67,15 +67,29 @@ def test_set_epoch_changes_order_deterministically():
     lengths = _lengths()
     sampler = TokenBudgetBatchSampler(lengths, max_tokens=400, seed=5)
     epoch0 = list(sampler)
+    following = list(sampler)  # after a complete pass, iterating again starts the next epoch
+    sampler.set_epoch(0)
     assert list(sampler) == epoch0  # same epoch, same batches
     sampler.set_epoch(1)
     epoch1 = list(sampler)
+    assert following == epoch1
     assert epoch1 != epoch0 and sorted(_flatten(epoch1)) == sorted(_flatten(epoch0))
     other = TokenBudgetBatchSampler(lengths, max_tokens=400, seed=5)
     other.set_epoch(1)
     assert list(other) == epoch1
     # Batch contents (not only their order) change between epochs.
     assert {tuple(sorted(b)) for b in epoch0} != {tuple(sorted(b)) for b in epoch1}
+
+
+def test_next_epoch_after_a_pass_the_trainer_did_not_exhaust():
+    """Trainers stop after len(sampler) batches without exhausting the iterator or calling
+    set_epoch; the next iteration must still be a full, reshuffled epoch."""
+    sampler = TokenBudgetBatchSampler(_lengths(), max_tokens=400, seed=5)
+    first = iter(sampler)
+    epoch0 = [next(first) for _ in range(len(sampler))]
+    epoch1 = list(sampler)
+    assert len(epoch1) == len(epoch0) and epoch1 != epoch0
+    assert sorted(_flatten(epoch1)) == sorted(_flatten(epoch0))
 
 
 def test_unshuffled_is_sorted_and_stable():
@@ -153,8 +167,9 @@ def test_resume_mid_epoch_continues_with_unseen_batches():
     assert len(resumed) == len(full)
     rest = list(resumed)
     assert seen + rest == full
-    assert list(resumed) == full  # the following pass is a whole epoch again
-    resumed.set_epoch(5)
+    reference.set_epoch(5)
+    assert list(resumed) == list(reference)  # the following pass is the whole next epoch
+    resumed.set_epoch(6)
     assert resumed.state_dict()["batches_yielded"] == 0
 
     with pytest.raises(ValueError, match="seed"):

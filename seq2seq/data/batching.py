@@ -179,11 +179,16 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
     # ------------------------------------------------------------------ Sampler protocol
     def __iter__(self) -> Iterator[list[int]]:
         batches = self._rank_batches()
-        start = self._yielded
-        for position in range(start, len(batches)):
+        if batches and self._yielded >= len(batches):
+            # The previous pass was complete: this one is the next epoch. Trainers that stop
+            # after len(self) batches never exhaust the iterator and, without a distributed
+            # sampler, never call set_epoch, so the sampler advances by itself.
+            self.epoch += 1
+            self._yielded = 0
+            batches = self._rank_batches()
+        for position in range(self._yielded, len(batches)):
             self._yielded = position + 1
             yield list(batches[position])
-        self._yielded = 0
 
     def __len__(self) -> int:
         """Number of batches this rank yields in a full pass of the current epoch."""
