@@ -177,5 +177,14 @@ def cli_main(args: Sequence[str] | None = None) -> Seq2SeqCLI | None:
     )
 
 
-if __name__ == "__main__":
+def main() -> int:
+    """Console-script entry point: runs :func:`cli_main` and returns exit status 0.
+
+    Errors propagate as exceptions (exit status 1) or ``SystemExit`` from argument parsing.
+    """
     cli_main()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

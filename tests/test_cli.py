@@ -185,3 +185,14 @@ def test_malicious_checkpoint_is_refused(tmp_path, capsys):
     with pytest.raises(UnsafeCheckpointError, match="evil.ckpt"):
         load_checkpoint(path)
     assert "this ran during unpickling" not in capsys.readouterr().out
+
+
+def test_console_script_exits_zero_after_a_run(tmp_path, multi30k_dir):
+    """`seq2seq fit ... && seq2seq test ...` in README needs exit status 0 on success."""
+    script = Path(sys.executable).parent / "seq2seq"
+    result = subprocess.run(
+        [str(script), "fit", "--config", str(CONFIGS / "tiny.yaml"),
+         "--data.data_dir", str(multi30k_dir), "--trainer.fast_dev_run", "true"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
