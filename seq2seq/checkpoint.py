@@ -6,6 +6,7 @@ import os
 import pickle
 import random
 import uuid
+import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,11 @@ import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 
-class UnsafeCheckpointError(ValueError):
+class CheckpointError(ValueError):
+    """A file given as a checkpoint cannot be used as one (not a checkpoint, or unsafe)."""
+
+
+class UnsafeCheckpointError(CheckpointError):
     """A checkpoint holds objects that only a full (code-executing) unpickler could load."""
 
 
@@ -35,11 +40,16 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     Raises:
         FileNotFoundError: if ``path`` does not exist.
         UnsafeCheckpointError: if the file holds objects outside the allow-list.
-        ValueError: if the file is not a PyTorch checkpoint at all.
+        CheckpointError: if the file is not a PyTorch checkpoint at all.
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint not found: {path}")
+    if not zipfile.is_zipfile(path):
+        raise CheckpointError(
+            f"{path} is not a PyTorch checkpoint (a .ckpt file written by `seq2seq fit` or "
+            "`seq2seq average`)"
+        )
     try:
         checkpoint = torch.load(path, map_location=map_location, weights_only=True, mmap=False)
     except pickle.UnpicklingError as err:
@@ -49,9 +59,9 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
             "Only load checkpoints from sources you trust."
         ) from err
     except (RuntimeError, EOFError, OSError) as err:
-        raise ValueError(f"{path} is not a readable PyTorch checkpoint: {err}") from err
+        raise CheckpointError(f"{path} is not a readable PyTorch checkpoint: {err}") from err
     if not isinstance(checkpoint, dict):
-        raise ValueError(f"{path} is not a checkpoint dictionary (found {type(checkpoint)})")
+        raise CheckpointError(f"{path} is not a checkpoint dictionary (found {type(checkpoint)})")
     return checkpoint
 
 

@@ -10,6 +10,7 @@ Examples::
 
 from __future__ import annotations
 
+import os
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -21,7 +22,12 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from seq2seq.callbacks import TranslationWriter
-from seq2seq.checkpoint import AtomicCheckpointIO, load_checkpoint, resolve_ckpt_path
+from seq2seq.checkpoint import (
+    AtomicCheckpointIO,
+    CheckpointError,
+    load_checkpoint,
+    resolve_ckpt_path,
+)
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.module import CHECKPOINT_KEY, TranslationModule
 
@@ -177,12 +183,26 @@ def cli_main(args: Sequence[str] | None = None) -> Seq2SeqCLI | None:
     )
 
 
-def main() -> int:
-    """Console-script entry point: runs :func:`cli_main` and returns exit status 0.
+#: Errors that come from what the user asked for (a path, a file, a setting) rather than from
+#: a fault in the program: reported in one line, without a traceback.
+USER_ERRORS = (FileNotFoundError, NotADirectoryError, CheckpointError)
 
-    Errors propagate as exceptions (exit status 1) or ``SystemExit`` from argument parsing.
+
+def main() -> int:
+    """Console-script entry point: runs :func:`cli_main`.
+
+    Returns:
+        0 on success, 1 after one of :data:`USER_ERRORS` (printed as ``seq2seq: error: ...``
+        on stderr; set ``SEQ2SEQ_TRACEBACK=1`` to see the traceback). Other exceptions
+        propagate with their traceback; argument errors exit with status 2.
     """
-    cli_main()
+    try:
+        cli_main()
+    except USER_ERRORS as err:
+        if os.environ.get("SEQ2SEQ_TRACEBACK"):
+            raise
+        print(f"seq2seq: error: {err}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -79,7 +79,10 @@ def average(argv: Sequence[str]) -> None:
     elif args.dir and args.last:
         candidates = [p for p in Path(args.dir).glob("*.ckpt") if p.name != "last.ckpt"]
         if len(candidates) < args.last:
-            parser.error(f"--last {args.last}: only {len(candidates)} checkpoints in {args.dir}")
+            parser.error(
+                f"--last {args.last}: {args.dir} holds {len(candidates)} checkpoint file(s) "
+                "besides last.ckpt (which is not averaged, being a copy of one of them)"
+            )
         paths = sorted(candidates, key=lambda p: p.stat().st_mtime)[-args.last :]
     else:
         parser.error("give --inputs, or --dir with --last")

@@ -12,7 +12,12 @@ import pytest
 import torch
 import yaml
 
-from seq2seq.checkpoint import UnsafeCheckpointError, average_checkpoints, load_checkpoint
+from seq2seq.checkpoint import (
+    CheckpointError,
+    UnsafeCheckpointError,
+    average_checkpoints,
+    load_checkpoint,
+)
 from seq2seq.cli import cli_main
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -196,3 +201,22 @@ def test_console_script_exits_zero_after_a_run(tmp_path, multi30k_dir):
         cwd=tmp_path, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_a_file_that_is_not_a_checkpoint_is_named_as_such(tmp_path):
+    notes = tmp_path / "README.md"
+    notes.write_text("# not a checkpoint\n", encoding="utf-8")
+    with pytest.raises(CheckpointError, match="README.md is not a PyTorch checkpoint") as info:
+        load_checkpoint(notes)
+    assert not isinstance(info.value, UnsafeCheckpointError)
+
+
+def test_user_errors_are_one_line_without_traceback(tmp_path, monkeypatch, capsys):
+    from seq2seq.cli import main
+
+    monkeypatch.setattr("sys.argv", ["seq2seq", "translate", "--ckpt_path", "nope.ckpt"])
+    monkeypatch.delenv("SEQ2SEQ_TRACEBACK", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert main() == 1
+    err = capsys.readouterr().err
+    assert err.strip() == "seq2seq: error: checkpoint not found: nope.ckpt"

@@ -484,6 +484,7 @@ def download_multi30k(
             raise ValueError(f"No known SHA-256 for {unknown}; pass files as {{name: sha256}}.")
         files = {name: MULTI30K_SHA256[name] for name in files}
     root = Path(data_dir)
+    created = [p for p in (root, *root.parents) if not p.exists()]
     root.mkdir(parents=True, exist_ok=True)
     downloaded, failed = [], []
     for name, expected in files.items():
@@ -512,6 +513,9 @@ def download_multi30k(
         os.replace(tmp, dest)
         downloaded.append(dest)
     if failed:
+        for folder in created:  # leave no empty folder behind (a mistyped data_dir, say)
+            if folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()
         details = "; ".join(f"{url} ({err})" for _, url, err in failed)
         raise RuntimeError(
             f"Could not download Multi30k: {details}. Put the files "
