@@ -29,7 +29,7 @@ from seq2seq.checkpoint import (
     resolve_ckpt_path,
 )
 from seq2seq.data.datamodule import TranslationDataModule
-from seq2seq.module import CHECKPOINT_KEY, TranslationModule
+from seq2seq.module import CHECKPOINT_KEY, TranslationModule, tokenizer_from_checkpoint
 
 
 class Seq2SeqCLI(LightningCLI):
@@ -100,17 +100,10 @@ class Seq2SeqCLI(LightningCLI):
         if ckpt_path and self.subcommand != "fit" and Path(ckpt_path).is_file():
             # Evaluate and predict with the tokenizer the checkpoint was trained with.
             checkpoint = load_checkpoint(ckpt_path)
-            tokenizer = _tokenizer_from(checkpoint)
+            tokenizer = tokenizer_from_checkpoint(checkpoint)
             if tokenizer is not None:
                 self.datamodule.tokenizer = tokenizer
                 self.model.tokenizer = tokenizer
-
-
-def _tokenizer_from(checkpoint: dict):
-    from seq2seq.data.tokenizer import Tokenizer
-
-    blob = checkpoint.get(CHECKPOINT_KEY, {}).get("tokenizer")
-    return None if blob is None else Tokenizer.from_bytes(blob.numpy().tobytes())
 
 
 def _check_writable(trainer: L.Trainer) -> None:

@@ -23,6 +23,13 @@ log = logging.getLogger(__name__)
 CHECKPOINT_KEY = "seq2seq"
 
 
+def tokenizer_from_checkpoint(checkpoint: dict[str, Any]) -> Tokenizer | None:
+    """The SentencePiece model stored in ``checkpoint["seq2seq"]["tokenizer"]`` (a uint8
+    tensor of the serialized model), or ``None`` if the checkpoint carries none."""
+    blob = checkpoint.get(CHECKPOINT_KEY, {}).get("tokenizer")
+    return None if blob is None else Tokenizer.from_bytes(blob.cpu().numpy().tobytes())
+
+
 def _default_optimizer(params) -> torch.optim.Optimizer:
     return torch.optim.AdamW(params, lr=5e-4, betas=(0.9, 0.98), eps=1e-8, weight_decay=0.0)
 
@@ -198,8 +205,8 @@ class TranslationModule(L.LightningModule):
             raise ValueError(
                 "checkpoint was built with other model settings: " + "; ".join(differing)
             )
-        if "tokenizer" in extra:
-            tokenizer = Tokenizer.from_bytes(bytes(extra["tokenizer"].cpu().numpy().tobytes()))
+        tokenizer = tokenizer_from_checkpoint(checkpoint)
+        if tokenizer is not None:
             self._check_vocab(tokenizer.vocab_size, "the checkpoint's tokenizer")
             if self.tokenizer is not None and self.tokenizer.to_bytes() != tokenizer.to_bytes():
                 raise ValueError(

@@ -20,7 +20,7 @@ import torch
 
 from seq2seq.checkpoint import load_checkpoint
 from seq2seq.data.batching import collate
-from seq2seq.module import TranslationModule
+from seq2seq.module import CHECKPOINT_KEY, TranslationModule
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ class Translator:
             ValueError: if it carries no tokenizer or model configuration.
         """
         checkpoint = load_checkpoint(path)
-        extra = checkpoint.get("seq2seq", {})
+        extra = checkpoint.get(CHECKPOINT_KEY, {})
         if "model_config" not in extra or "tokenizer" not in extra:
             raise ValueError(
                 f"{path} carries no model configuration or tokenizer; it was not written by "

@@ -135,15 +135,20 @@ def test_misaligned_line_counts(tmp_path, pairs, spm_file):
         _datamodule(data, spm_file).prepare_data()
 
 
-def test_empty_line_in_training_pair_is_dropped_and_counted(tmp_path, pairs, spm_file, caplog):
-    """The pair is dropped; the log says 'kept 299 of 300; dropped 1 with an empty side'."""
+def _fit_with_first_target(tmp_path, pairs, spm_file, caplog, first_target: str):
+    """Set up a fit whose first training target is replaced, logging at INFO."""
     src, tgt = pairs["train"]
-    data = _corpus(tmp_path, pairs, train=(src, [""] + tgt[1:]))
+    data = _corpus(tmp_path, pairs, train=(src, [first_target] + tgt[1:]))
     dm = _datamodule(data, spm_file)
     caplog.set_level(logging.INFO)
     dm.prepare_data()
     dm.setup("fit")
-    assert len(dm.train_set) == 299
+    return dm
+
+
+def test_empty_line_in_training_pair_is_dropped_and_counted(tmp_path, pairs, spm_file, caplog):
+    """The pair is dropped; the log says 'kept 299 of 300; dropped 1 with an empty side'."""
+    assert len(_fit_with_first_target(tmp_path, pairs, spm_file, caplog, "").train_set) == 299
     assert "kept 299 of 300; dropped 1 with an empty side" in caplog.text
 
 
@@ -196,12 +201,8 @@ def test_empty_heldout_set(tmp_path, pairs, spm_file):
 
 def test_long_training_sentence_is_dropped(tmp_path, pairs, spm_file, caplog):
     """The pair is dropped; the log says '1 longer than max_positions=256'."""
-    src, tgt = pairs["train"]
-    data = _corpus(tmp_path, pairs, train=(src, [" ".join(tgt[:40])] + tgt[1:]))
-    dm = _datamodule(data, spm_file)
-    caplog.set_level(logging.INFO)
-    dm.prepare_data()
-    dm.setup("fit")
+    tgt = pairs["train"][1]
+    dm = _fit_with_first_target(tmp_path, pairs, spm_file, caplog, " ".join(tgt[:40]))
     assert len(dm.train_set) == 299
     assert "1 longer than max_positions=256" in caplog.text
 
