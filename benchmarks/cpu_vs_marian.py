@@ -37,7 +37,7 @@ from seq2seq.nn import (  # noqa: E402
     Transformer,
     beam_search,
     greedy_search,
-    label_smoothed_cross_entropy,
+    linear_label_smoothed_cross_entropy,
     padding_mask,
 )
 
@@ -190,8 +190,17 @@ def make_train_batches(args: argparse.Namespace, gen: torch.Generator) -> list[d
         tgt = random_ids(gen, args.train_batch, lo, hi, args.vocab)
         tgt_in = pad_batch([torch.cat([torch.tensor([BOS]), t]) for t in tgt])
         target = pad_batch([torch.cat([t, torch.tensor([EOS])]) for t in tgt])
+        # Non-padding target positions, computed with the batch as TranslationModule does
+        # (on the host, before the step): ours projects only these onto the vocabulary.
+        index = (target.flatten() != PAD).nonzero().squeeze(1)
         batches.append(
-            dict(src=src, tgt_in=tgt_in, target=target, n_tokens=int((target != PAD).sum()))
+            dict(
+                src=src,
+                tgt_in=tgt_in,
+                target=target,
+                tgt_index=index,
+                n_tokens=int((target != PAD).sum()),
+            )
         )
     return batches
 
@@ -218,8 +227,15 @@ def train_steps_ours(model, opt, batches, steps, dtype, eps, counter):
         counter[0] += 1
         opt.zero_grad(set_to_none=True)
         with autocast(dtype):
-            logits = model(b["src"], b["tgt_in"], padding_mask(b["src"], PAD))
-            loss, _ = label_smoothed_cross_entropy(logits, b["target"], eps, ignore_index=PAD)
+            # As TranslationModule trains: decoder states at the real target positions, output
+            # projection fused with the label-smoothed loss.
+            hidden = model.features(
+                b["src"], b["tgt_in"], padding_mask(b["src"], PAD), b["tgt_index"]
+            )
+            target = b["target"].flatten().index_select(0, b["tgt_index"])
+            loss, _ = linear_label_smoothed_cross_entropy(
+                hidden, model.output_weight, target, eps, ignore_index=PAD
+            )
         (loss / b["n_tokens"]).backward()
         opt.step()
 

@@ -15,7 +15,13 @@ from lightning.pytorch.utilities import rank_zero_info
 from seq2seq.checkpoint import capture_rng_state, restore_rng_state
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.evaluation import METRICS, Score, corpus_scores, gather_in_order, write_lines
-from seq2seq.nn import Transformer, beam_search, greedy_search, label_smoothed_cross_entropy
+from seq2seq.nn import (
+    Transformer,
+    beam_search,
+    greedy_search,
+    label_smoothed_cross_entropy,
+    linear_label_smoothed_cross_entropy,
+)
 from seq2seq.optim import InverseSqrtLR
 
 log = logging.getLogger(__name__)
@@ -224,10 +230,36 @@ class TranslationModule(L.LightningModule):
         """Logits ``(B, T, V)`` for source ``(B, S)`` and shifted target input ``(B, T)``."""
         return self.model(src, tgt_in, src_mask)
 
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Adds ``"tgt_index"``: the non-padding positions of the flattened ``tgt_out``,
+        computed on the host before the batch moves to the device (no synchronisation there).
+        The loss then projects only those positions onto the vocabulary. Left out under
+        ``compile``, where a varying number of positions would mean varying shapes."""
+        if isinstance(batch, dict) and "tgt_out" in batch and not self.hparams.compile:
+            flat = batch["tgt_out"].reshape(-1)
+            batch["tgt_index"] = (flat != self.model.pad_id).nonzero().squeeze(1)
+        return batch
+
     def _loss_sums(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        logits = self._forward(batch["src"], batch["tgt_in"], batch["src_mask"])
+        index = batch.get("tgt_index")
+        target = batch["tgt_out"]
+        if index is None:
+            logits = self._forward(batch["src"], batch["tgt_in"], batch["src_mask"])
+        else:
+            # Eager path: decoder states at the real target positions only, and the output
+            # projection fused with the loss (the (N, V) logits are never materialised).
+            hidden = self.model.features(batch["src"], batch["tgt_in"], batch["src_mask"], index)
+            loss_sum, nll_sum = linear_label_smoothed_cross_entropy(
+                hidden,
+                self.model.output_weight,
+                target.reshape(-1).index_select(0, index),
+                self.hparams.label_smoothing,
+                ignore_index=self.model.pad_id,
+            )
+            n_tokens = (batch["tgt_out"] != self.model.pad_id).sum()
+            return loss_sum, nll_sum, n_tokens
         loss_sum, nll_sum = label_smoothed_cross_entropy(
-            logits, batch["tgt_out"], self.hparams.label_smoothing, ignore_index=self.model.pad_id
+            logits, target, self.hparams.label_smoothing, ignore_index=self.model.pad_id
         )
         n_tokens = (batch["tgt_out"] != self.model.pad_id).sum()
         return loss_sum, nll_sum, n_tokens

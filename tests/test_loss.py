@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from seq2seq.nn import label_smoothed_cross_entropy
+from seq2seq.nn import label_smoothed_cross_entropy, linear_label_smoothed_cross_entropy
 
 PAD = 0
 
@@ -82,3 +82,54 @@ def test_gradients_match_autograd_reference(epsilon):
     (2.0 * ref_loss + 3.0 * ref_nll).backward()
     torch.testing.assert_close(ours.grad, ref.grad)
     assert torch.count_nonzero(ours.grad[target == PAD]) == 0
+
+
+def _linear_data(n=300, d=16, vocab=50, dtype=torch.float64):
+    g = torch.Generator().manual_seed(1)
+    hidden = torch.randn(n, d, generator=g).to(dtype).requires_grad_()
+    weight = torch.randn(vocab, d, generator=g).to(dtype).requires_grad_()
+    target = torch.randint(1, vocab, (n,), generator=g)
+    target[::7] = PAD
+    return hidden, weight, target
+
+
+@pytest.mark.parametrize("chunk_size", [1, 64, 100, 1000])
+def test_fused_linear_loss_equals_projection_then_loss(chunk_size):
+    """Loss, nll and both gradients of the chunked fused version equal the unfused ones,
+    whatever the chunking (including a last partial chunk and padding rows)."""
+    hidden, weight, target = _linear_data()
+    loss, nll = linear_label_smoothed_cross_entropy(
+        hidden, weight, target, 0.1, PAD, chunk_size=chunk_size
+    )
+    (3.0 * loss).backward()
+    grads = hidden.grad, weight.grad
+    hidden.grad = weight.grad = None
+    ref_loss, ref_nll = label_smoothed_cross_entropy(hidden @ weight.t(), target, 0.1, PAD)
+    (3.0 * ref_loss).backward()
+    torch.testing.assert_close(loss, ref_loss, rtol=1e-6, atol=0)
+    torch.testing.assert_close(nll, ref_nll, rtol=1e-6, atol=0)
+    torch.testing.assert_close(grads[0], hidden.grad, rtol=1e-4, atol=1e-6)  # float32 softmax
+    torch.testing.assert_close(grads[1], weight.grad, rtol=1e-4, atol=1e-6)
+    assert not nll.requires_grad
+
+
+def test_fused_linear_loss_under_bf16_autocast_is_close():
+    hidden, weight, target = _linear_data(dtype=torch.float32)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss, _ = linear_label_smoothed_cross_entropy(hidden, weight, target, 0.1, PAD, 64)
+        ref, _ = label_smoothed_cross_entropy(hidden @ weight.t(), target, 0.1, PAD)
+    assert loss.dtype == torch.float32
+    torch.testing.assert_close(loss, ref, rtol=2e-3, atol=0)
+    loss.backward()
+    assert hidden.grad.dtype == hidden.dtype and weight.grad.dtype == weight.dtype
+    assert torch.isfinite(hidden.grad).all() and torch.isfinite(weight.grad).all()
+
+
+def test_fused_linear_loss_rejects_bad_shapes():
+    hidden, weight, target = _linear_data()
+    with pytest.raises(ValueError, match="must be"):
+        linear_label_smoothed_cross_entropy(hidden, weight[:, :3], target, 0.1)
+    with pytest.raises(ValueError, match="target"):
+        linear_label_smoothed_cross_entropy(hidden, weight, target[:5], 0.1)
+    with pytest.raises(ValueError, match="chunk_size"):
+        linear_label_smoothed_cross_entropy(hidden, weight, target, 0.1, chunk_size=0)

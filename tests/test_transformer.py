@@ -270,3 +270,50 @@ def test_attention_maps_do_not_change_output_with_maps_on():
         for m in filter(None, modules):
             m.record_weights = False
     torch.testing.assert_close(on, off, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("options", VARIANTS)
+def test_output_index_and_features_select_rows_of_the_full_logits(options):
+    model = _model(**options)
+    src, tgt = _batch()
+    mask = padding_mask(src, PAD)
+    full = model(src, tgt, mask)
+    index = torch.tensor([0, 4, 5, 7, 17])
+    torch.testing.assert_close(model(src, tgt, mask, index), full.flatten(0, 1)[index])
+    states = model.features(src, tgt, mask, index)
+    assert states.shape == (index.numel(), model.d_model)
+    torch.testing.assert_close(states @ model.output_weight.t(), full.flatten(0, 1)[index])
+
+
+class TestDropout:
+    def test_rate_lanes_and_expectation(self):
+        from seq2seq.nn.layers import Dropout
+
+        torch.manual_seed(0)
+        drop = Dropout(0.1).train()
+        x = torch.ones(400, 1000)
+        y = drop(x)
+        zero = y == 0
+        assert abs(zero.float().mean().item() - 0.1) < 0.003
+        # Four 16-bit draws come from each 64-bit word: every lane must be unbiased.
+        lanes = zero.flatten()[:400_000].view(-1, 4).float().mean(0)
+        assert (lanes - 0.1).abs().max().item() < 0.005
+        kept = y[~zero]
+        torch.testing.assert_close(kept, torch.full_like(kept, 65536 / (65536 - 6554)))
+        assert abs(y.mean().item() - 1.0) < 0.01
+
+    def test_seeded_eval_identity_and_gradient(self):
+        from seq2seq.nn.layers import Dropout
+
+        drop = Dropout(0.3).train()
+        x = torch.randn(7, 13, requires_grad=True)
+        torch.manual_seed(5)
+        a = drop(x)
+        torch.manual_seed(5)
+        b = drop(x)
+        torch.testing.assert_close(a, b)
+        a.sum().backward()
+        torch.testing.assert_close(x.grad, (a / x).detach())  # grad = mask * scale
+        assert drop.eval()(x) is x
+        with pytest.raises(ValueError, match="dropout probability"):
+            Dropout(1.0)

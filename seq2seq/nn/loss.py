@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["label_smoothed_cross_entropy"]
+__all__ = ["label_smoothed_cross_entropy", "linear_label_smoothed_cross_entropy"]
 
 
 class _LabelSmoothedCE(torch.autograd.Function):
@@ -77,3 +77,101 @@ def label_smoothed_cross_entropy(
             "expected logits of shape target.shape + (V,)"
         )
     return _LabelSmoothedCE.apply(logits, target, float(epsilon), ignore_index)
+
+
+class _LinearLabelSmoothedCE(torch.autograd.Function):
+    """Output projection + label-smoothed cross entropy over row chunks (see
+    :func:`linear_label_smoothed_cross_entropy`). The forward pass also computes the gradients
+    of ``loss_sum`` with respect to the hidden states and the weight, chunk by chunk; backward
+    only scales them by the incoming gradient."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, target, epsilon, ignore_index, chunk_size):
+        n, vocab = hidden.size(0), weight.size(0)
+        device_type = hidden.device.type
+        autocast = torch.is_autocast_enabled(device_type)
+        grad_hidden = torch.empty_like(hidden)
+        low = (torch.float16, torch.bfloat16)
+        acc_dtype = torch.float32 if weight.dtype in low else weight.dtype
+        grad_weight = torch.zeros_like(weight, dtype=acc_dtype)
+        fused_acc = not autocast and hidden.dtype == acc_dtype
+        loss_sum = hidden.new_zeros((), dtype=torch.float32)
+        nll_sum = hidden.new_zeros((), dtype=torch.float32)
+        for start in range(0, n, chunk_size):
+            h = hidden[start : start + chunk_size]
+            t = target[start : start + chunk_size]
+            keep = (t != ignore_index).unsqueeze(1)
+            t = t.masked_fill(~keep.squeeze(1), 0).unsqueeze(1)
+            # Logits in the dtype autocast chooses; log-probabilities in float32.
+            lprobs = torch.log_softmax(h @ weight.t(), dim=-1, dtype=torch.float32)
+            nll = -(lprobs.gather(1, t) * keep).sum()
+            smooth = -(lprobs.sum(dim=1, keepdim=True) * keep).sum()
+            nll_sum += nll
+            loss_sum += (1.0 - epsilon) * nll + epsilon / vocab * smooth
+            # d loss / d logits = p - (1 - eps) * onehot - eps / V, zero for ignored rows.
+            grad = lprobs.exp_().sub_(epsilon / vocab).mul_(keep)
+            grad.scatter_add_(1, t, keep.to(grad.dtype).mul_(-(1.0 - epsilon)))
+            if not autocast:
+                grad = grad.to(h.dtype)
+            grad_hidden[start : start + chunk_size] = grad @ weight
+            if fused_acc:
+                grad_weight.addmm_(grad.t(), h)
+            else:
+                grad_weight += grad.t() @ h
+        ctx.save_for_backward(grad_hidden, grad_weight.to(weight.dtype))
+        ctx.mark_non_differentiable(nll_sum)
+        return loss_sum, nll_sum
+
+    @staticmethod
+    def backward(ctx, g_loss: Tensor, g_nll: Tensor):
+        grad_hidden, grad_weight = ctx.saved_tensors
+        g = g_loss.to(grad_hidden.dtype)
+        return grad_hidden * g, grad_weight * g.to(grad_weight.dtype), None, None, None, None
+
+
+def linear_label_smoothed_cross_entropy(
+    hidden: Tensor,
+    weight: Tensor,
+    target: Tensor,
+    epsilon: float,
+    ignore_index: int = 0,
+    chunk_size: int = 256,
+) -> tuple[Tensor, Tensor]:
+    """Output projection fused with :func:`label_smoothed_cross_entropy`.
+
+    Computes ``label_smoothed_cross_entropy(hidden @ weight.T, target, epsilon)`` over chunks of
+    ``chunk_size`` rows, so the ``(N, V)`` logits are never held at once (a few MB instead of
+    ``4 N V`` bytes) and each chunk's softmax and gradient run while it is still in cache. The
+    gradients are computed in the forward pass, chunk by chunk, and scaled in backward, the
+    approach of fused linear cross-entropy kernels (Liger Kernel, Hsu et al. 2024; Cut
+    Cross-Entropy, Wijmans et al. 2024). Under autocast the products run in the autocast dtype
+    and the softmax in float32, as in the unfused path.
+
+    Args:
+        hidden: ``(N, D)`` float hidden states (e.g. the decoder's final states at the target
+            positions; see ``Transformer.features``).
+        weight: ``(V, D)`` output projection (``Transformer.output_weight``).
+        target: ``(N,)`` long target ids.
+        epsilon: smoothing ``eps`` in ``[0, 1]``.
+        ignore_index: target id that contributes nothing (padding).
+        chunk_size: rows per chunk.
+
+    Returns:
+        ``(loss_sum, nll_sum)`` float32 scalars summed over non-ignored tokens. Only
+        ``loss_sum`` is differentiable; ``nll_sum`` is for reporting.
+
+    Raises:
+        ValueError: if shapes do not match or ``chunk_size < 1``.
+    """
+    if hidden.dim() != 2 or weight.dim() != 2 or hidden.size(1) != weight.size(1):
+        raise ValueError(
+            f"hidden {tuple(hidden.shape)} and weight {tuple(weight.shape)} must be (N, D) and "
+            "(V, D)"
+        )
+    if target.shape != hidden.shape[:1]:
+        raise ValueError(f"target {tuple(target.shape)} must be ({hidden.size(0)},)")
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    return _LinearLabelSmoothedCE.apply(
+        hidden, weight, target, float(epsilon), ignore_index, chunk_size
+    )

@@ -15,6 +15,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from seq2seq.nn.attention import DecoderCache, MultiHeadAttention, attend_first_if_empty
 from seq2seq.nn.layers import (
     DecoderLayer,
+    Dropout,
     EncoderLayer,
     LearnedPositionalEmbedding,
     SinusoidalPositionalEncoding,
@@ -50,7 +51,7 @@ class _Stack(nn.Module):
         self.scale = math.sqrt(self.d_model)
         self.max_positions = max_positions
         self.positions = _positions(positional, self.d_model, max_positions)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def embed_tokens(self, tokens: Tensor, offset: int = 0) -> Tensor:
         """``(B, L)`` ids -> ``(B, L, D)``: ``sqrt(D) * E[x] + P[offset:offset+L]``, dropout
@@ -262,6 +263,7 @@ class Transformer(nn.Module):
         memory: Tensor | None,
         src_mask: Tensor | None = None,
         cache: DecoderCache | None = None,
+        output_index: Tensor | None = None,
     ) -> Tensor:
         """Next-token logits for a batch of (shifted) target prefixes.
 
@@ -272,9 +274,15 @@ class Transformer(nn.Module):
                 the cross-attention keys/values (after the first cached call).
             src_mask: ``(B, 1, 1, S)`` bool source mask as given to :meth:`encode`.
             cache: incremental decoding state from :meth:`new_cache`, updated in place.
+            output_index: ``(N,)`` long positions in the flattened ``(B * T)`` layout (e.g.
+                the non-padding target positions, ``(tgt_out.flatten() != pad).nonzero()``):
+                the output projection, the largest matrix product of a training step, is
+                then computed for these positions only. Computing the index on the host, before
+                the batch is moved to the device, keeps the step free of synchronisation.
 
         Returns:
-            ``(B, T, V)`` logits over the real vocabulary (dtype of the computation).
+            ``(B, T, V)`` logits over the real vocabulary (dtype of the computation), or
+            ``(N, V)`` logits at ``output_index`` when it is given.
 
         Raises:
             ValueError: if the decoded positions would exceed ``max_positions``.
@@ -283,27 +291,77 @@ class Transformer(nn.Module):
             src_mask = attend_first_if_empty(src_mask)
         with sdpa_kernel(SDPA_BACKENDS):
             h = self.decoder(tgt, memory, src_mask, cache)
+        if output_index is not None:
+            h = h.flatten(0, 1).index_select(0, output_index)
         logits = F.linear(h, self.output.weight)
         if self.padded_vocab_size != self.vocab_size:
             logits = logits[..., : self.vocab_size]
         return logits
 
-    def forward(self, src: Tensor, tgt: Tensor, src_mask: Tensor | None = None) -> Tensor:
+    @property
+    def output_weight(self) -> Tensor:
+        """``(V, D)`` output projection over the real vocabulary (a view of the padded one)."""
+        return self.output.weight[: self.vocab_size]
+
+    def features(
+        self,
+        src: Tensor,
+        tgt: Tensor,
+        src_mask: Tensor | None = None,
+        output_index: Tensor | None = None,
+    ) -> Tensor:
+        """Teacher-forced final decoder states, before the output projection.
+
+        Pair with :func:`seq2seq.nn.linear_label_smoothed_cross_entropy` and
+        :attr:`output_weight` to train without materialising the logits.
+
+        Args:
+            src: ``(B, S)`` long source ids.
+            tgt: ``(B, T)`` long decoder input (BOS + target without its last token).
+            src_mask: ``(B, 1, 1, S)`` bool source mask.
+            output_index: ``(N,)`` long positions in the flattened ``(B * T)`` layout to
+                keep; ``None`` = all.
+
+        Returns:
+            ``(B, T, D)`` states, or ``(N, D)`` with ``output_index``.
+
+        Raises:
+            ValueError: if ``S`` or ``T`` exceeds ``max_positions``.
+        """
+        check_length(tgt.size(1), self.max_positions)
+        memory = self.encode(src, src_mask)
+        if src_mask is not None:
+            src_mask = attend_first_if_empty(src_mask)
+        with sdpa_kernel(SDPA_BACKENDS):
+            h = self.decoder(tgt, memory, src_mask)
+        if output_index is not None:
+            h = h.flatten(0, 1).index_select(0, output_index)
+        return h
+
+    def forward(
+        self,
+        src: Tensor,
+        tgt: Tensor,
+        src_mask: Tensor | None = None,
+        output_index: Tensor | None = None,
+    ) -> Tensor:
         """Teacher-forced logits: ``decode(tgt, encode(src, src_mask), src_mask)``.
 
         Args:
             src: ``(B, S)`` long source ids.
             tgt: ``(B, T)`` long decoder input (BOS + target without its last token).
             src_mask: ``(B, 1, 1, S)`` bool source mask.
+            output_index: ``(N,)`` long positions in the flattened ``(B * T)`` target layout
+                to compute logits for (see :meth:`decode`); ``None`` = all.
 
         Returns:
-            ``(B, T, V)`` logits.
+            ``(B, T, V)`` logits, or ``(N, V)`` with ``output_index``.
 
         Raises:
             ValueError: if ``S`` or ``T`` exceeds ``max_positions``.
         """
         check_length(tgt.size(1), self.max_positions)
-        return self.decode(tgt, self.encode(src, src_mask), src_mask)
+        return self.decode(tgt, self.encode(src, src_mask), src_mask, output_index=output_index)
 
     @torch.no_grad()
     def attention_maps(
