@@ -23,6 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from seq2seq.nn.linear import Linear
+
 __all__ = [
     "DecoderCache",
     "KVCache",
@@ -273,11 +275,11 @@ class MultiHeadAttention(nn.Module):
         self.dropout = dropout
         self.self_attention = self_attention
         if self_attention:
-            self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
+            self.qkv = Linear(d_model, 3 * d_model, bias=bias)
         else:
-            self.q = nn.Linear(d_model, d_model, bias=bias)
-            self.kv = nn.Linear(d_model, 2 * d_model, bias=bias)
-        self.out = nn.Linear(d_model, d_model, bias=bias)
+            self.q = Linear(d_model, d_model, bias=bias)
+            self.kv = Linear(d_model, 2 * d_model, bias=bias)
+        self.out = Linear(d_model, d_model, bias=bias)
         # Visualisation: when ``record_weights`` is set, each call also computes the attention
         # probabilities explicitly and keeps them in ``weights`` (see Transformer.attention_maps).
         self.record_weights = False

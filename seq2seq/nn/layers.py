@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seq2seq.nn.attention import KVCache, MultiHeadAttention
+from seq2seq.nn.linear import Linear
 
 __all__ = [
     "DecoderLayer",
@@ -161,8 +162,8 @@ class FeedForward(nn.Module):
         super().__init__()
         if activation not in ("relu", "gelu"):
             raise ValueError(f"activation must be 'relu' or 'gelu', got {activation!r}")
-        self.fc1 = nn.Linear(d_model, d_ff)
-        self.fc2 = nn.Linear(d_ff, d_model)
+        self.fc1 = Linear(d_model, d_ff)
+        self.fc2 = Linear(d_ff, d_model)
         self.act = F.relu if activation == "relu" else F.gelu
         self.dropout = Dropout(activation_dropout)
         for lin in (self.fc1, self.fc2):

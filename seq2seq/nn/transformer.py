@@ -8,7 +8,6 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -21,6 +20,7 @@ from seq2seq.nn.layers import (
     SinusoidalPositionalEncoding,
     check_length,
 )
+from seq2seq.nn.linear import PackedWeight, linear
 
 __all__ = ["SDPA_BACKENDS", "Decoder", "Encoder", "Transformer"]
 
@@ -227,6 +227,7 @@ class Transformer(nn.Module):
             tgt_embed, n_decoder_layers, positional, max_positions, dropout, **layer_kwargs
         )
         self.output = nn.Linear(d_model, self.padded_vocab_size, bias=False)
+        self._packed_output = PackedWeight()  # oneDNN copy for CPU inference, see linear()
         if tie_embeddings == "none":
             nn.init.normal_(self.output.weight, mean=0.0, std=d_model**-0.5)
         else:
@@ -293,7 +294,7 @@ class Transformer(nn.Module):
             h = self.decoder(tgt, memory, src_mask, cache)
         if output_index is not None:
             h = h.flatten(0, 1).index_select(0, output_index)
-        logits = F.linear(h, self.output.weight)
+        logits = linear(h, self.output.weight, packed=self._packed_output)
         if self.padded_vocab_size != self.vocab_size:
             logits = logits[..., : self.vocab_size]
         return logits

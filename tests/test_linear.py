@@ -1,0 +1,69 @@
+"""The oneDNN inference path of seq2seq.nn.linear agrees with F.linear and stays in sync."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import seq2seq.nn.linear as linear_module
+from seq2seq.nn import Transformer, padding_mask
+from seq2seq.nn.linear import Linear, PackedWeight, linear
+
+needs_onednn = pytest.mark.skipif(not linear_module._ONEDNN, reason="PyTorch without oneDNN")
+
+
+@needs_onednn
+@pytest.mark.parametrize("rows", [1, 7, 64, 130])
+def test_inference_path_matches_f_linear(rows):
+    torch.manual_seed(0)
+    layer = Linear(48, 80)
+    x = torch.randn(rows, 1, 48)
+    with torch.no_grad():
+        fast = layer(x)
+    assert layer._packed.packed is not None  # the oneDNN path was taken
+    torch.testing.assert_close(fast, F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5)
+
+
+@needs_onednn
+def test_packed_copy_follows_in_place_updates():
+    torch.manual_seed(0)
+    layer = Linear(16, 8)
+    x = torch.randn(3, 16)
+    with torch.no_grad():
+        layer(x)
+        layer.weight.mul_(2.0)  # as an optimizer step or load_state_dict would
+        after = layer(x)
+    torch.testing.assert_close(after, F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5)
+
+
+def test_training_and_other_dtypes_use_f_linear(monkeypatch):
+    calls = []
+    monkeypatch.setattr(PackedWeight, "get", lambda self, w: calls.append(w) or w)
+    layer = Linear(4, 3)
+    x = torch.randn(2, 4, requires_grad=True)
+    layer(x).sum().backward()  # autograd on
+    assert x.grad is not None
+    with torch.no_grad():
+        layer.double()(x.double().detach())  # float64
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            layer.float()(x.detach())  # autocast
+        linear(x.detach(), layer.weight, layer.bias)  # no cache given
+    assert calls == []
+
+
+@needs_onednn
+def test_decoding_logits_match_with_and_without_onednn(monkeypatch):
+    torch.manual_seed(0)
+    model = Transformer(
+        60, d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=2, d_ff=64
+    ).eval()
+    src = torch.randint(4, 60, (3, 9))
+    src[1, 6:] = 0
+    tgt = torch.randint(4, 60, (3, 5))
+    mask = padding_mask(src, 0)
+    with torch.inference_mode():
+        fast = model(src, tgt, mask)
+        monkeypatch.setattr(linear_module, "_ONEDNN", False)
+        slow = model(src, tgt, mask)
+    torch.testing.assert_close(fast, slow, rtol=1e-4, atol=1e-4)
