@@ -80,10 +80,10 @@ class KVCache:
     Two kinds exist:
 
     * ``static=False`` (decoder self-attention): each call appends the keys/values of the new
-      target step(s). Storage is a buffer ``(B, H, Dh, capacity)`` (keys and values transposed,
-      so the valid prefix ``[..., :length]`` is a matrix operand that batched matrix products
-      read without copying) written in place at the current length; it doubles when full, so
-      steps cost no concatenation.
+      target step(s). Storage is a buffer ``(B, H, capacity, Dh)`` written in place at the
+      current length (one contiguous ``Dh`` row per head and step; the valid prefix
+      ``[:, :, :length]`` is a matrix operand that batched matrix products read without
+      copying); it doubles when full, so steps cost no concatenation.
     * ``static=True`` (cross-attention): keys/values of the encoder memory, computed at the first
       call and reused unchanged afterwards.
 
@@ -99,7 +99,7 @@ class KVCache:
         self.static = static
         self.capacity = max(int(capacity), 1)
         self.length = 0
-        self._k: Tensor | None = None  # (B, H, Dh, capacity or S)
+        self._k: Tensor | None = None  # (B, H, capacity or S, Dh)
         self._v: Tensor | None = None
         self._spare: tuple[Tensor | None, Tensor | None] = (None, None)
 
@@ -109,34 +109,24 @@ class KVCache:
         return self._k is None
 
     @property
-    def keys_t(self) -> Tensor:
-        """``(B, H, Dh, length)`` stored keys, transposed (a view, no copy)."""
-        assert self._k is not None, "empty cache"
-        return self._k if self.static else self._k[..., : self.length]
-
-    @property
-    def values_t(self) -> Tensor:
-        """``(B, H, Dh, length)`` stored values, transposed (a view, no copy)."""
-        assert self._v is not None, "empty cache"
-        return self._v if self.static else self._v[..., : self.length]
-
-    @property
     def keys(self) -> Tensor:
         """``(B, H, length, Dh)`` stored keys (a view, no copy; float32 for float16/bfloat16
         inputs)."""
-        return self.keys_t.transpose(-2, -1)
+        assert self._k is not None, "empty cache"
+        return self._k if self.static else self._k[:, :, : self.length]
 
     @property
     def values(self) -> Tensor:
         """``(B, H, length, Dh)`` stored values (a view, no copy; float32 for float16/bfloat16
         inputs)."""
-        return self.values_t.transpose(-2, -1)
+        assert self._v is not None, "empty cache"
+        return self._v if self.static else self._v[:, :, : self.length]
 
     def set_static(self, k: Tensor, v: Tensor) -> None:
         """Store cross-attention keys and values ``(B, H, S, Dh)``."""
         dtype = _storage_dtype(k.dtype)
-        self._k = k.transpose(-2, -1).to(dtype).contiguous()
-        self._v = v.transpose(-2, -1).to(dtype).contiguous()
+        self._k = k.to(dtype).contiguous()
+        self._v = v.to(dtype).contiguous()
         self.length = k.size(2)
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
@@ -150,20 +140,20 @@ class KVCache:
             ``(keys, values)``, each ``(B, H, length + t, Dh)``.
         """
         new_len = self.length + k.size(2)
-        if self._k is None or new_len > self._k.size(-1):
-            cap = max(self.capacity, new_len, 2 * (0 if self._k is None else self._k.size(-1)))
+        if self._k is None or new_len > self._k.size(2):
+            cap = max(self.capacity, new_len, 2 * (0 if self._k is None else self._k.size(2)))
             self._k = self._grow(self._k, k, cap)
             self._v = self._grow(self._v, v, cap)
-        self._k[..., self.length : new_len] = k.transpose(-2, -1)
-        self._v[..., self.length : new_len] = v.transpose(-2, -1)
+        self._k[:, :, self.length : new_len] = k
+        self._v[:, :, self.length : new_len] = v
         self.length = new_len
         return self.keys, self.values
 
     def _grow(self, old: Tensor | None, like: Tensor, cap: int) -> Tensor:
         b, h, _, dh = like.shape
-        buf = like.new_empty((b, h, dh, cap), dtype=_storage_dtype(like.dtype))
+        buf = like.new_empty((b, h, cap, dh), dtype=_storage_dtype(like.dtype))
         if old is not None and self.length:
-            buf[..., : self.length] = old[..., : self.length]
+            buf[:, :, : self.length] = old[:, :, : self.length]
         return buf
 
     def reorder(self, index: Tensor) -> None:
@@ -187,7 +177,7 @@ class KVCache:
             for name in ("_k", "_v"):
                 old = getattr(self, name)
                 new = old.new_empty((rows, *old.shape[1:]))
-                new[..., :n] = old[..., :n].index_select(0, index)
+                new[:, :, :n] = old[:, :, :n].index_select(0, index)
                 setattr(self, name, new)
             return
         spare_k, spare_v = self._spare
@@ -195,8 +185,8 @@ class KVCache:
             spare_k = self._k.new_empty((rows, *self._k.shape[1:]))
             spare_v = self._v.new_empty((rows, *self._v.shape[1:]))
         spare_k, spare_v = spare_k[:rows], spare_v[:rows]
-        torch.index_select(self._k[..., :n], 0, index, out=spare_k[..., :n])
-        torch.index_select(self._v[..., :n], 0, index, out=spare_v[..., :n])
+        torch.index_select(self._k[:, :, :n], 0, index, out=spare_k[:, :, :n])
+        torch.index_select(self._v[:, :, :n], 0, index, out=spare_v[:, :, :n])
         self._spare = (self._k, self._v)
         self._k, self._v = spare_k, spare_v
 
@@ -348,9 +338,9 @@ class MultiHeadAttention(nn.Module):
             past = 0
         if cache is not None and t == 1 and not self.record_weights:
             # One query per row (incremental decoding) attends to every cached key: no causal
-            # mask, and two batched matrix products on the cache's transposed buffers beat the
-            # fused kernel at this shape.
-            out = self._one_query(q, cache.keys_t, cache.values_t, mask)
+            # mask, and two batched matrix products on the cache buffers beat the fused kernel
+            # at this shape.
+            out = self._one_query(q, cache.keys, cache.values, mask)
             return self.out(out.reshape(b, 1, self.d_model))
         if is_causal and (past > 0 or mask is not None):
             # SDPA's is_causal is top-left aligned and cannot be combined with a mask: build the
@@ -373,14 +363,14 @@ class MultiHeadAttention(nn.Module):
         )
         return self.out(out.transpose(1, 2).reshape(b, t, self.d_model))
 
-    def _one_query(self, q: Tensor, keys_t: Tensor, values_t: Tensor, mask: Tensor | None):
+    def _one_query(self, q: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None):
         """``softmax(q K^T / sqrt(Dh) + M) V`` for a single query per row, in float32 for
         float16/bfloat16 inputs (as the fused kernel accumulates).
 
         Args:
             q: ``(B, H, 1, Dh)`` queries.
-            keys_t: ``(B, H, Dh, L)`` transposed keys.
-            values_t: ``(B, H, Dh, L)`` transposed values.
+            keys: ``(B, H, L, Dh)`` keys.
+            values: ``(B, H, L, Dh)`` values.
             mask: bool mask broadcastable to ``(B, H, 1, L)`` or ``None``.
 
         Returns:
@@ -388,15 +378,15 @@ class MultiHeadAttention(nn.Module):
         """
         dtype = q.dtype
         with torch.autocast(q.device.type, enabled=False):
-            q = q.to(keys_t.dtype)  # float32 products for float16/bfloat16, see KVCache
-            scores = torch.matmul(q, keys_t).mul_(1.0 / math.sqrt(self.head_dim))
+            q = q.to(keys.dtype)  # float32 products for float16/bfloat16, see KVCache
+            scores = torch.matmul(q, keys.transpose(-2, -1)).mul_(1.0 / math.sqrt(self.head_dim))
             if mask is not None:
                 scores = scores.masked_fill_(~mask, float("-inf"))
             probs = scores.softmax(dim=-1)
             if self.training and self.dropout > 0:
                 probs = F.dropout(probs, self.dropout)
-            # (B, H, Dh, L) @ (B, H, L, 1) -> (B, H, Dh, 1), i.e. (B, 1, H, Dh) once permuted.
-            out = torch.matmul(values_t, probs.transpose(-2, -1)).permute(0, 3, 1, 2)
+            # (B, H, 1, L) @ (B, H, L, Dh) -> (B, H, 1, Dh) -> (B, 1, H, Dh).
+            out = torch.matmul(probs, values).transpose(1, 2)
         return out.to(dtype)
 
     def extra_repr(self) -> str:
