@@ -95,6 +95,8 @@ class _LinearLabelSmoothedCE(torch.autograd.Function):
         acc_dtype = torch.float32 if weight.dtype in low else weight.dtype
         grad_weight = torch.zeros_like(weight, dtype=acc_dtype)
         fused_acc = not autocast and hidden.dtype == acc_dtype
+        if autocast:  # cast the weight once, not in every chunk's two products
+            weight = weight.to(torch.get_autocast_dtype(device_type))
         loss_sum = hidden.new_zeros((), dtype=torch.float32)
         nll_sum = hidden.new_zeros((), dtype=torch.float32)
         for start in range(0, n, chunk_size):
