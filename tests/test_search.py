@@ -189,3 +189,45 @@ def test_invalid_arguments(model, sources):
         beam_search(model, sources, mask, BOS, EOS, length_penalty_form="wu")
     with pytest.raises(ValueError, match="src_mask"):
         greedy_search(model, sources, mask[:, 0], BOS, EOS)
+
+
+@torch.no_grad()
+def test_beams_sharing_cross_attention_equal_expanded_copies():
+    """expand_beams keeps cross-attention keys/values once per sentence; the logits equal those
+    of a cache whose cross-attention rows were copied for every beam, also after sentences
+    are dropped."""
+    from seq2seq.nn import padding_mask
+
+    torch.manual_seed(0)
+    model = (
+        Transformer(
+            50, d_model=32, n_heads=4, n_encoder_layers=1, n_decoder_layers=2, d_ff=64, dropout=0.0
+        )
+        .double()
+        .eval()
+    )
+    src = torch.randint(4, 50, (3, 7))
+    src[1, 4:] = 0
+    mask = padding_mask(src, 0)
+    memory = model.encode(src, mask)
+    shared, copied = model.new_cache(8), model.new_cache(8)
+    bos = torch.full((3, 1), 2)
+    model.decode(bos, memory, mask, shared)
+    model.decode(bos, memory, mask, copied)
+    beam = 3
+    rows = torch.arange(3).repeat_interleave(beam)
+    shared.expand_beams(beam)
+    copied.reorder(rows, include_cross=True)
+    tokens = torch.randint(4, 50, (9, 1))
+    a = model.decode(tokens, None, mask, shared)
+    b = model.decode(tokens, None, mask.index_select(0, rows), copied)
+    torch.testing.assert_close(a, b)
+    # Drop sentence 1 and reorder beams within the others.
+    keep = torch.tensor([0, 2])
+    new_rows = torch.tensor([1, 1, 0, 8, 6, 7])
+    shared.reorder(new_rows, include_cross=True)
+    copied.reorder(new_rows, include_cross=True)
+    tokens = torch.randint(4, 50, (6, 1))
+    a = model.decode(tokens, None, mask.index_select(0, keep), shared)
+    b = model.decode(tokens, None, mask.index_select(0, rows[new_rows]), copied)
+    torch.testing.assert_close(a, b)

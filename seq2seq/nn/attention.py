@@ -89,16 +89,22 @@ class KVCache:
 
     float16/bfloat16 keys and values are stored in float32 (see :attr:`keys`).
 
+    A static cache can serve ``group`` consecutive query rows per stored row (the beams of one
+    sentence, see :meth:`DecoderCache.expand_beams`): their single-step queries then attend to
+    the sentence's keys/values together, which are stored and read once per sentence.
+
     Attributes:
         static: whether the cache holds cross-attention keys/values.
         length: number of valid positions (target steps for self-attention, ``S`` for cross).
         capacity: preallocated number of positions for self-attention.
+        group: query rows per stored row (static caches; 1 = one to one).
     """
 
     def __init__(self, static: bool, capacity: int = 64) -> None:
         self.static = static
         self.capacity = max(int(capacity), 1)
         self.length = 0
+        self.group = 1
         self._k: Tensor | None = None  # (B, H, capacity or S, Dh)
         self._v: Tensor | None = None
         self._spare: tuple[Tensor | None, Tensor | None] = (None, None)
@@ -197,10 +203,12 @@ class DecoderCache:
 
     Beam search reorders only the self-attention caches between steps (``reorder(index)``);
     cross-attention keys/values depend on the source sentence only, which all beams of a sentence
-    share, so they are never reordered within a sentence. Batch shape changes (expanding a batch
-    of ``B`` sentences into ``B * beam`` rows after the first step, or dropping finished
-    sentences) go through ``reorder(index, include_cross=True)``, which selects the cross-attention
-    keys/values as well: they are computed once per sentence, from the un-expanded memory.
+    share, so they are never reordered within a sentence. They are computed once per sentence,
+    from the un-expanded memory, and stay one row per sentence: :meth:`expand_beams` turns the
+    batch of ``B`` sentences into ``B * beam`` rows after the first step by copying the
+    self-attention caches only, and the ``beam`` queries of a sentence then attend to its
+    cross-attention keys/values together (one batched product per sentence instead of one per
+    beam). Dropping finished sentences goes through ``reorder(index, include_cross=True)``.
 
     Args:
         n_layers: number of decoder layers.
@@ -221,12 +229,29 @@ class DecoderCache:
         Args:
             index: ``(B',)`` long indices into the current batch.
             include_cross: also select the cross-attention keys/values (needed whenever the
-                new batch holds different sentences, not just different beams).
+                new batch holds different sentences, not just different beams). After
+                :meth:`expand_beams`, each group of ``beam`` new rows must come from one
+                sentence's group of old rows; the sentence of each group is selected.
         """
         for self_kv, cross_kv in self.layers:
             self_kv.reorder(index)
             if include_cross:
-                cross_kv.reorder(index)
+                g = cross_kv.group
+                cross_kv.reorder(index if g == 1 else index[::g] // g)
+
+    def expand_beams(self, beam: int) -> None:
+        """Turn ``B`` rows (one per sentence) into ``B * beam`` rows, sentence-major.
+
+        Self-attention caches copy each row ``beam`` times; cross-attention caches keep one row
+        per sentence and serve its ``beam`` query rows together (``KVCache.group``).
+        """
+        if beam == 1:
+            return
+        for self_kv, cross_kv in self.layers:
+            if self_kv._k is not None:
+                rows = torch.arange(self_kv._k.size(0), device=self_kv._k.device)
+                self_kv.reorder(rows.repeat_interleave(beam))
+            cross_kv.group *= beam
 
 
 class MultiHeadAttention(nn.Module):
@@ -336,11 +361,13 @@ class MultiHeadAttention(nn.Module):
                     cache.set_static(k, v)
                     k, v = cache.keys, cache.values
             past = 0
+        if cache is not None and cache.group > 1 and (t != 1 or self.record_weights):
+            raise ValueError("a cross-attention cache shared by beams serves single steps only")
         if cache is not None and t == 1 and not self.record_weights:
             # One query per row (incremental decoding) attends to every cached key: no causal
             # mask, and two batched matrix products on the cache buffers beat the fused kernel
             # at this shape.
-            out = self._one_query(q, cache.keys, cache.values, mask)
+            out = self._one_query(q, cache.keys, cache.values, mask, cache.group)
             return self.out(out.reshape(b, 1, self.d_model))
         if is_causal and (past > 0 or mask is not None):
             # SDPA's is_causal is top-left aligned and cannot be combined with a mask: build the
@@ -363,20 +390,26 @@ class MultiHeadAttention(nn.Module):
         )
         return self.out(out.transpose(1, 2).reshape(b, t, self.d_model))
 
-    def _one_query(self, q: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None):
+    def _one_query(
+        self, q: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None, group: int = 1
+    ) -> Tensor:
         """``softmax(q K^T / sqrt(Dh) + M) V`` for a single query per row, in float32 for
         float16/bfloat16 inputs (as the fused kernel accumulates).
 
         Args:
-            q: ``(B, H, 1, Dh)`` queries.
+            q: ``(B * group, H, 1, Dh)`` queries.
             keys: ``(B, H, L, Dh)`` keys.
             values: ``(B, H, L, Dh)`` values.
             mask: bool mask broadcastable to ``(B, H, 1, L)`` or ``None``.
+            group: consecutive query rows that share one row of keys/values (beams).
 
         Returns:
-            ``(B, 1, H, Dh)`` attention output (heads not yet merged).
+            ``(B * group, 1, H, Dh)`` attention output (heads not yet merged).
         """
         dtype = q.dtype
+        rows = q.size(0)
+        if group > 1:  # (B * g, H, 1, Dh) -> (B, H, g, Dh): the g queries of a row together
+            q = q.reshape(rows // group, group, self.n_heads, self.head_dim).transpose(1, 2)
         with torch.autocast(q.device.type, enabled=False):
             q = q.to(keys.dtype)  # float32 products for float16/bfloat16, see KVCache
             scores = torch.matmul(q, keys.transpose(-2, -1)).mul_(1.0 / math.sqrt(self.head_dim))
@@ -385,9 +418,9 @@ class MultiHeadAttention(nn.Module):
             probs = scores.softmax(dim=-1)
             if self.training and self.dropout > 0:
                 probs = F.dropout(probs, self.dropout)
-            # (B, H, 1, L) @ (B, H, L, Dh) -> (B, H, 1, Dh) -> (B, 1, H, Dh).
+            # (B, H, g, L) @ (B, H, L, Dh) -> (B, H, g, Dh) -> (B, g, H, Dh) = (B * g, 1, H, Dh).
             out = torch.matmul(probs, values).transpose(1, 2)
-        return out.to(dtype)
+        return out.reshape(rows, 1, self.n_heads, self.head_dim).to(dtype)
 
     def extra_repr(self) -> str:
         kind = "self" if self.self_attention else "cross"

@@ -218,8 +218,9 @@ def beam_search(
     reproduces :func:`greedy_search`.
 
     Cross-attention keys/values are computed once per sentence at the first step (from a batch
-    of ``B`` rows, before beams exist) and then copied to the ``B * beam_size`` rows; later beam
-    reordering only touches the self-attention caches.
+    of ``B`` rows, before beams exist) and stay one row per sentence: the ``beam_size`` queries
+    of a sentence attend to them together (see ``DecoderCache.expand_beams``); beam reordering
+    only touches the self-attention caches.
 
     Args:
         model: the Transformer (the caller chooses train/eval mode).
@@ -290,9 +291,7 @@ def beam_search(
         vocab = lprobs.size(-1)
         if step == 0:  # one row per sentence so far: expand to K beams (only beam 0 is live)
             cand = beam_score.unsqueeze(-1) + lprobs.unsqueeze(1)
-            rows = torch.arange(a, device=device).repeat_interleave(k)
-            cache.reorder(rows, include_cross=True)
-            mask = mask.index_select(0, rows) if mask is not None else None
+            cache.expand_beams(k)  # the source mask stays one row per sentence
         else:  # summed log-probability, added in place (no new (A * K, V) tensor)
             cand = lprobs.view(a, k, vocab).add_(beam_score.unsqueeze(-1))
         cand = cand.view(a, k * vocab)
@@ -341,7 +340,7 @@ def beam_search(
         rows = (keep.unsqueeze(1) * k + src_beam).view(-1)
         cache.reorder(rows, include_cross=shrink)
         if shrink and mask is not None:
-            mask = mask.index_select(0, rows)
+            mask = mask.index_select(0, keep)
         tokens = tokens.view(-1, 1)
 
     scores, lens, toks = fin_score.tolist(), fin_len.tolist(), fin_tokens.tolist()
