@@ -18,6 +18,8 @@ from seq2seq.data.corpus import (
     MULTI30K_SHA256,
     download_multi30k,
     find_split,
+    iter_lines,
+    iter_parallel,
     locate_split,
     read_jsonl,
     read_lines,
@@ -51,6 +53,49 @@ def test_read_lines_splits_on_newline_only(tmp_path):
     assert read_lines(path) == ["no final newline"]
     path.write_bytes(b"")
     assert read_lines(path) == []
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        "\ufeffa\u2028b\r\nc\u2029d\x0ce\u0085\n\n  f \r\n".encode(),
+        b"no final newline",
+        b"",
+        b"\n",
+        "\ufeff".encode(),
+        "\ufeff\n".encode(),
+        b"a\r\r\nb\r",
+    ],
+)
+def test_iter_lines_agrees_with_read_lines(tmp_path, data):
+    path = tmp_path / "x.txt"
+    path.write_bytes(data)
+    assert list(iter_lines(path)) == read_lines(path)
+    path.write_bytes(gzip.compress(data))
+    assert list(iter_lines(path)) == read_lines(path)
+
+
+def test_iter_lines_errors(tmp_path):
+    path = tmp_path / "bad.de.gz"
+    path.write_bytes(gzip.compress(b"ok\nfine\nbro\xffken\n"))
+    with pytest.raises(ValueError, match=r"bad\.de\.gz, line 3: invalid UTF-8"):
+        list(iter_lines(path))
+    path.write_bytes(gzip.compress(b"ok\n" * 1000)[:-30])
+    with pytest.raises(ValueError, match=r"bad\.de\.gz is not a readable gzip file"):
+        list(iter_lines(path))
+    with pytest.raises(FileNotFoundError, match="nothere"):
+        next(iter_lines(tmp_path / "nothere"))
+
+
+def test_iter_parallel_misaligned_names_both_files_and_counts(tmp_path):
+    (tmp_path / "a.de").write_text("1\n2\n3\n")
+    (tmp_path / "a.en").write_text("1\n2\n")
+    pairs = iter_parallel(tmp_path / "a.de", tmp_path / "a.en")
+    assert [next(pairs), next(pairs)] == [("1", "1"), ("2", "2")]
+    with pytest.raises(ValueError, match=r"a\.de has 3 lines but .*a\.en has 2 lines"):
+        next(pairs)
+    with pytest.raises(ValueError, match=r"a\.en has 2 lines but .*a\.de has 3 lines"):
+        list(iter_parallel(tmp_path / "a.en", tmp_path / "a.de"))
 
 
 def test_read_lines_invalid_utf8_names_file_and_line(tmp_path):
@@ -145,7 +190,7 @@ def test_locate_split_every_format(tmp_path, val_pairs):
     )
     parquet = tmp_path / "parquet"
     parquet.mkdir()
-    _hf_dataset(src, tgt, nested=False).to_parquet(str(parquet / "val.parquet"))
+    _hf_dataset(src, tgt, nested=False).to_parquet(str(parquet / "val.parquet"), batch_size=30)
     disk_dict = tmp_path / "disk_dict"
     datasets.DatasetDict({"val": _hf_dataset(src, tgt, nested=True)}).save_to_disk(str(disk_dict))
     disk_split = tmp_path / "disk_split"
@@ -164,11 +209,27 @@ def test_locate_split_every_format(tmp_path, val_pairs):
         assert corpus.format == fmt, folder
         assert corpus.read() == (src, tgt), folder
         assert len(corpus.fingerprint()) == 64
+        assert len(corpus.stream_fingerprint()) == 64
+        # Chunked reading, from any start, gives the same pairs (Parquet: 2 row groups).
+        for size, start in ((7, 0), (50, 0), (100, 0), (7, 23), (16, 49), (10, 50)):
+            chunks = list(corpus.iter_chunks(size, start=start))
+            assert all(len(c[0]) == size for c in chunks[:-1]), (folder, size, start)
+            got = tuple(sum((list(c[k]) for c in chunks), []) for k in (0, 1))
+            assert got == (src[start:], tgt[start:]), (folder, size, start)
     # A save_to_disk folder given as hf_dataset, with the split selected by name.
     corpus = locate_split("unused", "val", "de", "en", hf_dataset=str(disk_dict))
     assert corpus.read() == (src, tgt)
     with pytest.raises(FileNotFoundError, match=r"Split 'test' not found .* \['val'\]"):
         locate_split("unused", "test", "de", "en", hf_dataset=str(disk_dict)).read()
+
+
+def test_hub_config_must_hold_the_language_pair():
+    corpus = locate_split("unused", "train", "en", "de", hf_dataset="wmt14", hf_config="de-en")
+    assert (corpus.format, corpus.hf_name, corpus.hf_config) == ("hf_hub", "wmt14", "de-en")
+    with pytest.raises(
+        ValueError, match=r"hf_config 'de-en' holds 'de'-'en' pairs, but src_lang='fr'"
+    ):
+        locate_split("unused", "train", "fr", "en", hf_dataset="wmt14", hf_config="de-en")
 
 
 def test_locate_split_missing_lists_candidates(tmp_path):

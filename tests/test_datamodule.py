@@ -116,6 +116,18 @@ def test_train_set_stays_memory_mapped(dm, corpus, tmp_path, monkeypatch):
     assert table["tgt"] == dm.tokenizer.encode(read_lines(corpus / "val.en.gz"))
 
 
+def test_cache_holds_uint16_ids_and_training_reads_no_text(dm):
+    # Ids below 65,536 take two bytes; a training batch reads only the index and id columns
+    # of the memory-mapped table, held-out batches also the raw lines.
+    assert {dm.train_set.data.features[side].feature.dtype for side in ("src", "tgt")} == {"uint16"}
+    assert dm.train_set._ids.column_names == ["index", "src", "tgt"]
+    assert dm.train_set._text is None
+    assert dm.val_set._text.column_names == ["src_text", "tgt_text"]
+    example = dm.train_set[0]
+    assert set(example) == {"index", "src", "tgt"}
+    assert all(type(i) is int for i in example["src"] + example["tgt"])
+
+
 def test_heldout_is_complete_raw_and_truncated(dm, corpus):
     raw_src = read_lines(corpus / "val.de.gz")
     raw_ref = read_lines(corpus / "val.en.gz")

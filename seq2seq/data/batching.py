@@ -233,6 +233,51 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         self._yielded = int(state["batches_yielded"])
 
 
+def filter_training_pairs(
+    src_len: np.ndarray, tgt_len: np.ndarray, max_positions: int, max_length_ratio: float
+) -> tuple[np.ndarray, dict[str, int]]:
+    """Which training pairs to keep, and how many were dropped for which reason.
+
+    A pair is dropped when either side is empty; otherwise when a side with its EOS/BOS is
+    longer than ``max_positions``; otherwise when the longer side has more than
+    ``max_length_ratio`` times the tokens of the shorter one.
+
+    Args:
+        src_len: (N,) source lengths in subword tokens, without EOS.
+        tgt_len: (N,) target lengths in subword tokens, without BOS/EOS.
+        max_positions: Longest sequence, with EOS/BOS, the model accepts.
+        max_length_ratio: Largest allowed ratio of the longer to the shorter side.
+
+    Returns:
+        ``(keep, counts)``: (N,) bool mask, and a dict with ``"pairs"``, ``"kept"``,
+        ``"empty"``, ``"too_long"`` and ``"skewed"``.
+    """
+    s = np.asarray(src_len, dtype=np.int64)
+    t = np.asarray(tgt_len, dtype=np.int64)
+    empty = (s == 0) | (t == 0)
+    too_long = ~empty & ((s + 1 > max_positions) | (t + 1 > max_positions))
+    ratio = np.maximum(s, t) / np.maximum(np.minimum(s, t), 1)
+    skewed = ~empty & ~too_long & (ratio > max_length_ratio)
+    keep = ~(empty | too_long | skewed)
+    counts = {
+        "pairs": int(s.size),
+        "kept": int(keep.sum()),
+        "empty": int(empty.sum()),
+        "too_long": int(too_long.sum()),
+        "skewed": int(skewed.sum()),
+    }
+    return keep, counts
+
+
+def describe_filtering(counts: dict[str, int], max_positions: int, max_length_ratio: float) -> str:
+    """``"kept K of N; dropped ..."``: the counts of :func:`filter_training_pairs` in words."""
+    return (
+        f"kept {counts['kept']} of {counts['pairs']}; dropped {counts['empty']} with an empty "
+        f"side, {counts['too_long']} longer than max_positions={max_positions}, "
+        f"{counts['skewed']} with a length ratio above max_length_ratio={max_length_ratio}"
+    )
+
+
 def collate(
     examples: list[dict[str, Any]],
     pad_id: int = PAD_ID,

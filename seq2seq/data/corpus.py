@@ -29,8 +29,9 @@ import os
 import tempfile
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 
 MULTI30K_URL = "https://github.com/multi30k/dataset/raw/master/data/task1/raw"
@@ -109,6 +110,60 @@ def read_lines(path: str | Path) -> list[str]:
     return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
+def iter_lines(path: str | Path) -> Iterator[str]:
+    """Reads a text file (plain or gzip-compressed) line by line, as :func:`read_lines` does.
+
+    The same rules apply (strict UTF-8, a leading byte-order mark dropped, split on ``"\\n"``
+    only, one trailing ``"\\r"`` removed), but only one line is held at a time, so files
+    larger than memory can be read.
+
+    Args:
+        path: The file.
+
+    Yields:
+        The lines, without line terminators.
+
+    Raises:
+        FileNotFoundError: If ``path`` does not exist.
+        ValueError: On invalid UTF-8 (naming the file and the 1-based line) or a corrupt gzip
+            stream.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"Corpus file not found: {path}")
+    with open(path, "rb") as raw:
+        compressed = raw.read(2) == _GZIP_MAGIC
+        raw.seek(0)
+        stream = gzip.GzipFile(fileobj=raw) if compressed else raw
+        try:
+            for number, line in enumerate(stream, start=1):
+                try:
+                    text = line.decode("utf-8")
+                except UnicodeDecodeError as err:
+                    raise ValueError(
+                        f"{path}, line {number}: invalid UTF-8 ({err.reason} at byte "
+                        f"{err.start + 1} of the line)."
+                    ) from err
+                if number == 1 and text.startswith("\ufeff"):
+                    text = text[1:]
+                    if not text:
+                        continue
+                if text.endswith("\n"):
+                    text = text[:-1]
+                yield text[:-1] if text.endswith("\r") else text
+        except (OSError, EOFError) as err:
+            if not compressed:
+                raise
+            raise ValueError(f"{path} is not a readable gzip file: {err}") from err
+
+
+def _misaligned(src_path, tgt_path, n_src: int, n_tgt: int) -> ValueError:
+    return ValueError(
+        f"Parallel files are misaligned: {src_path} has {n_src} lines but {tgt_path} "
+        f"has {n_tgt} lines; line i of one must translate line i of the other."
+    )
+
+
 def read_parallel(src_path: str | Path, tgt_path: str | Path) -> tuple[list[str], list[str]]:
     """Reads two aligned text files, line ``i`` of one translating line ``i`` of the other.
 
@@ -126,11 +181,36 @@ def read_parallel(src_path: str | Path, tgt_path: str | Path) -> tuple[list[str]
     """
     src, tgt = read_lines(src_path), read_lines(tgt_path)
     if len(src) != len(tgt):
-        raise ValueError(
-            f"Parallel files are misaligned: {src_path} has {len(src)} lines but {tgt_path} "
-            f"has {len(tgt)} lines; line i of one must translate line i of the other."
-        )
+        raise _misaligned(src_path, tgt_path, len(src), len(tgt))
     return src, tgt
+
+
+def iter_parallel(src_path: str | Path, tgt_path: str | Path) -> Iterator[tuple[str, str]]:
+    """Reads two aligned text files pair by pair, as :func:`read_parallel` does.
+
+    Args:
+        src_path: Source-language file (plain or ``.gz``).
+        tgt_path: Target-language file (plain or ``.gz``).
+
+    Yields:
+        ``(src_line, tgt_line)``.
+
+    Raises:
+        FileNotFoundError: If either file is missing.
+        ValueError: When one file ends before the other (raised after the last complete
+            pair, naming both files and both line counts), or on invalid UTF-8.
+    """
+    src_lines, tgt_lines = iter_lines(src_path), iter_lines(tgt_path)
+    n = 0
+    for src in src_lines:
+        tgt = next(tgt_lines, None)
+        if tgt is None:
+            raise _misaligned(src_path, tgt_path, n + 1 + sum(1 for _ in src_lines), n)
+        n += 1
+        yield src, tgt
+    rest = sum(1 for _ in tgt_lines)
+    if rest:
+        raise _misaligned(src_path, tgt_path, n, n + rest)
 
 
 def find_split(data_dir: str | Path, split: str, lang: str) -> Path:
@@ -171,16 +251,26 @@ def read_tsv(path: str | Path) -> tuple[list[str], list[str]]:
         ValueError: If a line does not have exactly two tab-separated fields (naming the file
             and the 1-based line), or on invalid UTF-8.
     """
-    src, tgt = [], []
-    for number, line in enumerate(read_lines(path), start=1):
+    return _unzip(iter_tsv(path))
+
+
+def iter_tsv(path: str | Path) -> Iterator[tuple[str, str]]:
+    """Reads a two-column TSV file pair by pair (see :func:`read_tsv`)."""
+    for number, line in enumerate(iter_lines(path), start=1):
         fields = line.split("\t")
         if len(fields) != 2:
             raise ValueError(
                 f"{path}, line {number}: expected 2 tab-separated fields (source, target), "
                 f"found {len(fields)}."
             )
-        src.append(fields[0])
-        tgt.append(fields[1])
+        yield fields[0], fields[1]
+
+
+def _unzip(pairs: Iterator[tuple[str, str]]) -> tuple[list[str], list[str]]:
+    src, tgt = [], []
+    for s, t in pairs:
+        src.append(s)
+        tgt.append(t)
     return src, tgt
 
 
@@ -221,8 +311,12 @@ def read_jsonl(path: str | Path, src_lang: str, tgt_lang: str) -> tuple[list[str
         ValueError: On invalid JSON, a missing language key or a non-string value, naming the
             file and the 1-based line; or on invalid UTF-8.
     """
-    src, tgt = [], []
-    for number, line in enumerate(read_lines(path), start=1):
+    return _unzip(iter_jsonl(path, src_lang, tgt_lang))
+
+
+def iter_jsonl(path: str | Path, src_lang: str, tgt_lang: str) -> Iterator[tuple[str, str]]:
+    """Reads a JSON-lines file of translation pairs pair by pair (see :func:`read_jsonl`)."""
+    for number, line in enumerate(iter_lines(path), start=1):
         if not line.strip():
             continue
         where = f"{path}, line {number}"
@@ -230,10 +324,7 @@ def read_jsonl(path: str | Path, src_lang: str, tgt_lang: str) -> tuple[list[str
             record = json.loads(line)
         except json.JSONDecodeError as err:
             raise ValueError(f"{where}: invalid JSON ({err.msg}).") from err
-        s, t = _pair_from_record(record, src_lang, tgt_lang, where)
-        src.append(s)
-        tgt.append(t)
-    return src, tgt
+        yield _pair_from_record(record, src_lang, tgt_lang, where)
 
 
 # ---------------------------------------------------------------------- Hugging Face datasets
@@ -255,21 +346,35 @@ def read_hf_dataset(dataset, src_lang: str, tgt_lang: str, name: str = "dataset"
         ValueError: If neither layout is present, naming the columns found, or if a value is
             not a string.
     """
-    columns = dataset.column_names
+    columns = _pair_columns(dataset.column_names, src_lang, tgt_lang, name)
+    return _pairs_of_batch(dataset.select_columns(columns)[:], src_lang, tgt_lang, name)
+
+
+def _pair_columns(columns: Sequence[str], src_lang: str, tgt_lang: str, name: str) -> list[str]:
+    """The columns holding the pairs: ``["translation"]`` or ``[src_lang, tgt_lang]``."""
     if "translation" in columns:
-        pairs = dataset["translation"]
+        return ["translation"]
+    if src_lang in columns and tgt_lang in columns:
+        return [src_lang, tgt_lang]
+    raise ValueError(
+        f"{name} has columns {list(columns)}; expected a 'translation' column of "
+        f"{{{src_lang!r}: ..., {tgt_lang!r}: ...}} or the columns {src_lang!r} and "
+        f"{tgt_lang!r}."
+    )
+
+
+def _pairs_of_batch(
+    batch: Mapping[str, Sequence], src_lang: str, tgt_lang: str, name: str, first_row: int = 0
+) -> tuple[list[str], list[str]]:
+    """``(src_lines, tgt_lines)`` of a column batch in either layout, checked to be strings."""
+    if "translation" in batch:
+        pairs = batch["translation"]
         src = [pair.get(src_lang) if pair else None for pair in pairs]
         tgt = [pair.get(tgt_lang) if pair else None for pair in pairs]
-    elif src_lang in columns and tgt_lang in columns:
-        src, tgt = list(dataset[src_lang]), list(dataset[tgt_lang])
     else:
-        raise ValueError(
-            f"{name} has columns {columns}; expected a 'translation' column of "
-            f"{{{src_lang!r}: ..., {tgt_lang!r}: ...}} or the columns {src_lang!r} and "
-            f"{tgt_lang!r}."
-        )
+        src, tgt = list(batch[src_lang]), list(batch[tgt_lang])
     for side, lang in ((src, src_lang), (tgt, tgt_lang)):
-        for row, text in enumerate(side):
+        for row, text in enumerate(side, start=first_row):
             if not isinstance(text, str):
                 raise ValueError(f"{name}, row {row}: {lang!r} is {text!r}, not a string.")
     return src, tgt
@@ -324,17 +429,110 @@ class CorpusSplit:
             return f"saved dataset {self.paths[0]} (split {self.split!r})"
         return " + ".join(str(p) for p in self.paths)
 
-    def _hf_dataset(self):
+    def _hf_dataset(self, streaming: bool = False):
+        """The split as a ``datasets.Dataset`` (or ``IterableDataset`` from the Hub when
+        streaming); Parquet files are read whole (only :meth:`fingerprint` and
+        :meth:`read` use this for them)."""
         if self.format == "hf_hub":
             import datasets
 
-            return datasets.load_dataset(self.hf_name, self.hf_config, split=self.split)
+            return datasets.load_dataset(
+                self.hf_name, self.hf_config, split=self.split, streaming=streaming
+            )
         if self.format == "hf_disk":
             return _load_from_disk(self.paths[0], self.split)
         import datasets
         import pyarrow.parquet as pq
 
         return datasets.Dataset(pq.read_table(self.paths[0]))
+
+    def iter_chunks(
+        self, size: int = 10_000, start: int = 0, streaming: bool = False
+    ) -> Iterator[tuple[list[str], list[str]]]:
+        """Reads the sentence pairs in chunks, holding one chunk at a time.
+
+        Args:
+            size: Pairs per chunk; every chunk but the last has exactly this many.
+            start: Skip the first ``start`` pairs (they are read, or for Parquet and saved
+                datasets skipped by position, but not returned).
+            streaming: Read a dataset on the Hub with ``load_dataset(..., streaming=True)``
+                instead of downloading and caching it first. Every other format is read
+                incrementally anyway.
+
+        Yields:
+            ``(src_lines, tgt_lines)`` of equal length, ``size`` pairs at most.
+
+        Raises:
+            FileNotFoundError: If a file is missing.
+            ValueError: As :meth:`read`.
+        """
+        if size < 1:
+            raise ValueError(f"size must be >= 1, got {size}.")
+        if self.format in ("text", "tsv", "jsonl"):
+            if self.format == "text":
+                pairs = iter_parallel(*self.paths)
+            elif self.format == "tsv":
+                pairs = iter_tsv(self.paths[0])
+            else:
+                pairs = iter_jsonl(self.paths[0], self.src_lang, self.tgt_lang)
+            next(islice(pairs, start, start), None)  # skips `start` pairs
+            while chunk := list(islice(pairs, size)):
+                yield _unzip(iter(chunk))
+        elif self.format == "parquet":
+            yield from self._parquet_chunks(size, start)
+        elif self.format == "hf_hub" and streaming:
+            dataset = self._hf_dataset(streaming=True)
+            columns = dataset.column_names
+            if columns is None:  # features unknown until the first example is read
+                columns = list(next(dataset.take(1).iter(batch_size=1), {}))
+            columns = _pair_columns(columns, self.src_lang, self.tgt_lang, self.describe())
+            dataset = dataset.select_columns(columns)
+            if start:
+                dataset = dataset.skip(start)
+            row = start
+            # ``iter`` reads the whole stream in every process (``__iter__`` would give a
+            # DataLoader worker only its share of the shards).
+            for batch in dataset.iter(batch_size=size):
+                chunk = _pairs_of_batch(batch, self.src_lang, self.tgt_lang, self.describe(), row)
+                row += len(chunk[0])
+                yield chunk
+        else:
+            dataset = self._hf_dataset()
+            name = self.describe()
+            columns = _pair_columns(dataset.column_names, self.src_lang, self.tgt_lang, name)
+            dataset = dataset.select_columns(columns)
+            for row in range(start, len(dataset), size):
+                batch = dataset[row : row + size]
+                yield _pairs_of_batch(batch, self.src_lang, self.tgt_lang, name, row)
+
+    def _parquet_chunks(self, size: int, start: int) -> Iterator[tuple[list[str], list[str]]]:
+        import pyarrow.parquet as pq
+
+        name = str(self.paths[0])
+        parquet = pq.ParquetFile(self.paths[0])
+        columns = _pair_columns(parquet.schema_arrow.names, self.src_lang, self.tgt_lang, name)
+        groups, row = [], 0
+        for group in range(parquet.metadata.num_row_groups):  # skip whole leading row groups
+            rows = parquet.metadata.row_group(group).num_rows
+            if not groups and row + rows <= start:
+                row += rows
+            else:
+                groups.append(group)
+        skip = start - row
+        pending: tuple[list[str], list[str]] = ([], [])
+        for record_batch in parquet.iter_batches(size, row_groups=groups, columns=columns):
+            batch = record_batch.to_pydict()
+            src, tgt = _pairs_of_batch(batch, self.src_lang, self.tgt_lang, name, row)
+            row += len(src)
+            if skip:
+                cut = min(skip, len(src))
+                src, tgt, skip = src[cut:], tgt[cut:], skip - cut
+            pending = (pending[0] + src, pending[1] + tgt)
+            while len(pending[0]) >= size:
+                yield pending[0][:size], pending[1][:size]
+                pending = (pending[0][size:], pending[1][size:])
+        if pending[0]:
+            yield pending
 
     def read(self) -> tuple[list[str], list[str]]:
         """Reads the sentence pairs.
@@ -371,6 +569,25 @@ class CorpusSplit:
                 digest.update(_sha256(path).encode())
         return digest.hexdigest()
 
+    def stream_fingerprint(self) -> str:
+        """A hex digest of where the split is, for corpora too large to hash or download.
+
+        It covers the format, split, languages, Hub name and configuration, and each file's
+        resolved path, size and modification time (for a saved dataset, its own
+        fingerprint), without reading the data.
+        """
+        digest = hashlib.sha256(
+            f"stream|{self.format}|{self.split}|{self.src_lang}|{self.tgt_lang}|"
+            f"{self.hf_name}|{self.hf_config}".encode()
+        )
+        if self.format == "hf_disk":
+            digest.update(self._hf_dataset()._fingerprint.encode())
+        else:
+            for path in self.paths:
+                stat = path.stat()
+                digest.update(f"|{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode())
+        return digest.hexdigest()
+
 
 def locate_split(
     data_dir: str | Path,
@@ -383,7 +600,9 @@ def locate_split(
     """Finds one split of a parallel corpus.
 
     With ``hf_dataset`` set, that is a folder written by ``save_to_disk`` if such a folder
-    exists, otherwise a dataset name on the Hugging Face Hub (loaded with ``hf_config``).
+    exists, otherwise a dataset name on the Hugging Face Hub (loaded with ``hf_config``); a
+    configuration named after a language pair (``"de-en"``) must hold ``src_lang`` and
+    ``tgt_lang``, in either order.
     Otherwise ``data_dir`` is searched, first match wins: a ``save_to_disk`` ``DatasetDict``
     in ``data_dir`` itself; ``<split>.<src_lang>[.gz]`` with ``<split>.<tgt_lang>[.gz]``;
     ``<split>.tsv[.gz]``; ``<split>.jsonl[.gz]``; ``<split>.parquet``; a ``save_to_disk``
@@ -403,6 +622,8 @@ def locate_split(
     Raises:
         FileNotFoundError: If nothing is found, listing every path looked for; or if only one
             side of a pair of text files exists, naming the missing side.
+        ValueError: If ``hf_config`` names a language pair other than ``src_lang`` and
+            ``tgt_lang``.
     """
 
     def found(fmt: str, *paths: Path) -> CorpusSplit:
@@ -412,6 +633,13 @@ def locate_split(
         path = Path(hf_dataset)
         if path.is_dir():
             return found("hf_disk", path)
+        pair = hf_config.split("-") if hf_config and hf_config.count("-") == 1 else None
+        if pair and sorted(pair) != sorted((src_lang, tgt_lang)):
+            raise ValueError(
+                f"data.hf_config {hf_config!r} holds {pair[0]!r}-{pair[1]!r} pairs, but "
+                f"src_lang={src_lang!r} and tgt_lang={tgt_lang!r}; set data.src_lang and "
+                f"data.tgt_lang to the config's languages (in either direction)."
+            )
         return CorpusSplit(split, src_lang, tgt_lang, "hf_hub", (), hf_dataset, hf_config)
 
     root = Path(data_dir)

@@ -6,6 +6,7 @@ import hashlib
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -13,11 +14,18 @@ from typing import Any
 import datasets
 import lightning as L
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
+from datasets.arrow_writer import ArrowWriter
 from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_warn
 from torch.utils.data import DataLoader, Dataset
 
-from seq2seq.data.batching import TokenBudgetBatchSampler, collate
+from seq2seq.data.batching import (
+    TokenBudgetBatchSampler,
+    collate,
+    describe_filtering,
+    filter_training_pairs,
+)
 from seq2seq.data.corpus import (
     MULTI30K_SHA256,
     CorpusSplit,
@@ -25,10 +33,16 @@ from seq2seq.data.corpus import (
     locate_split,
     read_lines,
 )
-from seq2seq.data.tokenizer import EOS_ID, PAD_ID, Tokenizer
+from seq2seq.data.streaming import StreamingLoader, StreamingPairs
+from seq2seq.data.tokenizer import EOS_ID, PAD_ID, Tokenizer, flatten_ids, id_dtype
 
-_CACHE_VERSION = "1"  # bump when the layout of the tokenised Arrow cache changes
+_CACHE_VERSION = "2"  # bump when the layout of the tokenised Arrow cache changes
 _ENCODE_CHUNK = 10_000  # sentence pairs tokenised at a time while building the cache
+_STREAM_SPM_PAIRS = 500_000  # pairs SentencePiece trains on when streaming, by default
+
+
+def _arrow_lists(values: np.ndarray, offsets: np.ndarray) -> pa.ListArray:
+    return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(values))
 
 
 class TokenizedDataset(Dataset):
@@ -62,6 +76,13 @@ class TokenizedDataset(Dataset):
         self.tokenizer = tokenizer
         self.subword_alpha = subword_alpha
         self.has_targets = "tgt" in data.column_names
+        # Only the columns a batch needs are read, so pages of the memory-mapped cache
+        # holding raw text are never touched while training on cached ids.
+        names = data.column_names
+        self._ids = data.select_columns([c for c in ("index", "src", "tgt") if c in names])
+        needs_text = with_text or (subword_alpha > 0 and tokenizer is not None)
+        text_columns = [c for c in ("src_text", "tgt_text") if c in names]
+        self._text = data.select_columns(text_columns) if needs_text else None
 
     def __len__(self) -> int:
         return len(self.data)
@@ -70,12 +91,14 @@ class TokenizedDataset(Dataset):
         return self.__getitems__([i])[0]
 
     def __getitems__(self, indices: list[int]) -> list[dict[str, Any]]:
-        rows = self.data[list(indices)]
+        indices = list(indices)
+        rows = self._ids[indices]
+        text = self._text[indices] if self._text is not None else {}
         src, tgt = rows["src"], rows["tgt"] if self.has_targets else None
         if self.subword_alpha > 0 and self.tokenizer is not None:
-            src = self.tokenizer.encode(rows["src_text"], sample=True, alpha=self.subword_alpha)
+            src = self.tokenizer.encode(text["src_text"], sample=True, alpha=self.subword_alpha)
             if self.has_targets:
-                tgt = self.tokenizer.encode(rows["tgt_text"], sample=True, alpha=self.subword_alpha)
+                tgt = self.tokenizer.encode(text["tgt_text"], sample=True, alpha=self.subword_alpha)
         limit = self.max_positions - 1
         examples = []
         for k in range(len(indices)):
@@ -83,9 +106,9 @@ class TokenizedDataset(Dataset):
             if tgt is not None:
                 example["tgt"] = list(tgt[k][:limit])
             if self.with_text:
-                example["src_text"] = rows["src_text"][k]
+                example["src_text"] = text["src_text"][k]
                 if self.has_targets:
-                    example["ref_text"] = rows["tgt_text"][k]
+                    example["ref_text"] = text["tgt_text"][k]
             examples.append(example)
         return examples
 
@@ -112,6 +135,22 @@ class TranslationDataModule(L.LightningDataModule):
     with equal batch counts per rank; every held-out sentence is seen exactly once, so ranks
     may get different numbers of held-out batches.
 
+    Streaming (``streaming=True``), for training corpora larger than memory or disk: the
+    training split is read as a stream (Hub datasets through ``load_dataset(...,
+    streaming=True)``, local files and ``save_to_disk`` folders a chunk at a time), never
+    cached. SentencePiece is trained on the first ``spm_input_sentence_size`` pairs of the
+    stream (500,000 when 0). The stream is cut into pools of ``stream_pool_size`` pairs;
+    each pool is tokenised, filtered as above (the counts are logged after every epoch),
+    and cut into token-budget batches shuffled within the pool from ``(seed, epoch,
+    pool)`` (see :mod:`seq2seq.data.streaming`). Every data-parallel rank reads and
+    tokenises the whole stream and takes a disjoint share of each pool with the same number
+    of batches on every rank; with ``num_workers > 0`` the pools are spread over the
+    workers, each of which also reads the whole stream. An epoch ends when the stream does,
+    so the training loader has no length (use step-based schedules and an integer
+    ``val_check_interval``). Held-out sets are cached as without streaming. Resuming
+    mid-epoch continues with exactly the batches not yet trained on, provided
+    ``num_workers`` is unchanged.
+
     Args:
         data_dir: Folder of the corpus (see :func:`seq2seq.data.corpus.locate_split` for the
             accepted layouts: aligned text files, TSV, JSONL, Parquet, ``save_to_disk``).
@@ -132,7 +171,8 @@ class TranslationDataModule(L.LightningDataModule):
             ``<unk>`` (or bytes with ``byte_fallback``).
         byte_fallback: Spell unknown characters as UTF-8 byte pieces.
         spm_input_sentence_size: Train SentencePiece on a random sample of this many
-            sentences (0: all), for large corpora.
+            sentences (0: all), for large corpora. With ``streaming``: train it on the
+            first this many pairs of the stream (0: 500,000).
         tokenizer_path: SentencePiece model file to use (trained there if missing). Default:
             ``<cache_dir>/spm_<src><tgt>_<type>_<vocab_size>_<hash>.model``, the hash covering
             the training files and SentencePiece settings.
@@ -156,6 +196,11 @@ class TranslationDataModule(L.LightningDataModule):
             with ``model.compile``, which then compiles a few shapes instead of one per
             length. Batches then hold up to ``pad_to_multiple_of - 1`` extra padding
             positions per sentence beyond ``max_tokens``.
+        streaming: Stream the training split instead of tokenising it into a cache (see
+            above); for corpora that do not fit in memory.
+        stream_pool_size: With ``streaming``, pairs per pool: the window within which
+            training pairs are shuffled, tokenised and held in memory at a time (per
+            DataLoader worker).
     """
 
     def __init__(
@@ -186,6 +231,8 @@ class TranslationDataModule(L.LightningDataModule):
         download: bool = True,
         subword_alpha: float = 0.0,
         pad_to_multiple_of: int = 1,
+        streaming: bool = False,
+        stream_pool_size: int = 100_000,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -216,9 +263,13 @@ class TranslationDataModule(L.LightningDataModule):
         if pad_to_multiple_of < 1:
             raise ValueError(f"pad_to_multiple_of must be >= 1, got {pad_to_multiple_of}.")
         self.pad_to_multiple_of = pad_to_multiple_of
+        if stream_pool_size < 1:
+            raise ValueError(f"stream_pool_size must be >= 1, got {stream_pool_size}.")
+        self.streaming = streaming
+        self.stream_pool_size = stream_pool_size
 
         self.tokenizer: Tokenizer | None = None
-        self.train_set: TokenizedDataset | None = None
+        self.train_set: TokenizedDataset | StreamingPairs | None = None
         self.val_set: TokenizedDataset | None = None
         self.test_sets: dict[str, TokenizedDataset] = {}
         self.predict_set: TokenizedDataset | None = None
@@ -227,6 +278,7 @@ class TranslationDataModule(L.LightningDataModule):
         self._lengths: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._train_sampler: TokenBudgetBatchSampler | None = None
         self._pending_sampler_state: dict[str, int] | None = None
+        self._pending_stream_state: dict[str, Any] | None = None
 
     # ------------------------------------------------------------------ locating data
     def _all_splits(self) -> list[str]:
@@ -262,10 +314,11 @@ class TranslationDataModule(L.LightningDataModule):
     def _tokenizer_file(self, train: CorpusSplit) -> Path:
         if self.tokenizer_path is not None:
             return Path(self.tokenizer_path)
-        settings = (
-            f"{train.fingerprint()}|{self.character_coverage}|{self.byte_fallback}|"
-            f"{self.spm_input_sentence_size}|{self.seed}"
-        )
+        if self.streaming:
+            corpus = f"{train.stream_fingerprint()}|first {self._spm_stream_pairs()} pairs"
+        else:
+            corpus = f"{train.fingerprint()}|{self.spm_input_sentence_size}"
+        settings = f"{corpus}|{self.character_coverage}|{self.byte_fallback}|{self.seed}"
         digest = hashlib.sha256(settings.encode()).hexdigest()[:12]
         name = f"spm_{self.src_lang}{self.tgt_lang}_{self.spm_model_type}_{self.vocab_size}"
         return self.cache_dir / f"{name}_{digest}.model"
@@ -281,8 +334,16 @@ class TranslationDataModule(L.LightningDataModule):
             if path.is_file():
                 tokenizer = Tokenizer.load(path)
             else:
-                src, tgt = train.read()
-                if not src:
+                if self.streaming:  # the head of the stream, every sentence of it
+                    src, tgt = self._stream_head(train)
+                    sentences, sample = src + tgt, 0
+                else:  # the whole split, read twice; SentencePiece samples as it reads
+                    sentences, sample = self._spm_sentences(train), self.spm_input_sentence_size
+                    if next(sentences, None) is not None:
+                        sentences = self._spm_sentences(train)
+                    else:
+                        sentences = []
+                if not sentences:
                     raise ValueError(
                         f"The training split {train.split!r} is empty: {train.describe()} has "
                         "no sentence pairs, so no SentencePiece model can be trained."
@@ -292,13 +353,13 @@ class TranslationDataModule(L.LightningDataModule):
                     f"{self.vocab_size} pieces on {train.describe()} -> {path}"
                 )
                 tokenizer = Tokenizer.train(
-                    src + tgt,
+                    sentences,
                     path,
                     self.vocab_size,
                     model_type=self.spm_model_type,
                     character_coverage=self.character_coverage,
                     byte_fallback=self.byte_fallback,
-                    input_sentence_size=self.spm_input_sentence_size,
+                    input_sentence_size=sample,
                     seed=self.seed,
                     num_threads=min(8, os.cpu_count() or 1),
                 )
@@ -310,64 +371,97 @@ class TranslationDataModule(L.LightningDataModule):
             )
         return tokenizer
 
+    def _spm_sentences(self, train: CorpusSplit) -> Iterator[str]:
+        """Every source sentence of the training split, then every target sentence.
+
+        The split is read twice, a chunk at a time, so no list of all lines is built
+        (SentencePiece samples ``spm_input_sentence_size`` sentences as they stream by).
+        """
+        for side in (0, 1):
+            for chunk in train.iter_chunks(_ENCODE_CHUNK):
+                yield from chunk[side]
+
+    def _spm_stream_pairs(self) -> int:
+        return self.spm_input_sentence_size or _STREAM_SPM_PAIRS
+
+    def _stream_head(self, train: CorpusSplit) -> tuple[list[str], list[str]]:
+        """The first ``spm_input_sentence_size`` pairs of the streamed training split."""
+        wanted = self._spm_stream_pairs()
+        src: list[str] = []
+        tgt: list[str] = []
+        for s, t in train.iter_chunks(min(_ENCODE_CHUNK, wanted), streaming=True):
+            src += s[: wanted - len(src)]
+            tgt += t[: wanted - len(tgt)]
+            if len(src) >= wanted:
+                break
+        return src, tgt
+
+    def _fingerprint(self, corpus: CorpusSplit) -> str:
+        """Content digest; for Hub datasets while streaming, one that downloads nothing."""
+        if self.streaming and corpus.format == "hf_hub":
+            return corpus.stream_fingerprint()
+        return corpus.fingerprint()
+
     # ------------------------------------------------------------------ tokenised cache
     def _tokenized(self, corpus: CorpusSplit, tokenizer: Tokenizer) -> datasets.Dataset:
         """The split as an Arrow table of ids, from the cache or freshly tokenised."""
         key = hashlib.sha256(
-            f"{_CACHE_VERSION}|{corpus.fingerprint()}|".encode()
+            f"{_CACHE_VERSION}|{self._fingerprint(corpus)}|".encode()
             + hashlib.sha256(tokenizer.to_bytes()).digest()
         ).hexdigest()[:16]
         path = self.cache_dir / "tokenized" / f"{corpus.split}_{self.src_lang}{self.tgt_lang}_{key}"
-        if (path / "state.json").is_file():
-            return datasets.load_from_disk(str(path))
-        src, tgt = corpus.read()
-        if not src:
-            kind = "training split" if corpus.split == self.train_split else "held-out split"
-            raise ValueError(f"The {kind} {corpus.split!r} is empty: {corpus.describe()}.")
-        text = datasets.Features(
+        table_file = path / "data.arrow"
+        if table_file.is_file():
+            return datasets.Dataset.from_file(str(table_file))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}."))
+        try:
+            n_pairs = self._write_tokenized(corpus, tokenizer, tmp / table_file.name)
+            if n_pairs == 0:
+                kind = "training split" if corpus.split == self.train_split else "held-out split"
+                raise ValueError(f"The {kind} {corpus.split!r} is empty: {corpus.describe()}.")
+            os.rename(tmp, path)
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if not table_file.is_file():  # not written meanwhile by another process
+                raise
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        self.tokenized_splits.append(corpus.split)
+        return datasets.Dataset.from_file(str(table_file))
+
+    def _write_tokenized(self, corpus: CorpusSplit, tokenizer: Tokenizer, file: Path) -> int:
+        """Tokenises the split a chunk at a time straight into an Arrow file; returns its rows.
+
+        Only one chunk of text and ids is in memory at a time. Ids are stored as uint16 when
+        the vocabulary allows it (int32 otherwise).
+        """
+        id_type = id_dtype(tokenizer.vocab_size)
+        ids = datasets.List(datasets.Value(id_type.name))
+        features = datasets.Features(
             {
                 "index": datasets.Value("int64"),
                 "src_text": datasets.Value("string"),
                 "tgt_text": datasets.Value("string"),
+                "src": ids,
+                "tgt": ids,
             }
         )
-        ids = datasets.Sequence(datasets.Value("int32"))
-        table = datasets.Dataset.from_dict(
-            {"index": np.arange(len(src)), "src_text": src, "tgt_text": tgt}, features=text
-        )
-        del src, tgt
-
-        def encode(rows: dict[str, list]) -> dict[str, list[list[int]]]:
-            return {
-                "src": tokenizer.encode(rows["src_text"]),
-                "tgt": tokenizer.encode(rows["tgt_text"]),
-            }
-
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}."))
-        bars_were_on = datasets.is_progress_bar_enabled()
-        datasets.disable_progress_bars()
-        try:
-            # Chunks of ids go straight into Arrow: Python lists hold one chunk at a time.
-            table = table.map(
-                encode,
-                batched=True,
-                batch_size=_ENCODE_CHUNK,
-                features=datasets.Features({**text, "src": ids, "tgt": ids}),
-                keep_in_memory=True,
-                new_fingerprint=key,
-            )
-            table.save_to_disk(str(tmp))
-            os.rename(tmp, path)
-        except OSError:
-            shutil.rmtree(tmp, ignore_errors=True)
-            if not (path / "state.json").is_file():  # not written meanwhile by another process
-                raise
-        finally:
-            if bars_were_on:
-                datasets.enable_progress_bars()
-        self.tokenized_splits.append(corpus.split)
-        return datasets.load_from_disk(str(path))
+        n_pairs = 0
+        with ArrowWriter(features=features, path=str(file)) as writer:
+            for src, tgt in corpus.iter_chunks(_ENCODE_CHUNK, streaming=self.streaming):
+                chunk = {
+                    "index": pa.array(np.arange(n_pairs, n_pairs + len(src))),
+                    "src_text": pa.array(src, pa.string()),
+                    "tgt_text": pa.array(tgt, pa.string()),
+                    "src": _arrow_lists(*flatten_ids(tokenizer.encode(src), id_type)),
+                    "tgt": _arrow_lists(*flatten_ids(tokenizer.encode(tgt), id_type)),
+                }
+                writer.write_table(pa.table(chunk))
+                n_pairs += len(src)
+            writer.finalize()
+        return n_pairs
 
     @staticmethod
     def _token_lengths(table: datasets.Dataset) -> tuple[np.ndarray, np.ndarray]:
@@ -406,7 +500,8 @@ class TranslationDataModule(L.LightningDataModule):
                 if split == self.train_split:
                     raise
                 continue
-            self._tokenized(corpus, tokenizer)
+            if split != self.train_split or not self.streaming:
+                self._tokenized(corpus, tokenizer)
 
     def setup(self, stage: str | None = None) -> None:
         """Loads the tokenizer and the datasets a stage needs.
@@ -433,18 +528,34 @@ class TranslationDataModule(L.LightningDataModule):
 
     def _setup_train(self) -> None:
         corpus = self._locate(self.train_split)
+        if self.streaming:
+            world_size, rank = self._replicas()
+            self.train_set = StreamingPairs(
+                corpus,
+                self.tokenizer,
+                max_tokens=self.max_tokens,
+                max_positions=self.max_positions,
+                max_length_ratio=self.max_length_ratio,
+                pool_size=self.stream_pool_size,
+                seed=self.seed,
+                num_replicas=world_size,
+                rank=rank,
+                bucket_size=self.bucket_size,
+                subword_alpha=self.subword_alpha,
+                pad_to_multiple_of=self.pad_to_multiple_of,
+                chunk_size=_ENCODE_CHUNK,
+            )
+            if self._pending_stream_state is not None:
+                self.train_set.load_state_dict(self._pending_stream_state)
+                self._pending_stream_state = None
+            return
         table = self._tokenized(corpus, self.tokenizer)
         s, t = self._token_lengths(table)
-        empty = (s == 0) | (t == 0)
-        too_long = ~empty & ((s + 1 > self.max_positions) | (t + 1 > self.max_positions))
-        ratio = np.maximum(s, t) / np.maximum(np.minimum(s, t), 1)
-        skewed = ~empty & ~too_long & (ratio > self.max_length_ratio)
-        keep = np.flatnonzero(~(empty | too_long | skewed))
+        mask, counts = filter_training_pairs(s, t, self.max_positions, self.max_length_ratio)
+        keep = np.flatnonzero(mask)
         rank_zero_info(
-            f"Training pairs from {corpus.describe()}: kept {keep.size} of {len(table)}; "
-            f"dropped {int(empty.sum())} with an empty side, {int(too_long.sum())} longer than "
-            f"max_positions={self.max_positions}, {int(skewed.sum())} with a length ratio "
-            f"above max_length_ratio={self.max_length_ratio}."
+            f"Training pairs from {corpus.describe()}: "
+            f"{describe_filtering(counts, self.max_positions, self.max_length_ratio)}."
         )
         if keep.size == 0:
             raise ValueError(
@@ -502,6 +613,15 @@ class TranslationDataModule(L.LightningDataModule):
             return 1, 0
         return self.trainer.world_size, self.trainer.global_rank
 
+    def _fitting(self) -> bool:
+        """Whether the attached trainer is running ``fit`` (training or validating)."""
+        state = getattr(self.trainer, "state", None)
+        return state is not None and state.fn == "fit"
+
+    def _fit_epoch(self) -> int | None:
+        """The trainer's current epoch while fitting, else None."""
+        return self.trainer.current_epoch if self._fitting() else None
+
     def _loader(self, dataset: TokenizedDataset, sampler: TokenBudgetBatchSampler) -> DataLoader:
         return DataLoader(
             dataset,
@@ -534,8 +654,17 @@ class TranslationDataModule(L.LightningDataModule):
         return dataset
 
     def train_dataloader(self) -> DataLoader:
-        """Shuffled token-budget batches of the filtered training split, this rank's share."""
+        """Shuffled token-budget batches of the filtered training split, this rank's share.
+
+        With ``streaming``, a :class:`~seq2seq.data.streaming.StreamingLoader` without a
+        length, whose epoch follows the trainer's (or advances after each full pass).
+        """
         dataset = self._require(self.train_set, "fit")
+        if isinstance(dataset, StreamingPairs):
+            dataset.num_replicas, dataset.rank = self._replicas()
+            return StreamingLoader(
+                dataset, num_workers=self.num_workers, epoch_source=self._fit_epoch
+            )
         sampler = self._sampler(self.train_split, train=True)
         if self._pending_sampler_state is not None:
             sampler.load_state_dict(self._pending_sampler_state)
@@ -564,24 +693,42 @@ class TranslationDataModule(L.LightningDataModule):
 
     # ------------------------------------------------------------------ resume
     def state_dict(self) -> dict[str, Any]:
-        """The training sampler's position, so a run resumed mid-epoch skips seen batches.
+        """The training position, so a run resumed mid-epoch skips the batches it has seen.
 
-        While a Trainer is fitting, the number of batches the training loop has processed
-        in the current epoch is saved rather than the number the sampler has handed out,
-        which runs ahead of training by the DataLoader's prefetching.
+        While a Trainer is fitting, the position after the batches the training loop has
+        processed in the current epoch is saved, not after those the loader has handed out
+        (which runs ahead by the DataLoader's prefetching). Without streaming this is the
+        sampler's state (``"train_sampler"``); with it, the stream position
+        (``"train_stream"``, see :meth:`StreamingPairs.state_dict`).
         """
+        trainer = self.trainer
+        processed = None
+        if trainer is not None and self._fitting():
+            processed = trainer.fit_loop.epoch_loop.batch_progress.current.processed
+        if self.streaming:
+            if not isinstance(self.train_set, StreamingPairs):
+                pending = self._pending_stream_state
+                return {"train_stream": pending} if pending else {}
+            epoch = trainer.current_epoch if processed is not None else None
+            state = self.train_set.state_dict(processed, epoch)
+            return {"train_stream": state} if state else {}
         if self._train_sampler is None:
             pending = self._pending_sampler_state
             return {"train_sampler": pending} if pending else {}
         state = self._train_sampler.state_dict()
-        trainer = self.trainer
-        if trainer is not None and trainer.training:
+        if processed is not None:
             state["epoch"] = trainer.current_epoch
-            state["batches_yielded"] = trainer.fit_loop.epoch_loop.batch_progress.current.processed
+            state["batches_yielded"] = processed
         return {"train_sampler": state}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restores the training sampler's position saved by :meth:`state_dict`."""
+        """Restores the training position saved by :meth:`state_dict`."""
+        stream = state_dict.get("train_stream")
+        if stream:
+            if isinstance(self.train_set, StreamingPairs):
+                self.train_set.load_state_dict(stream)
+            else:
+                self._pending_stream_state = dict(stream)
         state = state_dict.get("train_sampler")
         if not state:
             return

@@ -1,0 +1,488 @@
+"""Training pairs streamed from a corpus too large for memory, cut into token-budget batches.
+
+The stream is read in *pools* of ``pool_size`` consecutive pairs (pool ``p`` holds pairs
+``p * pool_size`` to ``(p + 1) * pool_size - 1`` of the stream, counted before filtering).
+Each pool is tokenised, filtered like the cached training split (see
+:func:`~seq2seq.data.batching.filter_training_pairs`) and cut into token-budget batches by a
+:class:`~seq2seq.data.batching.TokenBudgetBatchSampler` whose seed is derived from
+``(seed, epoch, p)``, so the batches of a pool are shuffled differently every epoch and
+reproducibly for a seed. Shuffling mixes pairs within a pool, never across pools: the pool
+size is the shuffle window, and pools follow the order of the stream.
+
+Data parallel: every rank reads (and tokenises) the whole stream and takes rank ``r``'s share
+of every pool's batches, which are disjoint between ranks, cover the pool, and are equal in
+number on every rank (``even_batches``), so all ranks end an epoch after the same number of
+batches.
+
+DataLoader workers: with ``W`` workers, pool ``p`` is tokenised and batched by the worker
+serving *class* ``p % W``; each worker reads the whole stream and skips the pools of other
+classes without tokenising them. The DataLoader takes one batch from each worker in turn, so
+the batch order depends on ``W`` (but not on timing).
+
+Resuming: :class:`StreamingLoader` notes, for each batch it hands out, the position of every
+class (pool and number of batches done in it) and which class is due next;
+:meth:`StreamingPairs.state_dict` returns the position after a given number of batches, and
+after :meth:`StreamingPairs.load_state_dict` the next pass re-reads the stream from the pools
+in progress (skipping earlier pairs without tokenising them, by position where the format
+allows) and continues with exactly the batches that had not been handed out, in the same
+order.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_warn
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+
+from seq2seq.data.batching import (
+    TokenBudgetBatchSampler,
+    collate,
+    describe_filtering,
+    filter_training_pairs,
+)
+from seq2seq.data.corpus import CorpusSplit
+from seq2seq.data.tokenizer import EOS_ID, PAD_ID, Tokenizer, flatten_ids, id_dtype
+
+POSITION_KEY = "stream_position"
+"""Key of the position tag that :class:`StreamingPairs` adds to each batch and
+:class:`StreamingLoader` removes before handing the batch out."""
+
+_COUNTS = ("pairs", "kept", "empty", "too_long", "skewed")
+_HISTORY = 256  # positions remembered by a pass (Lightning and workers prefetch a few batches)
+
+
+@dataclass
+class _Pool:
+    """The tokenised pairs of one pool: flat ids and offsets per side, and which are kept."""
+
+    index: int
+    first: int  # stream index of the pool's first pair
+    src: tuple[np.ndarray, np.ndarray]  # (values, offsets) over every pair of the pool
+    tgt: tuple[np.ndarray, np.ndarray]
+    kept: np.ndarray  # pool-local positions of the pairs that passed the filter
+    text: tuple[list[str], list[str]] | None  # raw lines, for subword sampling
+
+
+class _Pass:
+    """Book-keeping of one pass over the stream (one epoch, or its rest after a resume).
+
+    Created in the main process before DataLoader workers start, so the workers get a copy
+    of its starting positions and share its counters (a ``multiprocessing`` array).
+    """
+
+    def __init__(
+        self,
+        epoch: int,
+        num_workers: int,
+        positions: list[tuple[int, int] | None],
+        next_class: int,
+        batches: int,
+        resumed: bool,
+    ) -> None:
+        self.epoch = epoch
+        self.num_workers = num_workers
+        self.start_positions = list(positions)
+        self.positions = list(positions)
+        self.start_class = next_class
+        self.next_class = next_class
+        self.batches = batches
+        self.resumed = resumed
+        self.started = False
+        self.ended = False
+        self.counts = multiprocessing.RawArray("q", len(_COUNTS) * num_workers)
+        self.history: deque[tuple[int, tuple, int]] = deque(maxlen=_HISTORY)
+        self.history.append((batches, tuple(positions), next_class))
+
+    def record(self, tag: dict[str, int]) -> None:
+        """Notes that the batch tagged ``tag`` was handed out."""
+        self.positions[tag["class"]] = (tag["pool"], tag["batch"])
+        self.next_class = (tag["class"] + 1) % self.num_workers
+        self.batches += 1
+        self.history.append((self.batches, tuple(self.positions), self.next_class))
+
+    def add_counts(self, cls: int, counts: dict[str, int]) -> None:
+        for k, key in enumerate(_COUNTS):
+            self.counts[cls * len(_COUNTS) + k] += counts[key]
+
+    def total_counts(self) -> dict[str, int]:
+        n = len(_COUNTS)
+        return {
+            key: sum(self.counts[c * n + k] for c in range(self.num_workers))
+            for k, key in enumerate(_COUNTS)
+        }
+
+    def position(self, batches: int) -> tuple[int, tuple, int]:
+        """``(n, positions, next_class)`` after ``n`` batches of the epoch: ``n == batches``
+        if remembered, else the closest earlier position remembered (or the oldest)."""
+        for n, positions, next_class in reversed(self.history):
+            if n <= batches:
+                return n, positions, next_class
+        return self.history[0]
+
+
+class StreamingPairs(IterableDataset):
+    """Token-budget training batches from a stream of sentence pairs, pool by pool.
+
+    Iterate it through :class:`StreamingLoader`, which prepares each pass (epoch, resume
+    position, worker classes) and keeps the positions for :meth:`state_dict`. Batches are
+    dicts from :func:`~seq2seq.data.batching.collate`; ``"index"`` is a pair's position in
+    the stream (before filtering).
+
+    Args:
+        corpus: The training split (see :func:`~seq2seq.data.corpus.locate_split`), read
+            with :meth:`~seq2seq.data.corpus.CorpusSplit.iter_chunks` (Hub datasets with
+            ``streaming=True``).
+        tokenizer: Tokenizer of the source and target sides.
+        max_tokens: Token budget of a batch (sentences x longest sequence, padded positions).
+        max_positions: Longest sequence, with EOS/BOS, the model accepts; longer pairs are
+            dropped.
+        max_length_ratio: Drop pairs whose longer side has more than this many times the
+            tokens of the shorter side.
+        pool_size: Pairs per pool: the shuffle window, and how many pairs a worker holds.
+        seed: Base seed of the batch shuffling.
+        num_replicas: Number of data-parallel ranks.
+        rank: This process's rank.
+        bucket_size: Sort within random buckets of this size inside a pool (see
+            :class:`~seq2seq.data.batching.TokenBudgetBatchSampler`).
+        subword_alpha: If > 0, re-segment every batch with SentencePiece sampling (subword
+            regularisation); batching uses the deterministic lengths.
+        pad_to_multiple_of: Round padded lengths up to a multiple of this.
+        chunk_size: Pairs read and tokenised at a time.
+
+    Raises:
+        ValueError: If ``pool_size`` or ``chunk_size`` is below 1.
+    """
+
+    def __init__(
+        self,
+        corpus: CorpusSplit,
+        tokenizer: Tokenizer,
+        max_tokens: int,
+        max_positions: int,
+        max_length_ratio: float = 3.0,
+        pool_size: int = 100_000,
+        seed: int = 1,
+        num_replicas: int = 1,
+        rank: int = 0,
+        bucket_size: int | None = None,
+        subword_alpha: float = 0.0,
+        pad_to_multiple_of: int = 1,
+        chunk_size: int = 10_000,
+    ) -> None:
+        if pool_size < 1:
+            raise ValueError(f"pool_size must be >= 1, got {pool_size}.")
+        if chunk_size < 1:
+            raise ValueError(f"chunk_size must be >= 1, got {chunk_size}.")
+        self.corpus = corpus
+        self.tokenizer = tokenizer
+        self.max_tokens = max_tokens
+        self.max_positions = max_positions
+        self.max_length_ratio = max_length_ratio
+        self.pool_size = pool_size
+        self.seed = seed
+        self.num_replicas = num_replicas
+        self.rank = rank
+        self.bucket_size = bucket_size
+        self.subword_alpha = subword_alpha
+        self.pad_to_multiple_of = pad_to_multiple_of
+        self.chunk_size = min(chunk_size, pool_size)
+        self.epoch = 0
+        self.last_counts: dict[str, int] | None = None
+        """Filtering counts of the last complete pass (``pairs``, ``kept``, ``empty``,
+        ``too_long``, ``skewed``); a resumed pass counts only the pools it read."""
+        self._pass: _Pass | None = None
+        self._resume: dict[str, Any] | None = None
+
+    # ------------------------------------------------------------------ epochs and state
+    def set_epoch(self, epoch: int) -> None:
+        """Selects the epoch of the next pass (and with it the shuffling)."""
+        self.epoch = epoch
+
+    def state_dict(self, batches: int | None = None, epoch: int | None = None) -> dict[str, Any]:
+        """The position after ``batches`` batches of the current pass's epoch.
+
+        Args:
+            batches: Batches of the epoch consumed so far (a trainer's processed count,
+                which lags behind what the loader has handed out); None: all handed out.
+            epoch: The epoch being trained (a trainer's current epoch), if known: when the
+                current pass belongs to another one, the next epoch has not started and
+                ``{}`` (start from its beginning) is returned.
+
+        Returns:
+            ``{"epoch", "complete", "batches", "num_workers", "positions", "next_class",
+            "seed", "num_replicas", "pool_size"}`` (``complete``: the epoch's last batch was
+            consumed), or ``{}`` before the first pass.
+        """
+        plan = self._pass
+        if plan is None:
+            return dict(self._resume) if self._resume else {}
+        if epoch is not None and epoch != plan.epoch:
+            return {}
+        wanted = plan.batches if batches is None else batches
+        n, positions, next_class = plan.position(wanted)
+        if n != wanted:
+            rank_zero_warn(
+                f"The stream position after {wanted} batches of epoch {plan.epoch} is no "
+                f"longer known; saving the one after {n} batches, so a resumed run repeats "
+                f"{wanted - n} batches."
+            )
+        return {
+            "epoch": plan.epoch,
+            "complete": plan.ended and n == plan.batches,
+            "batches": n,
+            "num_workers": plan.num_workers,
+            "positions": [list(p) if p is not None else None for p in positions],
+            "next_class": next_class,
+            "seed": self.seed,
+            "num_replicas": self.num_replicas,
+            "pool_size": self.pool_size,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Makes the next pass continue from a position saved by :meth:`state_dict`.
+
+        Raises:
+            ValueError: If the state was saved with another seed, number of replicas or pool
+                size, which would give other batches.
+        """
+        if not state:
+            return
+        for key in ("seed", "num_replicas", "pool_size"):
+            if state[key] != getattr(self, key):
+                raise ValueError(
+                    f"Stream state was saved with {key}={state[key]}, but this run has "
+                    f"{key}={getattr(self, key)}; the remaining batches cannot be reproduced."
+                )
+        self._resume = dict(state)
+        self.epoch = int(state["epoch"])
+
+    def start_pass(self, num_workers: int, epoch: int | None = None) -> _Pass:
+        """Prepares a pass over the stream; called by :class:`StreamingLoader`.
+
+        Args:
+            num_workers: DataLoader workers (1 for none).
+            epoch: The epoch (a trainer's current epoch); None: :attr:`epoch`. A resume
+                position saved for another epoch is dropped; one saved after the last batch
+                of this epoch starts the next epoch instead (a trainer resumed from there
+                finishes the epoch without asking for batches, then continues with the
+                iterator it has).
+
+        Raises:
+            ValueError: If a resume position was saved with another number of workers.
+        """
+        resume, self._resume = self._resume, None
+        epoch = self.epoch if epoch is None else epoch
+        if resume is not None and resume["epoch"] != epoch:
+            resume = None
+        if resume is not None and resume.get("complete"):
+            resume, epoch = None, epoch + 1
+        if resume is None:
+            plan = _Pass(epoch, num_workers, [None] * num_workers, 0, 0, resumed=False)
+        else:
+            if resume["num_workers"] != num_workers:
+                raise ValueError(
+                    f"Stream state was saved with {resume['num_workers']} DataLoader "
+                    f"worker(s) but this run uses {num_workers}; set data.num_workers to "
+                    f"{resume['num_workers']} (0 counts as 1) to resume mid-epoch."
+                )
+            positions = [tuple(p) if p is not None else None for p in resume["positions"]]
+            plan = _Pass(
+                epoch, num_workers, positions, resume["next_class"], resume["batches"], True
+            )
+        self.epoch = epoch
+        self._pass = plan
+        return plan
+
+    def end_pass(self, plan: _Pass) -> None:
+        """Logs the filtering counts of a complete pass and moves on to the next epoch.
+
+        Raises:
+            ValueError: If a pass from the start of the stream found no pair, or kept none.
+        """
+        plan.ended = True
+        counts = plan.total_counts()
+        where = self.corpus.describe()
+        if not plan.resumed and counts["pairs"] == 0:
+            raise ValueError(f"The training split {self.corpus.split!r} is empty: {where}.")
+        if not plan.resumed and counts["kept"] == 0:
+            raise ValueError(
+                f"Every training pair of {where} was filtered out (empty, longer than "
+                f"max_positions={self.max_positions}, or length ratio above "
+                f"max_length_ratio={self.max_length_ratio})."
+            )
+        self.last_counts = counts
+        resumed = " (the pools read after resuming)" if plan.resumed else ""
+        rank_zero_info(
+            f"Streamed training pairs from {where}, epoch {plan.epoch}{resumed}: "
+            f"{describe_filtering(counts, self.max_positions, self.max_length_ratio)}."
+        )
+        if self.epoch == plan.epoch:
+            self.epoch += 1
+
+    # ------------------------------------------------------------------ iteration
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        info = get_worker_info()
+        worker, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        plan = self._pass
+        if plan is None or plan.started:
+            plan = self.start_pass(num_workers)  # iterated directly, not by StreamingLoader
+        plan.started = True  # in this process
+        if plan.num_workers != num_workers:
+            raise RuntimeError(
+                f"The pass was prepared for {plan.num_workers} worker(s) but runs in "
+                f"{num_workers}; iterate StreamingPairs through StreamingLoader."
+            )
+        cls = (worker + plan.start_class) % num_workers
+        first_pool, done = plan.start_positions[cls] or (cls, 0)
+        for index, src, tgt in self._read_pools(first_pool, num_workers):
+            pool, counts = self._tokenize(index, src, tgt)
+            plan.add_counts(cls, counts)
+            batches = self.pool_batches(pool, plan.epoch)
+            for k in range(done if index == first_pool else 0, len(batches)):
+                batch = self._collate(pool, batches[k])
+                batch[POSITION_KEY] = {"class": cls, "pool": index, "batch": k + 1}
+                yield batch
+
+    def _read_pools(self, first_pool: int, step: int) -> Iterator[tuple[int, list, list]]:
+        """``(pool, src_lines, tgt_lines)`` of pools ``first_pool``, ``first_pool + step``, ...
+
+        Pairs of the pools in between are read but neither kept nor tokenised.
+        """
+        size = self.pool_size
+        pool, filled, src_buf, tgt_buf = first_pool, 0, [], []
+        chunks = self.corpus.iter_chunks(self.chunk_size, start=first_pool * size, streaming=True)
+        for src, tgt in chunks:
+            i = 0
+            while i < len(src):
+                take = min(size - filled, len(src) - i)
+                mine = (pool - first_pool) % step == 0
+                if mine:
+                    src_buf += src[i : i + take]
+                    tgt_buf += tgt[i : i + take]
+                filled += take
+                i += take
+                if filled == size:
+                    if mine:
+                        yield pool, src_buf, tgt_buf
+                    pool, filled, src_buf, tgt_buf = pool + 1, 0, [], []
+        if filled and (pool - first_pool) % step == 0:
+            yield pool, src_buf, tgt_buf
+
+    def _encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Flat ids and offsets of ``texts``, tokenised ``chunk_size`` lines at a time."""
+        dtype = id_dtype(self.tokenizer.vocab_size)
+        values, offsets, base = [], [np.zeros(1, dtype=np.int64)], 0
+        for start in range(0, len(texts), self.chunk_size):
+            v, o = flatten_ids(self.tokenizer.encode(texts[start : start + self.chunk_size]), dtype)
+            values.append(v)
+            offsets.append(o[1:] + base)
+            base += int(o[-1])
+        return np.concatenate(values or [np.zeros(0, dtype)]), np.concatenate(offsets)
+
+    def _tokenize(self, index: int, src: list[str], tgt: list[str]) -> tuple[_Pool, dict]:
+        """The pool's ids and kept pairs, and the filtering counts."""
+        src_ids, tgt_ids = self._encode(src), self._encode(tgt)
+        keep, counts = filter_training_pairs(
+            np.diff(src_ids[1]), np.diff(tgt_ids[1]), self.max_positions, self.max_length_ratio
+        )
+        text = (src, tgt) if self.subword_alpha > 0 else None
+        first = index * self.pool_size
+        return _Pool(index, first, src_ids, tgt_ids, np.flatnonzero(keep), text), counts
+
+    def pool_batches(self, pool: _Pool, epoch: int) -> list[list[int]]:
+        """This rank's batches of a pool in an epoch, as positions into ``pool.kept``."""
+        if pool.kept.size == 0:
+            return []
+        s = np.diff(pool.src[1])[pool.kept] + 1  # with EOS
+        t = np.diff(pool.tgt[1])[pool.kept] + 1  # with BOS (input) or EOS (output)
+        entropy = [self.seed % (1 << 64), epoch, pool.index]
+        seed = int(np.random.SeedSequence(entropy).generate_state(1)[0])
+        sampler = TokenBudgetBatchSampler(
+            np.maximum(s, t),
+            self.max_tokens,
+            shuffle=True,
+            seed=seed,
+            num_replicas=self.num_replicas,
+            rank=self.rank,
+            bucket_size=self.bucket_size,
+            even_batches=True,
+            tie_breaker=t * (self.max_positions + 1) + s,
+        )
+        return list(sampler)
+
+    def _collate(self, pool: _Pool, batch: list[int]) -> dict[str, Any]:
+        positions = pool.kept[batch].tolist()
+        if pool.text is None:
+            (src_values, src_offsets), (tgt_values, tgt_offsets) = pool.src, pool.tgt
+            src = [src_values[src_offsets[i] : src_offsets[i + 1]] for i in positions]
+            tgt = [tgt_values[tgt_offsets[i] : tgt_offsets[i + 1]] for i in positions]
+        else:
+            limit = self.max_positions - 1
+            src, tgt = (
+                [ids[:limit] for ids in self.tokenizer.encode(texts, True, self.subword_alpha)]
+                for texts in ([side[i] for i in positions] for side in pool.text)
+            )
+        examples = [
+            {"index": pool.first + i, "src": np.append(s, EOS_ID).astype(np.int64), "tgt": t}
+            for i, s, t in zip(positions, src, tgt, strict=True)
+        ]
+        return collate(examples, pad_id=PAD_ID, pad_to_multiple_of=self.pad_to_multiple_of)
+
+
+def _as_is(batch: dict[str, Any]) -> dict[str, Any]:
+    return batch
+
+
+class StreamingLoader(DataLoader):
+    """DataLoader of a :class:`StreamingPairs`: one pass per iteration, positions noted.
+
+    Each iteration first prepares the pass (epoch from ``epoch_source``, resume position,
+    worker classes) and starts fresh workers (never persistent ones, so that they get the
+    pass's settings), then removes each batch's position tag and notes it, and after a
+    complete pass logs the filtering counts. It has no length: an epoch ends when the stream
+    ends.
+
+    Args:
+        dataset: The streamed training pairs.
+        num_workers: Worker processes; each reads the whole stream and handles every
+            ``num_workers``-th pool.
+        epoch_source: Returns the epoch of the next pass (e.g. a trainer's current epoch), or
+            None to use the dataset's own, which advances after every complete pass.
+        **kwargs: Other DataLoader arguments (e.g. ``prefetch_factor``).
+    """
+
+    def __init__(
+        self,
+        dataset: StreamingPairs,
+        num_workers: int = 0,
+        epoch_source: Callable[[], int | None] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            dataset,
+            batch_size=None,
+            num_workers=num_workers,
+            collate_fn=_as_is,
+            persistent_workers=False,
+            **kwargs,
+        )
+        self.epoch_source = epoch_source
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        dataset: StreamingPairs = self.dataset
+        epoch = self.epoch_source() if self.epoch_source is not None else None
+        plan = dataset.start_pass(max(1, self.num_workers), epoch)
+        for batch in super().__iter__():
+            plan.record(batch.pop(POSITION_KEY))
+            yield batch
+        dataset.end_pass(plan)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Selects the epoch of the next pass (when ``epoch_source`` gives None)."""
+        self.dataset.set_epoch(epoch)
