@@ -5,6 +5,10 @@ from __future__ import annotations
 import gzip
 import json
 import logging
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -271,7 +275,9 @@ class _Recorder(L.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.0)
 
 
-def test_trainer_epochs_and_resume(corpora, cache, spm_file, two_epochs, tmp_path):
+@pytest.mark.filterwarnings("error:The stream position:UserWarning")
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_trainer_epochs_and_resume(corpora, cache, spm_file, two_epochs, tmp_path, num_workers):
     def fit(ckpt_path=None, callbacks=()) -> _Recorder:
         trainer = L.Trainer(
             accelerator="cpu",
@@ -296,6 +302,7 @@ def test_trainer_epochs_and_resume(corpora, cache, spm_file, two_epochs, tmp_pat
             download=False,
             streaming=True,
             stream_pool_size=POOL,
+            num_workers=num_workers,
         )
         trainer.fit(model, datamodule=dm, ckpt_path=ckpt_path)
         return model
@@ -304,13 +311,23 @@ def test_trainer_epochs_and_resume(corpora, cache, spm_file, two_epochs, tmp_pat
         dirpath=tmp_path / "ckpt", every_n_train_steps=1, save_top_k=-1, filename="{step}"
     )
     first = fit(callbacks=[checkpoint])
-    assert first.seen == two_epochs[0] + two_epochs[1]
+    if num_workers == 0:
+        assert first.seen == two_epochs[0] + two_epochs[1]
     n = len(two_epochs[0])
+    assert len(first.seen) == 2 * n
     # Mid-epoch, after the last batch of epoch 0 (the loader has already seen the stream
     # end), and mid-epoch 1.
-    for step in (5, n, n + 3):
+    for step in (5, n + 3):
         resumed = fit(ckpt_path=tmp_path / f"ckpt/step={step}.ckpt")
         assert resumed.seen == first.seen[step:], step
+    again = L.pytorch.callbacks.ModelCheckpoint(
+        dirpath=tmp_path / "again", every_n_train_steps=1, save_top_k=-1, filename="{step}"
+    )
+    resumed = fit(ckpt_path=tmp_path / f"ckpt/step={n}.ckpt", callbacks=[again])
+    assert resumed.seen == first.seen[n:]
+    # A checkpoint of that resumed run, mid-epoch 1, resumes exactly too.
+    resumed = fit(ckpt_path=tmp_path / f"again/step={n + 3}.ckpt")
+    assert resumed.seen == first.seen[n + 3 :]
 
 
 def test_cli_fit_with_streaming(corpora, in_tmp):
@@ -332,6 +349,62 @@ def test_cli_fit_with_streaming(corpora, in_tmp):
     assert torch.isfinite(cli.trainer.callback_metrics["train/loss"])
     assert isinstance(cli.datamodule.train_set, StreamingPairs)
     assert len(list((in_tmp / "data/cache").glob("spm_*.model"))) == 1
+
+
+class StreamRecorder(L.Callback):
+    """Writes the example indices of every training batch, per rank and epoch (loaded by the
+    DDP run below from this file)."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[int, list[int]]] = []
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self.seen.append((trainer.current_epoch, batch["index"].tolist()))
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        Path(f"seen{trainer.global_rank}.json").write_text(json.dumps(self.seen))
+
+
+@pytest.mark.slow
+def test_ddp_ranks_share_each_epoch_and_finish_together(corpora, spm_file, kept, tmp_path):
+    """Two CPU processes (gloo) stream two whole epochs: no hang, disjoint complete shares."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parent), env.get("PYTHONPATH", "")])
+    args = [
+        sys.executable, "-m", "seq2seq.cli", "fit",
+        "--config", str(CONFIGS / "tiny.yaml"),
+        "--data.data_dir", str(corpora["text"]),
+        "--data.tokenizer_path", str(spm_file),
+        "--data.vocab_size", str(VOCAB),
+        "--data.max_positions", str(MAX_POSITIONS),
+        "--data.max_tokens", "2000",
+        "--data.test_splits", "[]",
+        "--data.streaming", "true",
+        "--data.stream_pool_size", "700",
+        "--trainer.strategy", "ddp",
+        "--trainer.devices", "2",
+        "--trainer.max_steps", "-1",
+        "--trainer.max_epochs", "2",
+        "--trainer.limit_val_batches", "0",
+        "--trainer.callbacks+=test_streaming.StreamRecorder",
+    ]  # fmt: skip
+    proc = subprocess.Popen(
+        args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        output, _ = proc.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        output, _ = proc.communicate()
+        pytest.fail(f"the DDP run hung:\n{output[-4000:]}")
+    assert proc.returncode == 0, output[-4000:]
+    seen = [json.loads((tmp_path / f"seen{rank}.json").read_text()) for rank in range(2)]
+    assert len(seen[0]) == len(seen[1])
+    for epoch in (0, 1):
+        shares = [[i for e, batch in ranks if e == epoch for i in batch] for ranks in seen]
+        assert not set(shares[0]) & set(shares[1])
+        assert sorted(shares[0] + shares[1]) == kept["indices"]
 
 
 # ---------------------------------------------------------------------- errors

@@ -709,8 +709,18 @@ class TranslationDataModule(L.LightningDataModule):
             if not isinstance(self.train_set, StreamingPairs):
                 pending = self._pending_stream_state
                 return {"train_stream": pending} if pending else {}
-            epoch = trainer.current_epoch if processed is not None else None
-            state = self.train_set.state_dict(processed, epoch)
+            if processed is None:
+                state = self.train_set.state_dict()
+            else:
+                # The loader's own count less the batches the trainer has prefetched; the
+                # trainer's count restarts in some resumed runs, the loader's never does.
+                fetcher = getattr(trainer.fit_loop, "_data_fetcher", None)
+                buffered = getattr(fetcher, "batches", None)
+                epoch = trainer.current_epoch
+                if isinstance(buffered, list):
+                    state = self.train_set.state_dict(epoch=epoch, pending=len(buffered))
+                else:
+                    state = self.train_set.state_dict(processed, epoch)
             return {"train_stream": state} if state else {}
         if self._train_sampler is None:
             pending = self._pending_sampler_state

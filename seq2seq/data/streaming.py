@@ -204,15 +204,20 @@ class StreamingPairs(IterableDataset):
         """Selects the epoch of the next pass (and with it the shuffling)."""
         self.epoch = epoch
 
-    def state_dict(self, batches: int | None = None, epoch: int | None = None) -> dict[str, Any]:
+    def state_dict(
+        self, batches: int | None = None, epoch: int | None = None, pending: int = 0
+    ) -> dict[str, Any]:
         """The position after ``batches`` batches of the current pass's epoch.
 
         Args:
-            batches: Batches of the epoch consumed so far (a trainer's processed count,
-                which lags behind what the loader has handed out); None: all handed out.
+            batches: Batches of the epoch consumed so far (e.g. a trainer's processed count,
+                which lags behind what the loader has handed out, counted from the start of
+                the epoch also when it was resumed); None: all handed out but ``pending``.
             epoch: The epoch being trained (a trainer's current epoch), if known: when the
                 current pass belongs to another one, the next epoch has not started and
                 ``{}`` (start from its beginning) is returned.
+            pending: With ``batches=None``: batches handed out but not consumed yet (held in
+                a trainer's prefetch buffer).
 
         Returns:
             ``{"epoch", "complete", "batches", "num_workers", "positions", "next_class",
@@ -224,7 +229,7 @@ class StreamingPairs(IterableDataset):
             return dict(self._resume) if self._resume else {}
         if epoch is not None and epoch != plan.epoch:
             return {}
-        wanted = plan.batches if batches is None else batches
+        wanted = plan.batches - pending if batches is None else batches
         n, positions, next_class = plan.position(wanted)
         if n != wanted:
             rank_zero_warn(
@@ -281,8 +286,10 @@ class StreamingPairs(IterableDataset):
         if resume is not None and resume["epoch"] != epoch:
             resume = None
         if resume is not None and resume.get("complete"):
-            resume, epoch = None, epoch + 1
-        if resume is None:
+            # Such a trainer goes on counting batches from the finished epoch's number.
+            start = [None] * num_workers
+            plan = _Pass(epoch + 1, num_workers, start, 0, resume["batches"], resumed=False)
+        elif resume is None:
             plan = _Pass(epoch, num_workers, [None] * num_workers, 0, 0, resumed=False)
         else:
             if resume["num_workers"] != num_workers:
@@ -295,7 +302,7 @@ class StreamingPairs(IterableDataset):
             plan = _Pass(
                 epoch, num_workers, positions, resume["next_class"], resume["batches"], True
             )
-        self.epoch = epoch
+        self.epoch = plan.epoch
         self._pass = plan
         return plan
 
