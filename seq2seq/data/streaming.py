@@ -286,7 +286,7 @@ class StreamingPairs(IterableDataset):
         if resume is not None and resume["epoch"] != epoch:
             resume = None
         if resume is not None and resume.get("complete"):
-            # Such a trainer goes on counting batches from the finished epoch's number.
+            # Numbered on from the finished epoch's count, as such a trainer counts them.
             start = [None] * num_workers
             plan = _Pass(epoch + 1, num_workers, start, 0, resume["batches"], resumed=False)
         elif resume is None:
