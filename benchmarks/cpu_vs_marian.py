@@ -190,8 +190,8 @@ def make_train_batches(args: argparse.Namespace, gen: torch.Generator) -> list[d
         tgt = random_ids(gen, args.train_batch, lo, hi, args.vocab)
         tgt_in = pad_batch([torch.cat([torch.tensor([BOS]), t]) for t in tgt])
         target = pad_batch([torch.cat([t, torch.tensor([EOS])]) for t in tgt])
-        # Non-padding target positions, computed with the batch as TranslationModule does
-        # (on the host, before the step): ours projects only these onto the vocabulary.
+        # Non-padding target positions, computed with the batch as seq2seq's collate does:
+        # ours projects only these onto the vocabulary.
         index = (target.flatten() != PAD).nonzero().squeeze(1)
         batches.append(
             dict(

@@ -230,18 +230,10 @@ class TranslationModule(L.LightningModule):
         """Logits ``(B, T, V)`` for source ``(B, S)`` and shifted target input ``(B, T)``."""
         return self.model(src, tgt_in, src_mask)
 
-    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        """Adds ``"tgt_index"``: the non-padding positions of the flattened ``tgt_out``,
-        computed on the host before the batch moves to the device (no synchronisation there).
-        The loss then projects only those positions onto the vocabulary. Left out under
-        ``compile``, where a varying number of positions would mean varying shapes."""
-        if isinstance(batch, dict) and "tgt_out" in batch and not self.hparams.compile:
-            flat = batch["tgt_out"].reshape(-1)
-            batch["tgt_index"] = (flat != self.model.pad_id).nonzero().squeeze(1)
-        return batch
-
     def _loss_sums(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        index = batch.get("tgt_index")
+        # collate's non-padding target positions; not under compile, where their varying number
+        # would mean varying shapes.
+        index = None if self.hparams.compile else batch.get("tgt_index")
         target = batch["tgt_out"]
         if index is None:
             logits = self._forward(batch["src"], batch["tgt_in"], batch["src_mask"])

@@ -29,10 +29,11 @@ def test_fused_loss_path_equals_full_logits_path():
         }
         for i, (n, m) in enumerate([(5, 9), (2, 3), (11, 1)])
     ]
-    batch = collate(examples, pad_id=0)
-    plain = module._loss_sums(dict(batch))
-    prepared = module.on_before_batch_transfer(dict(batch), 0)
-    assert prepared["tgt_index"].numel() == batch["n_tokens"] == 16
+    prepared = collate(examples, pad_id=0)
+    index = prepared["tgt_index"]
+    assert index.numel() == prepared["n_tokens"] == 16
+    torch.testing.assert_close(index, (prepared["tgt_out"].flatten() != 0).nonzero().squeeze(1))
+    plain = module._loss_sums({k: v for k, v in prepared.items() if k != "tgt_index"})
     fused = module._loss_sums(prepared)
     for a, b in zip(plain, fused, strict=True):
         torch.testing.assert_close(a.double(), b.double(), rtol=1e-6, atol=0)

@@ -307,6 +307,9 @@ def collate(
         ``"src_mask"``: (B, 1, 1, S) bool, True at real (non-padding) source positions;
         ``"tgt_in"``: (B, T) long, ``[BOS] + tgt`` padded (only with targets);
         ``"tgt_out"``: (B, T) long, ``tgt + [EOS]`` padded (only with targets);
+        ``"tgt_index"``: (N,) long, positions of the real ``tgt_out`` tokens in the flattened
+        ``(B * T)`` layout (only with targets; computed here, on the host, so a training step
+        on an accelerator selects them without synchronising);
         ``"n_tokens"``: int, number of real ``tgt_out`` positions (0 without targets);
         ``"src_text"`` / ``"ref_text"``: list[str], when the examples carry them.
 
@@ -338,6 +341,10 @@ def collate(
         batch["tgt_in"] = _pad(tgt_in, pad_id, pad_to_multiple_of)
         batch["tgt_out"] = _pad(tgt_out, pad_id, pad_to_multiple_of)
         batch["n_tokens"] = sum(len(t) for t in tgt_out)
+        width = batch["tgt_out"].size(1)
+        batch["tgt_index"] = torch.cat(
+            [torch.arange(len(t)) + i * width for i, t in enumerate(tgt_out)]
+        )
     for key in ("src_text", "ref_text"):
         if key in examples[0]:
             batch[key] = [e[key] for e in examples]
