@@ -116,3 +116,27 @@ def test_bpe_and_byte_fallback(lines, tmp_path):
     ids = tok.encode(text)
     assert UNK_ID not in ids[0]
     assert tok.decode(ids) == text
+
+
+def test_sampled_training_gives_the_same_model_in_every_process(tmp_path):
+    """With input_sentence_size, two processes train byte-identical models (the sample is
+    drawn with a seeded reservoir, not by SentencePiece, whose sampling varies by process)."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys; from seq2seq.data.corpus import read_lines; "
+        "from seq2seq.data.tokenizer import Tokenizer; "
+        "lines = read_lines(sys.argv[1])[:4000]; "
+        "t = Tokenizer.train(lines, sys.argv[2], 500, input_sentence_size=1500, seed=3); "
+        "sys.stdout.buffer.write(t.to_bytes())"
+    )
+    outputs = [
+        subprocess.run(
+            [sys.executable, "-c", script, str(MULTI30K / "train.de.gz"), str(tmp_path / f"{i}")],
+            check=True,
+            capture_output=True,
+        ).stdout
+        for i in range(2)
+    ]
+    assert outputs[0] == outputs[1] and len(outputs[0]) > 1000

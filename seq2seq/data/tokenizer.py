@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import io
 import os
+import random
 import tempfile
 from collections.abc import Iterable, Sequence
 from itertools import chain
@@ -127,7 +128,10 @@ class Tokenizer:
             byte_fallback: Decompose unknown characters into UTF-8 byte pieces instead of
                 ``<unk>`` (needs 256 byte pieces of the vocabulary).
             input_sentence_size: Train on a random sample of this many sentences; 0 uses all.
-            seed: Seed of SentencePiece's random generator (sentence sampling).
+                The sample is drawn here (reservoir sampling from ``seed``), not by
+                SentencePiece, whose own sampling differs between processes even with a fixed
+                seed: the same corpus and settings give the same model in every process.
+            seed: Seed of the sentence sample and of SentencePiece's random generator.
             num_threads: Threads used by the trainer.
 
         Returns:
@@ -139,17 +143,19 @@ class Tokenizer:
         """
         model_path = Path(model_path)
         spm.set_random_generator_seed(seed)
+        sentences = (s for s in sentences if s)
+        if input_sentence_size > 0:
+            sentences = iter(_reservoir_sample(sentences, input_sentence_size, seed))
         model = io.BytesIO()
         try:
             spm.SentencePieceTrainer.train(
-                sentence_iterator=(s for s in sentences if s),
+                sentence_iterator=sentences,
                 model_writer=model,
                 vocab_size=vocab_size,
                 model_type=model_type,
                 character_coverage=character_coverage,
                 byte_fallback=byte_fallback,
-                input_sentence_size=input_sentence_size,
-                shuffle_input_sentence=True,
+                input_sentence_size=0,  # sampled above
                 hard_vocab_limit=True,
                 normalization_rule_name="nmt_nfkc",
                 pad_id=PAD_ID,
@@ -291,3 +297,18 @@ class Tokenizer:
 
     def __repr__(self) -> str:
         return f"Tokenizer(name={self.name!r}, vocab_size={self.vocab_size})"
+
+
+def _reservoir_sample(items: Iterable[str], k: int, seed: int) -> list[str]:
+    """``k`` items drawn uniformly without replacement from an iterable of unknown length
+    (Vitter 1985, Algorithm R), reproducibly from ``seed``; all items if there are fewer."""
+    rng = random.Random(seed)
+    sample: list[str] = []
+    for i, item in enumerate(items):
+        if i < k:
+            sample.append(item)
+        else:
+            j = rng.randrange(i + 1)
+            if j < k:
+                sample[j] = item
+    return sample

@@ -1,0 +1,57 @@
+"""The benchmark scripts still run end to end (tiny sizes; their numbers mean nothing here)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_cpu_vs_marian_runs(tmp_path):
+    pytest.importorskip("transformers")  # the `bench` extra
+    sys.path[:0] = [str(ROOT / "benchmarks")]
+    try:
+        import cpu_vs_marian
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    out = tmp_path / "r.json"
+    cpu_vs_marian.main(
+        [
+            *("--d-model 32 --n-heads 2 --encoder-layers 1 --decoder-layers 1 --d-ff 64").split(),
+            *("--vocab 200 --train-batch 4 --train-batches 2 --train-steps 1").split(),
+            *("--decode-batch 3 --src-min-len 3 --src-max-len 6 --new-tokens 4").split(),
+            *("--repeats 1 --warmup 1 --threads 1 --dtypes float32,bfloat16").split(),
+            "--json",
+            str(out),
+        ]
+    )
+    result = json.loads(out.read_text())
+    rows = {(r["system"], r["dtype"], r["measurement"]) for r in result["rows"]}
+    assert ("ours", "float32", "beam5") in rows and ("marian", "bfloat16", "train") in rows
+    checks = result["meta"]["forced_length_checks"]
+    assert all(c["ours_lengths"] == [4] == c["marian_lengths"] for c in checks.values())
+
+
+def test_data_pipeline_runs(tmp_path):
+    out = tmp_path / "r.json"
+    subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "data_pipeline.py"),
+            *("--pairs 3000 --vocab-size 300 --words 500").split(),
+            "--workdir",
+            str(tmp_path / "w"),
+            "--json",
+            str(out),
+        ],
+        check=True,
+        cwd=ROOT,
+        capture_output=True,
+        timeout=300,
+    )
+    assert json.loads(out.read_text())
