@@ -288,12 +288,7 @@ class Transformer(nn.Module):
         Raises:
             ValueError: if the decoded positions would exceed ``max_positions``.
         """
-        if src_mask is not None:
-            src_mask = attend_first_if_empty(src_mask)
-        with sdpa_kernel(SDPA_BACKENDS):
-            h = self.decoder(tgt, memory, src_mask, cache)
-        if output_index is not None:
-            h = h.flatten(0, 1).index_select(0, output_index)
+        h = self._states(tgt, memory, src_mask, cache, output_index)
         logits = linear(h, self.output.weight, packed=self._packed_output)
         if self.padded_vocab_size != self.vocab_size:
             logits = logits[..., : self.vocab_size]
@@ -330,11 +325,14 @@ class Transformer(nn.Module):
             ValueError: if ``S`` or ``T`` exceeds ``max_positions``.
         """
         check_length(tgt.size(1), self.max_positions)
-        memory = self.encode(src, src_mask)
+        return self._states(tgt, self.encode(src, src_mask), src_mask, None, output_index)
+
+    def _states(self, tgt, memory, src_mask, cache, output_index) -> Tensor:
+        """Final decoder states ``(B, T, D)``, or ``(N, D)`` at ``output_index``."""
         if src_mask is not None:
             src_mask = attend_first_if_empty(src_mask)
         with sdpa_kernel(SDPA_BACKENDS):
-            h = self.decoder(tgt, memory, src_mask)
+            h = self.decoder(tgt, memory, src_mask, cache)
         if output_index is not None:
             h = h.flatten(0, 1).index_select(0, output_index)
         return h
