@@ -11,6 +11,7 @@ Examples::
 from __future__ import annotations
 
 import os
+import pickle
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -20,6 +21,7 @@ import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.plugins.io import TorchCheckpointIO
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from seq2seq.callbacks import TranslationWriter
 from seq2seq.checkpoint import (
@@ -176,9 +178,21 @@ def cli_main(args: Sequence[str] | None = None) -> Seq2SeqCLI | None:
     )
 
 
-#: Errors that come from what the user asked for (a path, a file, a setting) rather than from
-#: a fault in the program: reported in one line, without a traceback.
-USER_ERRORS = (FileNotFoundError, NotADirectoryError, CheckpointError)
+#: Errors that come from what the user asked for (a path, a file, a setting, a device) rather
+#: than from a fault in the program: reported in one line, without a traceback. Every
+#: ``ValueError`` raised by seq2seq names the setting or file at fault.
+USER_ERRORS = (
+    OSError,  # missing/unreadable files and folders, failed downloads, full disks
+    ValueError,  # bad settings and bad input data (UnicodeDecodeError included)
+    CheckpointError,
+    pickle.UnpicklingError,  # a file given as --ckpt_path that is no checkpoint
+    MisconfigurationException,  # e.g. a GPU accelerator on a machine without one
+)
+
+_COMMANDS_HELP = """
+Further commands (each has --help):
+  translate           translate text with a checkpoint alone (stdin/stdout or --input/--output)
+  average             average the parameters of several checkpoints"""
 
 
 def main() -> int:
@@ -189,12 +203,23 @@ def main() -> int:
         on stderr; set ``SEQ2SEQ_TRACEBACK=1`` to see the traceback). Other exceptions
         propagate with their traceback; argument errors exit with status 2.
     """
+    argv = sys.argv[1:]
+    if not argv or argv[0] in ("-h", "--help"):
+        try:
+            cli_main()
+        finally:
+            print(_COMMANDS_HELP, file=sys.stdout if argv else sys.stderr)
+        return 0
     try:
         cli_main()
+    except KeyboardInterrupt:
+        print("seq2seq: interrupted", file=sys.stderr)
+        return 130
     except USER_ERRORS as err:
         if os.environ.get("SEQ2SEQ_TRACEBACK"):
             raise
-        print(f"seq2seq: error: {err}", file=sys.stderr)
+        message = " ".join(str(err).split()) or type(err).__name__
+        print(f"seq2seq: error: {message} (SEQ2SEQ_TRACEBACK=1 shows where)", file=sys.stderr)
         return 1
     return 0
 

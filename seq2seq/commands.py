@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from seq2seq.checkpoint import average_checkpoints
+from seq2seq.data.corpus import read_lines
 
 
 def translate(argv: Sequence[str]) -> None:
@@ -35,19 +36,22 @@ def translate(argv: Sequence[str]) -> None:
     decoding = {} if args.length_penalty is None else {"length_penalty": args.length_penalty}
     if args.beam_size is not None:
         decoding["beam_size"] = args.beam_size
+    for name in ("beam_size", "n_best", "max_tokens"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            parser.error(f"--{name} must be >= 1, got {value}")
     if args.beam_size is not None and args.n_best > args.beam_size:
         parser.error(f"--n_best {args.n_best} exceeds --beam_size {args.beam_size}")
     translator = Translator.from_checkpoint(
         args.ckpt_path, device=args.device, max_tokens=args.max_tokens, **decoding
     )
     if args.input == "-":
-        text = sys.stdin.read()
-    else:
-        text = Path(args.input).read_text(encoding="utf-8")
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    lines = [line.rstrip("\r") for line in lines]
+        lines = sys.stdin.read().split("\n")
+        if lines and lines[-1] == "":
+            lines.pop()
+        lines = [line[:-1] if line.endswith("\r") else line for line in lines]
+    else:  # names the file and line of invalid UTF-8; removes CRs of CRLF files
+        lines = read_lines(args.input)
     results = translator.translate(lines, n_best=args.n_best)
     if args.n_best == 1:
         out_lines = list(results)

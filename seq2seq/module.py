@@ -128,8 +128,9 @@ class TranslationModule(L.LightningModule):
         super().__init__()
         if not 0.0 <= label_smoothing < 1.0:
             raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing}")
-        if beam_size < 1:
-            raise ValueError(f"beam_size must be >= 1, got {beam_size}")
+        for name, value in (("beam_size", beam_size), ("val_beam_size", val_beam_size)):
+            if value is not None and value < 1:
+                raise ValueError(f"model.{name} must be >= 1, got {value}")
         self.model_config = dict(
             vocab_size=vocab_size,
             d_model=d_model,

@@ -219,4 +219,53 @@ def test_user_errors_are_one_line_without_traceback(tmp_path, monkeypatch, capsy
     monkeypatch.chdir(tmp_path)
     assert main() == 1
     err = capsys.readouterr().err
-    assert err.strip() == "seq2seq: error: checkpoint not found: nope.ckpt"
+    assert err.strip() == (
+        "seq2seq: error: checkpoint not found: nope.ckpt (SEQ2SEQ_TRACEBACK=1 shows where)"
+    )
+
+
+def test_more_user_errors_are_one_line(tmp_path, monkeypatch, capsys):
+    """Bad settings and bad files of every command: one line, exit status 1 (argument
+    errors: argparse's status 2)."""
+    from seq2seq.cli import main
+
+    monkeypatch.delenv("SEQ2SEQ_TRACEBACK", raising=False)
+    monkeypatch.chdir(tmp_path)
+    fake = tmp_path / "fake.ckpt"
+    fake.write_text("not a checkpoint\n")
+    latin1 = tmp_path / "latin1.de"
+    latin1.write_bytes("Grüße\n".encode("latin-1"))
+    cases = [
+        (["translate", "--ckpt_path", str(fake)], "fake.ckpt"),
+        (["translate", "--ckpt_path", str(fake), "--input", str(tmp_path)], None),
+        (
+            [
+                "fit",
+                "--config",
+                str(CONFIGS / "tiny.yaml"),
+                "--data.data_dir",
+                str(tmp_path / "nodata"),
+                "--data.download",
+                "false",
+            ],
+            "nodata",
+        ),
+        (
+            ["fit", "--config", str(CONFIGS / "tiny.yaml"), "--model.val_beam_size", "0"],
+            "model.val_beam_size must be >= 1",
+        ),
+    ]
+    for argv, expected in cases:
+        monkeypatch.setattr("sys.argv", ["seq2seq", *argv])
+        assert main() == 1, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("seq2seq: error: "), (argv, err)
+        if expected:
+            assert expected in err[0]
+    monkeypatch.setattr(
+        "sys.argv", ["seq2seq", "translate", "--ckpt_path", "x", "--beam_size", "0"]
+    )
+    with pytest.raises(SystemExit) as exit_info:
+        main()
+    assert exit_info.value.code == 2
+    assert "--beam_size must be >= 1, got 0" in capsys.readouterr().err
