@@ -78,9 +78,13 @@ def average(argv: Sequence[str]) -> None:
     parser.add_argument("--last", type=int, default=None, help="with --dir: how many (newest)")
     parser.add_argument("--output", required=True, help="averaged checkpoint to write")
     args = parser.parse_args(list(argv))
+    if args.inputs and (args.dir or args.last):
+        parser.error("give either --inputs or --dir with --last, not both")
     if args.inputs:
         paths = [Path(p) for p in args.inputs]
     elif args.dir and args.last:
+        if not Path(args.dir).is_dir():
+            parser.error(f"--dir {args.dir} is not a folder")
         candidates = [p for p in Path(args.dir).glob("*.ckpt") if p.name != "last.ckpt"]
         if len(candidates) < args.last:
             parser.error(
