@@ -17,6 +17,7 @@ import lightning as L
 import numpy as np
 import pytest
 import torch
+from test_datamodule import _Recorder
 
 from seq2seq.cli import cli_main
 from seq2seq.data.batching import filter_training_pairs
@@ -259,22 +260,6 @@ def test_resume_needs_the_same_workers(corpora, cache, spm_file):
         next(iter(resumed.train_dataloader()))
 
 
-class _Recorder(L.LightningModule):
-    """A one-parameter model that records the example indices of each training batch."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.weight = torch.nn.Parameter(torch.ones(1))
-        self.seen: list[list[int]] = []
-
-    def training_step(self, batch, batch_idx):
-        self.seen.append(batch["index"].tolist())
-        return (self.weight * batch["n_tokens"]).square().sum() * 1e-9
-
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.0)
-
-
 @pytest.mark.filterwarnings("error:The stream position:UserWarning")
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_trainer_epochs_and_resume(corpora, cache, spm_file, two_epochs, tmp_path, num_workers):
@@ -291,19 +276,7 @@ def test_trainer_epochs_and_resume(corpora, cache, spm_file, two_epochs, tmp_pat
             callbacks=list(callbacks),
         )
         model = _Recorder()
-        dm = TranslationDataModule(
-            data_dir=str(corpora["text"]),
-            cache_dir=str(cache),
-            tokenizer_path=str(spm_file),
-            vocab_size=VOCAB,
-            max_positions=MAX_POSITIONS,
-            max_tokens=MAX_TOKENS,
-            test_splits=[],
-            download=False,
-            streaming=True,
-            stream_pool_size=POOL,
-            num_workers=num_workers,
-        )
+        dm = _dm(corpora["text"], cache, spm_file, num_workers=num_workers)
         trainer.fit(model, datamodule=dm, ckpt_path=ckpt_path)
         return model
 
