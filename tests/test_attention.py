@@ -114,6 +114,23 @@ def test_repeated_reorders_reuse_buffers_and_select_rows():
         torch.testing.assert_close(out, mha(x[rows, : step + 1], is_causal=True)[:, -1:])
 
 
+@torch.no_grad()
+def test_reorder_copying_only_moved_rows_selects_rows():
+    """``moved`` (rows with ``index[i] != i``) copies just those rows, sources read first."""
+    mha = MultiHeadAttention(D, H).double()
+    x = torch.randn(6, 5, D, dtype=torch.float64)
+    cache = KVCache(static=False)
+    rows = torch.arange(6)
+    mha(x[:, :1], is_causal=True, cache=cache)
+    for step, index in enumerate([[0, 1, 2, 3, 4, 5], [1, 0, 2, 3, 4, 5], [0, 0, 2, 2, 4, 5]], 1):
+        index = torch.tensor(index)
+        moved = (index != torch.arange(6)).nonzero().squeeze(1)
+        cache.reorder(index, moved)
+        rows = rows[index]
+        out = mha(x[rows, step : step + 1], is_causal=True, cache=cache)
+        torch.testing.assert_close(out, mha(x[rows, : step + 1], is_causal=True)[:, -1:])
+
+
 @pytest.mark.parametrize("self_attention", [True, False])
 def test_cached_single_steps_in_bfloat16(self_attention):
     """Single-query cached steps under bfloat16 autocast (float32 cache) match the fused path."""

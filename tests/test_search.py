@@ -231,3 +231,81 @@ def test_beams_sharing_cross_attention_equal_expanded_copies():
     a = model.decode(tokens, None, mask.index_select(0, keep), shared)
     b = model.decode(tokens, None, mask.index_select(0, rows[new_rows]), copied)
     torch.testing.assert_close(a, b)
+
+
+def _reference_beam(model, src_row, k, alpha, form, min_len, a=1.2, b=10):
+    """Beam search written out per sentence and per beam, with a full forward pass per step and
+    no cache: the rules of :func:`beam_search`'s docstring, nothing shared with it."""
+    src = src_row[None, : int((src_row != PAD).sum())]
+    max_len = min(int(a * src.size(1) + b), model.max_positions)
+    beams = [([], 0.0)]
+    finished: list[tuple[float, list[int]]] = []
+    for step in range(max_len):
+        cands = []
+        for beam_id, (toks, score) in enumerate(beams):
+            if score == float("-inf"):
+                continue
+            logits = model(src, torch.tensor([[BOS, *toks]]))[0, -1]
+            lprobs = torch.log_softmax(logits.double(), dim=-1)
+            lprobs[PAD] = float("-inf")
+            if step < min_len:
+                lprobs[EOS] = float("-inf")
+            cands += [(score + lp, beam_id, v) for v, lp in enumerate(lprobs.tolist())]
+        cands.sort(key=lambda c: -c[0])
+        at_max = step + 1 >= max_len
+        opened = []
+        for pos, (score, beam_id, v) in enumerate(cands[: 2 * k]):
+            toks = beams[beam_id][0] + [v]
+            if v == EOS or at_max:
+                if pos < k and score > float("-inf"):
+                    lp = length_penalty_value(float(step + 1), alpha, form)
+                    finished.append((score / lp, toks))
+            else:
+                opened.append((toks, score))
+        finished = sorted(finished, key=lambda f: -f[0])[:k]
+        beams = opened[:k]
+        if at_max or not beams:
+            break
+        best_open = beams[0][1] / length_penalty_value(float(step + 1), alpha, form)
+        if len(finished) == k and best_open <= finished[-1][0]:
+            break
+    return [([t for t in toks if t != EOS], score) for score, toks in finished]
+
+
+@pytest.mark.parametrize(
+    ("k", "alpha", "form", "min_len"),
+    [(2, 1.0, "fairseq", 0), (3, 0.0, "fairseq", 2), (5, 0.6, "gnmt", 0)],
+)
+def test_beam_search_equals_a_plain_reference(model, sources, k, alpha, form, min_len):
+    """Batched, cached beam search (beams kept in their parent's slot, partial cache reorders)
+    returns the hypotheses and scores of a per-beam reference without cache."""
+    results = beam_search(
+        model,
+        sources,
+        padding_mask(sources, PAD),
+        BOS,
+        EOS,
+        beam_size=k,
+        n_best=k,
+        length_penalty=alpha,
+        length_penalty_form=form,
+        min_len=min_len,
+    )
+    for i, hyps in enumerate(results):
+        expected = _reference_beam(model, sources[i], k, alpha, form, min_len)
+        assert [h.tokens for h in hyps] == [toks for toks, _ in expected]
+        assert [h.score for h in hyps] == pytest.approx([s for _, s in expected], abs=1e-6)
+
+
+def test_slots_in_place_keeps_first_children_in_their_parents_slot():
+    from seq2seq.nn.search import _slots_in_place
+
+    parent = torch.tensor([[0, 0, 1, 3], [2, 2, 2, 2], [3, 2, 1, 0], [1, 1, 0, 0]])
+    order = _slots_in_place(parent)
+    for row_parent, row_order in zip(parent.tolist(), order.tolist(), strict=True):
+        assert sorted(row_order) == [0, 1, 2, 3]  # a permutation of the new beams
+        placed = [row_parent[j] for j in row_order]  # parent of the beam in each slot
+        for p in set(row_parent):  # the best child of each parent sits in the parent's slot
+            first_child = row_parent.index(p)
+            assert row_order[p] == first_child and placed[p] == p
+    assert order.tolist()[2] == [3, 2, 1, 0]

@@ -162,15 +162,19 @@ class KVCache:
             buf[:, :, : self.length] = old[:, :, : self.length]
         return buf
 
-    def reorder(self, index: Tensor) -> None:
+    def reorder(self, index: Tensor, moved: Tensor | None = None) -> None:
         """Select batch rows in place: row ``i`` becomes old row ``index[i]``.
 
         Self-attention caches copy the valid positions into a second buffer kept from the
         previous reorder (allocated once, reused while the batch does not grow) and swap the two,
-        so beam search reorders without allocating.
+        so beam search reorders without allocating. When ``moved`` lists the rows ``i`` with
+        ``index[i] != i`` (same number of rows) and they are fewer than half, only those rows
+        are copied.
 
         Args:
             index: ``(B',)`` long indices into the current batch (may repeat rows).
+            moved: optional ``(M,)`` long rows ``i`` where ``index[i] != i``, when
+                ``B' == B``.
         """
         if self._k is None:
             return
@@ -179,6 +183,12 @@ class KVCache:
             self._v = self._v.index_select(0, index)
             return
         rows, n = index.numel(), self.length
+        if moved is not None and 2 * moved.numel() < rows and not self._k.requires_grad:
+            if moved.numel():
+                sources = index[moved]
+                for buf in (self._k[:, :, :n], self._v[:, :, :n]):
+                    buf.index_copy_(0, moved, buf.index_select(0, sources))
+            return
         if self._k.requires_grad:  # differentiable path (out= does not support autograd)
             for name in ("_k", "_v"):
                 old = getattr(self, name)
@@ -233,8 +243,14 @@ class DecoderCache:
                 :meth:`expand_beams`, each group of ``beam`` new rows must come from one
                 sentence's group of old rows; the sentence of each group is selected.
         """
+        moved = None
+        first = self.layers[0][0] if self.layers else None
+        if first is not None and first._k is not None and index.numel() == first._k.size(0):
+            # Same number of rows (beams reordered): copy only the rows that change.
+            same = index == torch.arange(index.numel(), device=index.device)
+            moved = (~same).nonzero().squeeze(1)
         for self_kv, cross_kv in self.layers:
-            self_kv.reorder(index)
+            self_kv.reorder(index, moved)
             if include_cross:
                 g = cross_kv.group
                 cross_kv.reorder(index if g == 1 else index[::g] // g)

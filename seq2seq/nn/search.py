@@ -95,6 +95,30 @@ def _step_log_probs(
     return lprobs
 
 
+def _slots_in_place(parent: Tensor) -> Tensor:
+    """Arrange the new beams of each sentence so that they stay in their parent's slot.
+
+    Beam slots carry no order (beams are compared by score only), so each parent's first (best)
+    child takes the parent's slot and the other children fill the slots left free, in order.
+    Reordering the caches then leaves the rows of the first children where they are.
+
+    Args:
+        parent: ``(A, K)`` long parent slot of each new beam.
+
+    Returns:
+        ``(A, K)`` long ``order``: slot ``s`` receives new beam ``order[:, s]``.
+    """
+    a, k = parent.shape
+    slot_ids = torch.arange(k, device=parent.device)
+    same = parent.unsqueeze(2) == parent.unsqueeze(1)  # (A, K, K): beams j, i share a parent
+    first = ~(same & (slot_ids.unsqueeze(1) > slot_ids)).any(dim=2)  # no earlier sibling
+    taken = (parent.unsqueeze(2) == slot_ids).any(dim=1)  # (A, K): slot is some beam's parent
+    free = torch.sort(taken.long() * k + slot_ids, dim=1).values % k  # free slots first
+    rank = (~first).long().cumsum(dim=1) - 1  # position of a later sibling among them
+    slot = torch.where(first, parent, free.gather(1, rank.clamp_min(0)))
+    return torch.empty_like(slot).scatter_(1, slot, slot_ids.expand(a, k).contiguous())
+
+
 def _check(model: Transformer, src: Tensor, src_mask: Tensor | None) -> None:
     if src_mask is not None and src_mask.shape != (src.size(0), 1, 1, src.size(1)):
         raise ValueError(
@@ -315,14 +339,18 @@ def beam_search(
             fin_tokens[alive] = merged_tokens.gather(1, top.unsqueeze(-1).expand(a, k, steps))
             fin_len[alive] = merged_len.gather(1, top)
 
-        # The best K other candidates stay open.
+        # The best K other candidates stay open, each in its parent's slot where possible, so
+        # that reordering the self-attention caches copies only the rows that change.
         beam_score, sel = cand_score.masked_fill(ends, neg_inf).topk(k, dim=1)
+        order = _slots_in_place(cand_beam.gather(1, sel))
+        beam_score, sel = beam_score.gather(1, order), sel.gather(1, order)
         src_beam = cand_beam.gather(1, sel)
         hist = cand_hist.gather(1, sel.unsqueeze(-1).expand(a, k, steps))
         tokens = cand_tok.gather(1, sel)
 
         kth = fin_score[alive, k - 1]
-        done = at_max | (torch.isfinite(kth) & (beam_score[:, 0] / lp[step + 1] <= kth))
+        best_open = beam_score.amax(dim=1)
+        done = at_max | (torch.isfinite(kth) & (best_open / lp[step + 1] <= kth))
         shrink = bool(done.any())
         if shrink:
             keep = (~done).nonzero().squeeze(1)
@@ -337,8 +365,9 @@ def beam_search(
             )
         else:
             keep = torch.arange(a, device=device)
-        rows = (keep.unsqueeze(1) * k + src_beam).view(-1)
-        cache.reorder(rows, include_cross=shrink)
+        if shrink or step > 0:  # after the first step, the K rows of a sentence are equal
+            rows = (keep.unsqueeze(1) * k + src_beam).view(-1)
+            cache.reorder(rows, include_cross=shrink)
         if shrink and mask is not None:
             mask = mask.index_select(0, keep)
         tokens = tokens.view(-1, 1)
