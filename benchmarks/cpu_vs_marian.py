@@ -84,6 +84,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     g.add_argument("--src-max-len", type=int, default=30)
     g.add_argument("--new-tokens", type=int, default=32, help="forced output length")
     g.add_argument("--beam", type=int, default=5)
+    g.add_argument(
+        "--greedy-scores",
+        action="store_true",
+        help="ours: also compute greedy hypothesis scores (a log-softmax per step); default: "
+        "tokens only, like Marian's generate without output_scores",
+    )
     g = p.add_argument_group("run")
     g.add_argument(
         "--measurements", default=",".join(MEASUREMENTS), help=f"subset of {MEASUREMENTS}"
@@ -264,14 +270,14 @@ def train_steps_marian(model, opt, batches, steps, dtype, eps, counter):
         opt.step()
 
 
-def decode_ours(model, src, dtype, new_tokens, beam):
+def decode_ours(model, src, dtype, new_tokens, beam, greedy_scores=False):
     model.eval()
     mask = padding_mask(src, PAD)
     # max_len = a * src_len + b tokens (EOS included); min_len forbids EOS before N tokens.
     forced = dict(max_len_a=0.0, max_len_b=new_tokens, min_len=new_tokens)
     with torch.inference_mode(), autocast(dtype):
         if beam == 1:
-            return greedy_search(model, src, mask, BOS, EOS, **forced)
+            return greedy_search(model, src, mask, BOS, EOS, scores=greedy_scores, **forced)
         return beam_search(model, src, mask, BOS, EOS, beam_size=beam, length_penalty=1.0, **forced)
 
 
@@ -323,7 +329,7 @@ def workloads(args, dtype, ours, marian, batches, src):
     n = args.new_tokens
     if "greedy" in args.measurements:
         out["greedy"] = (
-            lambda: decode_ours(ours, src, dtype, n, 1),
+            lambda: decode_ours(ours, src, dtype, n, 1, args.greedy_scores),
             lambda: decode_marian(marian, src, dtype, n, 1),
             src.size(0),
             "sent/s",

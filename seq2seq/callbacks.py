@@ -236,7 +236,7 @@ class AttentionHeatmaps(L.Callback):
         mask = torch.ones(1, 1, 1, src.size(1), dtype=torch.bool, device=src.device)
         bos, eos = tokenizer.bos_id, tokenizer.eos_id
         hyp = greedy_search(
-            model, src, mask, bos, eos, max_len_a=hp.max_len_a, max_len_b=hp.max_len_b
+            model, src, mask, bos, eos, max_len_a=hp.max_len_a, max_len_b=hp.max_len_b, scores=False
         )[0][0]
         out_ids = [*hyp.tokens, eos][: model.max_positions]
         tgt = torch.tensor([[bos, *out_ids[:-1]]], dtype=torch.long, device=src.device)

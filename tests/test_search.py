@@ -309,3 +309,28 @@ def test_slots_in_place_keeps_first_children_in_their_parents_slot():
             first_child = row_parent.index(p)
             assert row_order[p] == first_child and placed[p] == p
     assert order.tolist()[2] == [3, 2, 1, 0]
+
+
+def test_block_argmax_equals_torch_argmax():
+    from seq2seq.nn.search import _argmax
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(9, 640, generator=g)
+    x[1, 70] = x[1, 700 - 100] = 50.0  # tie across blocks: the first index wins
+    x[2, 5] = x[2, 6] = 50.0  # tie within a block
+    x[3] = float("-inf")
+    x[3, 639] = 0.0
+    x[4, 300] = float("nan")  # NaN counts as the maximum, as in torch.argmax
+    x[5] = 1.0  # all equal
+    for rows in (x, x.bfloat16(), x[:, :600], x[:, :630].contiguous()):
+        assert torch.equal(_argmax(rows), rows.argmax(dim=-1))
+
+
+@pytest.mark.parametrize("min_len", [0, 4])
+def test_greedy_without_scores_gives_the_same_tokens(model, sources, min_len):
+    mask = padding_mask(sources, PAD)
+    with_scores = greedy_search(model, sources, mask, BOS, EOS, min_len=min_len)
+    without = greedy_search(model, sources, mask, BOS, EOS, min_len=min_len, scores=False)
+    for (a,), (b,) in zip(with_scores, without, strict=True):
+        assert a.tokens == b.tokens
+        assert b.score != b.score  # nan

@@ -119,6 +119,23 @@ def _slots_in_place(parent: Tensor) -> Tensor:
     return torch.empty_like(slot).scatter_(1, slot, slot_ids.expand(a, k).contiguous())
 
 
+def _argmax(x: Tensor) -> Tensor:
+    """Row-wise arg-max of ``(N, V)`` scores: the first index of each row's maximum, exactly as
+    ``torch.argmax(x, dim=-1)``.
+
+    On CPU, ``torch.argmax`` over a long row is an indexed reduction that does not vectorise; a
+    vectorised maximum over blocks of 64 entries, then the arg-max of the best block, is 3-4x
+    faster at ``V = 8000``. Other devices, non-contiguous rows and ``V`` not a multiple of 64
+    use ``torch.argmax``.
+    """
+    n, v = x.shape
+    if x.device.type != "cpu" or v % 64 or not x.is_contiguous():
+        return x.argmax(dim=-1)
+    blocks = x.view(n, v // 64, 64)
+    best = blocks.amax(dim=-1).argmax(dim=-1)  # the first block holding the row maximum
+    return best * 64 + blocks[torch.arange(n, device=x.device), best].argmax(dim=-1)
+
+
 def _check(model: Transformer, src: Tensor, src_mask: Tensor | None) -> None:
     if src_mask is not None and src_mask.shape != (src.size(0), 1, 1, src.size(1)):
         raise ValueError(
@@ -139,6 +156,7 @@ def greedy_search(
     min_len: int = 0,
     length_penalty: float = 1.0,
     length_penalty_form: str = "fairseq",
+    scores: bool = True,
 ) -> list[list[Hypothesis]]:
     """Greedy (arg-max) decoding.
 
@@ -153,6 +171,9 @@ def greedy_search(
         min_len: EOS is forbidden before this many tokens.
         length_penalty: ``alpha`` used for the reported score only (ranking is trivial).
         length_penalty_form: ``"fairseq"`` or ``"gnmt"``, see :func:`length_penalty_value`.
+        scores: compute each hypothesis' score. ``False`` skips the log-softmax normaliser of
+            every step (the arg-max of the logits is the same token) and reports ``nan``
+            scores, as Hugging Face's ``generate`` returns no scores unless asked.
 
     Returns:
         One list per sentence holding one :class:`Hypothesis`.
@@ -180,9 +201,16 @@ def greedy_search(
     mask = src_mask
 
     for step in range(steps):
-        lprobs = _step_log_probs(model, tokens, memory, mask, cache, step, eos_id, min_len)
-        best, tokens = lprobs.max(dim=-1, keepdim=True)
-        score += best.squeeze(1)
+        if scores:
+            lprobs = _step_log_probs(model, tokens, memory, mask, cache, step, eos_id, min_len)
+            tokens = _argmax(lprobs).unsqueeze(1)
+            score += lprobs.gather(1, tokens).squeeze(1)
+        else:
+            logits = model.decode(tokens, memory, mask, cache)[:, -1]
+            logits[:, model.pad_id] = float("-inf")
+            if step < min_len:
+                logits[:, eos_id] = float("-inf")
+            tokens = _argmax(logits).unsqueeze(1)
         out[alive, step] = tokens.squeeze(1)
         done = (tokens.squeeze(1) == eos_id) | (alive_max <= step + 1)
         if bool(done.any()):
@@ -202,7 +230,7 @@ def greedy_search(
             cache.reorder(keep, include_cross=True)
 
     lp = length_penalty_value(out_len.double(), length_penalty, length_penalty_form)
-    final = (out_score.double() / lp).tolist()
+    final = (out_score.double() / lp).tolist() if scores else [float("nan")] * n
     rows, lens = out.tolist(), out_len.tolist()
     results = []
     for row, length, sc in zip(rows, lens, final, strict=True):
