@@ -39,17 +39,42 @@ def test_packed_copy_follows_in_place_updates():
 
 def test_training_and_other_dtypes_use_f_linear(monkeypatch):
     calls = []
-    monkeypatch.setattr(PackedWeight, "get", lambda self, w: calls.append(w) or w)
+    monkeypatch.setattr(PackedWeight, "get", lambda self, *a: calls.append(a) or a[:2])
     layer = Linear(4, 3)
     x = torch.randn(2, 4, requires_grad=True)
     layer(x).sum().backward()  # autograd on
     assert x.grad is not None
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        layer(x).float().sum().backward()  # autocast training
     with torch.no_grad():
         layer.double()(x.double().detach())  # float64
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            layer.float()(x.detach())  # autocast
+        with torch.autocast("cpu", dtype=torch.float16):
+            layer.float()(x.detach())  # float16 autocast
         linear(x.detach(), layer.weight, layer.bias)  # no cache given
     assert calls == []
+
+
+needs_bf16 = pytest.mark.skipif(not linear_module._BF16, reason="no oneDNN bfloat16 on this CPU")
+
+
+@needs_bf16
+@pytest.mark.parametrize("input_dtype", [torch.float32, torch.bfloat16])
+def test_bfloat16_autocast_inference_matches_f_linear_and_packs_once(monkeypatch, input_dtype):
+    torch.manual_seed(0)
+    layer = Linear(48, 80)
+    x = torch.randn(64, 1, 48).to(input_dtype)
+    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
+        expected = F.linear(x, layer.weight, layer.bias)
+        fast = layer(x)
+        packed = layer._packed.packed
+        layer(x)
+        assert layer._packed.packed is packed  # packed once, not converted at every call
+    assert fast.dtype == expected.dtype == torch.bfloat16
+    torch.testing.assert_close(fast.float(), expected.float(), rtol=1e-2, atol=1e-2)
+    with torch.no_grad():  # back to float32: repacked in float32
+        torch.testing.assert_close(
+            layer(x.float()), F.linear(x.float(), layer.weight, layer.bias), rtol=1e-5, atol=1e-5
+        )
 
 
 @needs_onednn
