@@ -334,3 +334,38 @@ def test_greedy_without_scores_gives_the_same_tokens(model, sources, min_len):
     for (a,), (b,) in zip(with_scores, without, strict=True):
         assert a.tokens == b.tokens
         assert b.score != b.score  # nan
+
+
+def test_block_topk_equals_torch_topk():
+    from seq2seq.nn.search import _topk
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(6, 64 * 100, generator=g)
+    x[1, :3000] = float("-inf")  # banned entries
+    x[2, 10:20] = 9.0  # ten equal maxima in one block
+    x[3, ::700] = 9.0  # equal maxima spread over blocks
+    x[4, 64 * 50 : 64 * 51] = torch.linspace(5, 6, 64)  # the whole top in one block
+    for n in (1, 5, 10):
+        values, index = _topk(x, n)
+        ref_values, _ = x.topk(n, dim=-1)
+        assert torch.equal(values, ref_values)
+        assert torch.equal(x.gather(1, index), values)  # indices point at those values
+        assert all(len(set(row)) == n for row in index.tolist())  # distinct entries
+    rows = x[[0, 5]]  # no ties: the same indices as torch.topk
+    assert torch.equal(_topk(rows, 10)[1], rows.topk(10, dim=-1).indices)
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_beam_search_over_a_wide_vocabulary_equals_the_reference(sources, k):
+    """A vocabulary wide enough for the block-wise top-k of the CPU path (``_topk``)."""
+    torch.manual_seed(1)
+    wide = Transformer(
+        1024, d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, d_ff=32, dropout=0.0
+    )
+    wide = wide.double().eval()
+    src = sources[:2]
+    results = beam_search(wide, src, padding_mask(src, PAD), BOS, EOS, beam_size=k, n_best=k)
+    for i, hyps in enumerate(results):
+        expected = _reference_beam(wide, src[i], k, 1.0, "fairseq", 0)
+        assert [h.tokens for h in hyps] == [toks for toks, _ in expected]
+        assert [h.score for h in hyps] == pytest.approx([s for _, s in expected], abs=1e-6)

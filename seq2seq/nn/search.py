@@ -136,6 +136,26 @@ def _argmax(x: Tensor) -> Tensor:
     return best * 64 + blocks[torch.arange(n, device=x.device), best].argmax(dim=-1)
 
 
+def _topk(x: Tensor, n: int) -> tuple[Tensor, Tensor]:
+    """The ``n`` largest entries of each row of ``(R, W)`` scores, best first, as
+    ``x.topk(n, dim=-1)`` (ties may pick other indices of equal values).
+
+    On CPU, for wide rows, a vectorised maximum over blocks of 64 entries comes first: the ``n``
+    largest entries lie in the ``n`` blocks with the largest maxima (each entry at least the
+    ``n``-th largest sits in a block whose maximum is that large, and there are at most ``n``
+    such blocks), so ``topk`` then runs over ``n * 64`` entries instead of ``W``. Other devices,
+    non-contiguous rows, and rows that are narrow or not a multiple of 64 use ``torch.topk``.
+    """
+    rows, width = x.shape
+    if x.device.type != "cpu" or width % 64 or width < 8 * 64 * n or not x.is_contiguous():
+        return x.topk(n, dim=-1)
+    blocks = x.view(rows, width // 64, 64)
+    top_blocks = blocks.amax(dim=-1).topk(n, dim=-1).indices  # (R, n)
+    inside = blocks.gather(1, top_blocks.unsqueeze(-1).expand(rows, n, 64)).view(rows, n * 64)
+    values, pos = inside.topk(n, dim=-1)
+    return values, top_blocks.gather(1, pos // 64) * 64 + pos % 64
+
+
 def _check(model: Transformer, src: Tensor, src_mask: Tensor | None) -> None:
     if src_mask is not None and src_mask.shape != (src.size(0), 1, 1, src.size(1)):
         raise ValueError(
@@ -347,7 +367,7 @@ def beam_search(
         else:  # summed log-probability, added in place (no new (A * K, V) tensor)
             cand = lprobs.view(a, k, vocab).add_(beam_score.unsqueeze(-1))
         cand = cand.view(a, k * vocab)
-        cand_score, cand_idx = cand.topk(2 * k, dim=-1)
+        cand_score, cand_idx = _topk(cand, 2 * k)
         cand_beam = torch.div(cand_idx, vocab, rounding_mode="floor")
         cand_tok = cand_idx - cand_beam * vocab
         cand_hist = hist.gather(1, cand_beam.unsqueeze(-1).expand(a, 2 * k, steps))
