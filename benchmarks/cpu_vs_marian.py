@@ -196,12 +196,14 @@ def make_train_batches(args: argparse.Namespace, gen: torch.Generator) -> list[d
         tgt = random_ids(gen, args.train_batch, lo, hi, args.vocab)
         tgt_in = pad_batch([torch.cat([torch.tensor([BOS]), t]) for t in tgt])
         target = pad_batch([torch.cat([t, torch.tensor([EOS])]) for t in tgt])
-        # Non-padding target positions, computed with the batch as seq2seq's collate does:
-        # ours projects only these onto the vocabulary.
+        # Non-padding source and target positions, computed with the batch as seq2seq's
+        # collate does: ours runs its feed-forward sub-layers and the output projection on
+        # these rows only.
         index = (target.flatten() != PAD).nonzero().squeeze(1)
         batches.append(
             dict(
                 src=src,
+                src_index=(src.flatten() != PAD).nonzero().squeeze(1),
                 tgt_in=tgt_in,
                 target=target,
                 tgt_index=index,
@@ -233,10 +235,15 @@ def train_steps_ours(model, opt, batches, steps, dtype, eps, counter):
         counter[0] += 1
         opt.zero_grad(set_to_none=True)
         with autocast(dtype):
-            # As TranslationModule trains: decoder states at the real target positions, output
-            # projection fused with the label-smoothed loss.
+            # As TranslationModule trains: feed-forward sub-layers on real tokens only, decoder
+            # states at the real target positions, output projection fused with the loss.
             hidden = model.features(
-                b["src"], b["tgt_in"], padding_mask(b["src"], PAD), b["tgt_index"]
+                b["src"],
+                b["tgt_in"],
+                padding_mask(b["src"], PAD),
+                b["tgt_index"],
+                src_index=b["src_index"],
+                tgt_index=b["tgt_index"],
             )
             target = b["target"].flatten().index_select(0, b["tgt_index"])
             loss, _ = linear_label_smoothed_cross_entropy(

@@ -241,7 +241,15 @@ class TranslationModule(L.LightningModule):
         else:
             # Eager path: decoder states at the real target positions only, and the output
             # projection fused with the loss (the (N, V) logits are never materialised).
-            hidden = self.model.features(batch["src"], batch["tgt_in"], batch["src_mask"], index)
+            # The feed-forward sub-layers skip padding rows too (src_index, tgt_index).
+            hidden = self.model.features(
+                batch["src"],
+                batch["tgt_in"],
+                batch["src_mask"],
+                index,
+                src_index=batch.get("src_index"),
+                tgt_index=index,
+            )
             loss_sum, nll_sum = linear_label_smoothed_cross_entropy(
                 hidden,
                 self.model.output_weight,

@@ -285,6 +285,38 @@ def test_output_index_and_features_select_rows_of_the_full_logits(options):
     torch.testing.assert_close(states @ model.output_weight.t(), full.flatten(0, 1)[index])
 
 
+@pytest.mark.parametrize("options", VARIANTS)
+def test_feed_forward_on_real_rows_only_changes_no_real_output(options):
+    """``src_index`` / ``tgt_index`` (feed-forward sub-layers on real tokens only) leave the
+    states at real target positions and every parameter gradient of a loss over them as they
+    are without them."""
+    model = _model(**options).train()  # dropout 0: deterministic
+    src, tgt = _batch()
+    tgt[0, 4:] = PAD  # target padding too
+    tgt[2, 2:] = PAD
+    mask = padding_mask(src, PAD)
+    src_index = (src.flatten() != PAD).nonzero().squeeze(1)
+    tgt_index = (tgt.flatten() != PAD).nonzero().squeeze(1)
+    assert src_index.numel() < src.numel() and tgt_index.numel() < tgt.numel()
+
+    def run(**indices):
+        model.zero_grad()
+        states = model.features(src, tgt, mask, tgt_index, **indices)
+        (states @ model.output_weight.t()).logsumexp(-1).sum().backward()
+        return states.detach(), [p.grad.clone() for p in model.parameters()]
+
+    full, full_grads = run()
+    packed, packed_grads = run(src_index=src_index, tgt_index=tgt_index)
+    torch.testing.assert_close(packed, full)
+    for a, b in zip(packed_grads, full_grads, strict=True):
+        torch.testing.assert_close(a, b)
+    memory = model.encode(src, mask, src_index)  # real source rows equal as well
+    keep = mask.flatten()
+    torch.testing.assert_close(
+        memory.flatten(0, 1)[keep], model.encode(src, mask).flatten(0, 1)[keep]
+    )
+
+
 class TestDropout:
     def test_rate_lanes_and_expectation(self):
         from seq2seq.nn.layers import Dropout

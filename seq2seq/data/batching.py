@@ -305,6 +305,8 @@ def collate(
         ``"index"``: (B,) long, the examples' indices;
         ``"src"``: (B, S) long, source ids padded with ``pad_id``;
         ``"src_mask"``: (B, 1, 1, S) bool, True at real (non-padding) source positions;
+        ``"src_index"``: (M,) long, positions of the real source tokens in the flattened
+        ``(B * S)`` layout (see ``Transformer.encode``);
         ``"tgt_in"``: (B, T) long, ``[BOS] + tgt`` padded (only with targets);
         ``"tgt_out"``: (B, T) long, ``tgt + [EOS]`` padded (only with targets);
         ``"tgt_index"``: (N,) long, positions of the real ``tgt_out`` tokens in the flattened
@@ -329,6 +331,7 @@ def collate(
     }
     positions = torch.arange(batch["src"].size(1))
     batch["src_mask"] = (positions[None, :] < src_lengths[:, None])[:, None, None, :]
+    batch["src_index"] = batch["src_mask"].flatten().nonzero().squeeze(1)
     with_tgt = ["tgt" in e for e in examples]
     if any(with_tgt) and not all(with_tgt):
         raise ValueError("Either every example or none must have a 'tgt' field.")

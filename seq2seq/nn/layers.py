@@ -175,6 +175,40 @@ class FeedForward(nn.Module):
         return self.fc2(self.dropout(self.act(self.fc1(x))))
 
 
+def feed_forward_residual(
+    x: Tensor, ff: FeedForward, norm: nn.Module, dropout: nn.Module, pre_ln: bool, index=None
+) -> Tensor:
+    """The feed-forward sub-layer with its residual connection and LayerNorm.
+
+    Pre-LN: ``x + Drop(FF(LN(x)))``; Post-LN: ``LN(x + Drop(FF(x)))``.
+
+    With ``index``, the sub-layer runs on those rows of the flattened ``(B * L, D)`` input only
+    (the real tokens): padding rows keep ``x`` (Pre-LN) or ``LN(x)`` (Post-LN) and their
+    values are meaningless, which is harmless since padding is never attended to (key padding
+    mask in the encoder, causality in the decoder) and never scored. Real rows get the same
+    values as without ``index``, up to floating-point rounding of the matrix products.
+
+    Args:
+        x: ``(B, L, D)`` states.
+        ff: the feed-forward network.
+        norm: its LayerNorm.
+        dropout: residual dropout.
+        pre_ln: Pre-LN (``True``) or Post-LN.
+        index: optional ``(N,)`` long positions in the flattened ``(B * L)`` layout.
+
+    Returns:
+        ``(B, L, D)``.
+    """
+    if index is None:
+        if pre_ln:
+            return x + dropout(ff(norm(x)))
+        return norm(x + dropout(ff(x)))
+    flat = x.reshape(-1, x.size(-1))
+    rows = flat.index_select(0, index)
+    out = flat.index_add(0, index, dropout(ff(norm(rows) if pre_ln else rows))).view(x.shape)
+    return out if pre_ln else norm(out)
+
+
 class EncoderLayer(nn.Module):
     """Self-attention and feed-forward sub-layers with residual connections.
 
@@ -211,15 +245,16 @@ class EncoderLayer(nn.Module):
         self.norm2 = nn.LayerNorm(d_model)
         self.dropout = Dropout(dropout)
 
-    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
-        """Args: x ``(B, S, D)``; mask ``(B, 1, 1, S)`` bool key padding mask.
-        Returns ``(B, S, D)``."""
+    def forward(self, x: Tensor, mask: Tensor | None = None, index: Tensor | None = None) -> Tensor:
+        """Args: x ``(B, S, D)``; mask ``(B, 1, 1, S)`` bool key padding mask; index
+        ``(N,)`` real-token positions in the flattened ``(B * S)`` layout, where the
+        feed-forward sub-layer is computed (all positions when ``None``, see
+        :func:`feed_forward_residual`). Returns ``(B, S, D)``."""
         if self.norm_first:
-            h = self.norm1(x)
-            x = x + self.dropout(self.self_attn(h, mask=mask))
-            return x + self.dropout(self.ff(self.norm2(x)))
-        x = self.norm1(x + self.dropout(self.self_attn(x, mask=mask)))
-        return self.norm2(x + self.dropout(self.ff(x)))
+            x = x + self.dropout(self.self_attn(self.norm1(x), mask=mask))
+        else:
+            x = self.norm1(x + self.dropout(self.self_attn(x, mask=mask)))
+        return feed_forward_residual(x, self.ff, self.norm2, self.dropout, self.norm_first, index)
 
 
 class DecoderLayer(nn.Module):
@@ -258,6 +293,7 @@ class DecoderLayer(nn.Module):
         memory: Tensor | None,
         src_mask: Tensor | None = None,
         cache: tuple[KVCache, KVCache] | None = None,
+        index: Tensor | None = None,
     ) -> Tensor:
         """Decode one or more target steps.
 
@@ -267,6 +303,9 @@ class DecoderLayer(nn.Module):
                 cross-attention keys/values).
             src_mask: ``(B, 1, 1, S)`` bool source key padding mask.
             cache: ``(self_attention_cache, cross_attention_cache)`` for incremental decoding.
+            index: ``(N,)`` real-token positions in the flattened ``(B * T)`` layout, where the
+                feed-forward sub-layer is computed (all when ``None``, see
+                :func:`feed_forward_residual`).
 
         Returns:
             ``(B, T, D)``.
@@ -277,7 +316,9 @@ class DecoderLayer(nn.Module):
             x = x + self.dropout(self.self_attn(h, is_causal=True, cache=self_kv))
             h = self.norm2(x)
             x = x + self.dropout(self.cross_attn(h, memory, mask=src_mask, cache=cross_kv))
-            return x + self.dropout(self.ff(self.norm3(x)))
-        x = self.norm1(x + self.dropout(self.self_attn(x, is_causal=True, cache=self_kv)))
-        x = self.norm2(x + self.dropout(self.cross_attn(x, memory, mask=src_mask, cache=cross_kv)))
-        return self.norm3(x + self.dropout(self.ff(x)))
+        else:
+            x = self.norm1(x + self.dropout(self.self_attn(x, is_causal=True, cache=self_kv)))
+            x = self.norm2(
+                x + self.dropout(self.cross_attn(x, memory, mask=src_mask, cache=cross_kv))
+            )
+        return feed_forward_residual(x, self.ff, self.norm3, self.dropout, self.norm_first, index)

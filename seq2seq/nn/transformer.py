@@ -87,11 +87,14 @@ class Encoder(_Stack):
         )
         self.norm = nn.LayerNorm(self.d_model) if layer_kwargs["norm_first"] else nn.Identity()
 
-    def forward(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
-        """``(B, S)`` ids, ``(B, 1, 1, S)`` bool mask -> ``(B, S, D)`` memory."""
+    def forward(
+        self, src: Tensor, src_mask: Tensor | None = None, index: Tensor | None = None
+    ) -> Tensor:
+        """``(B, S)`` ids, ``(B, 1, 1, S)`` bool mask, optional ``(N,)`` real-token positions
+        (see :class:`EncoderLayer`) -> ``(B, S, D)`` memory."""
         x = self.embed_tokens(src)
         for layer in self.layers:
-            x = layer(x, src_mask)
+            x = layer(x, src_mask, index)
         return self.norm(x)
 
 
@@ -122,12 +125,14 @@ class Decoder(_Stack):
         memory: Tensor | None,
         src_mask: Tensor | None = None,
         cache: DecoderCache | None = None,
+        index: Tensor | None = None,
     ) -> Tensor:
-        """``(B, T)`` ids -> ``(B, T, D)`` final decoder states (see ``Transformer.decode``)."""
+        """``(B, T)`` ids -> ``(B, T, D)`` final decoder states (see ``Transformer.decode``;
+        ``index`` as in :class:`DecoderLayer`)."""
         offset = cache.length if cache is not None else 0
         x = self.embed_tokens(tgt, offset)
         for i, layer in enumerate(self.layers):
-            x = layer(x, memory, src_mask, cache.layers[i] if cache is not None else None)
+            x = layer(x, memory, src_mask, cache.layers[i] if cache is not None else None, index)
         return self.norm(x)
 
 
@@ -239,12 +244,19 @@ class Transformer(nn.Module):
         nn.init.zeros_(embed.weight[pad_id])
         return embed
 
-    def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
+    def encode(
+        self, src: Tensor, src_mask: Tensor | None = None, src_index: Tensor | None = None
+    ) -> Tensor:
         """Encode a batch of source sentences.
 
         Args:
             src: ``(B, S)`` long token ids (right-padded).
             src_mask: ``(B, 1, 1, S)`` bool, ``True`` at real tokens; ``None`` = no padding.
+            src_index: optional ``(N,)`` long positions of the real tokens in the flattened
+                ``(B * S)`` layout (``src_mask.flatten().nonzero()``, best computed on the host
+                with the batch): the feed-forward sub-layers then skip the padding rows
+                (:func:`seq2seq.nn.layers.feed_forward_residual`). Every position outside it
+                must be padding.
 
         Returns:
             ``(B, S, D)`` memory (values at padding positions are meaningless).
@@ -256,7 +268,7 @@ class Transformer(nn.Module):
         if src_mask is not None:
             src_mask = attend_first_if_empty(src_mask)
         with sdpa_kernel(SDPA_BACKENDS):
-            return self.encoder(src, src_mask)
+            return self.encoder(src, src_mask, src_index)
 
     def decode(
         self,
@@ -305,6 +317,8 @@ class Transformer(nn.Module):
         tgt: Tensor,
         src_mask: Tensor | None = None,
         output_index: Tensor | None = None,
+        src_index: Tensor | None = None,
+        tgt_index: Tensor | None = None,
     ) -> Tensor:
         """Teacher-forced final decoder states, before the output projection.
 
@@ -317,6 +331,11 @@ class Transformer(nn.Module):
             src_mask: ``(B, 1, 1, S)`` bool source mask.
             output_index: ``(N,)`` long positions in the flattened ``(B * T)`` layout to
                 keep; ``None`` = all.
+            src_index: real source positions, see :meth:`encode`.
+            tgt_index: ``(M,)`` long positions of the real decoder inputs in the flattened
+                ``(B * T)`` layout: the decoder's feed-forward sub-layers skip the other
+                (padding) rows. For right-padded teacher forcing these are the real target
+                positions, the usual ``output_index``.
 
         Returns:
             ``(B, T, D)`` states, or ``(N, D)`` with ``output_index``.
@@ -325,14 +344,15 @@ class Transformer(nn.Module):
             ValueError: if ``S`` or ``T`` exceeds ``max_positions``.
         """
         check_length(tgt.size(1), self.max_positions)
-        return self._states(tgt, self.encode(src, src_mask), src_mask, None, output_index)
+        memory = self.encode(src, src_mask, src_index)
+        return self._states(tgt, memory, src_mask, None, output_index, tgt_index)
 
-    def _states(self, tgt, memory, src_mask, cache, output_index) -> Tensor:
+    def _states(self, tgt, memory, src_mask, cache, output_index, tgt_index=None) -> Tensor:
         """Final decoder states ``(B, T, D)``, or ``(N, D)`` at ``output_index``."""
         if src_mask is not None:
             src_mask = attend_first_if_empty(src_mask)
         with sdpa_kernel(SDPA_BACKENDS):
-            h = self.decoder(tgt, memory, src_mask, cache)
+            h = self.decoder(tgt, memory, src_mask, cache, tgt_index)
         if output_index is not None:
             h = h.flatten(0, 1).index_select(0, output_index)
         return h
