@@ -317,6 +317,20 @@ def test_feed_forward_on_real_rows_only_changes_no_real_output(options):
     )
 
 
+def test_feed_forward_on_real_rows_under_bfloat16_autocast():
+    model = _model().float().train()
+    src, tgt = _batch()
+    mask = padding_mask(src, PAD)
+    src_index = (src.flatten() != PAD).nonzero().squeeze(1)
+    tgt_index = (tgt.flatten() != PAD).nonzero().squeeze(1)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        full = model.features(src, tgt, mask, tgt_index)
+        packed = model.features(src, tgt, mask, tgt_index, src_index, tgt_index)
+    packed.float().sum().backward()
+    assert packed.dtype == full.dtype
+    torch.testing.assert_close(packed.float(), full.float(), rtol=0.05, atol=0.05)
+
+
 class TestDropout:
     def test_rate_lanes_and_expectation(self):
         from seq2seq.nn.layers import Dropout

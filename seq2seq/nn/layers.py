@@ -205,7 +205,8 @@ def feed_forward_residual(
         return norm(x + dropout(ff(x)))
     flat = x.reshape(-1, x.size(-1))
     rows = flat.index_select(0, index)
-    out = flat.index_add(0, index, dropout(ff(norm(rows) if pre_ln else rows))).view(x.shape)
+    update = dropout(ff(norm(rows) if pre_ln else rows)).to(flat.dtype)  # autocast: bfloat16
+    out = flat.index_add(0, index, update).view(x.shape)
     return out if pre_ln else norm(out)
 
 
