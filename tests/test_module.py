@@ -44,3 +44,36 @@ def test_fused_loss_path_equals_full_logits_path():
     module._loss_sums(prepared)[0].backward()
     for r, p in zip(ref, module.parameters(), strict=True):
         torch.testing.assert_close(p.grad, r, rtol=1e-4, atol=1e-7)
+
+
+def test_loss_under_bfloat16_autocast_matches_float32():
+    """As Lightning's ``bf16-mixed`` runs the step on CPU: the packed, fused path works and is
+    close to float32."""
+    torch.manual_seed(0)
+    module = TranslationModule(
+        vocab_size=40,
+        d_model=16,
+        n_heads=2,
+        n_encoder_layers=1,
+        n_decoder_layers=1,
+        d_ff=32,
+        dropout=0.0,
+        max_positions=32,
+    )
+    g = torch.Generator().manual_seed(0)
+    examples = [
+        {
+            "index": i,
+            "src": torch.randint(4, 40, (n,), generator=g).tolist(),
+            "tgt": torch.randint(4, 40, (m,), generator=g).tolist(),
+        }
+        for i, (n, m) in enumerate([(5, 9), (2, 3), (11, 1)])
+    ]
+    batch = collate(examples, pad_id=0)
+    ref = module._loss_sums(batch)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        low = module._loss_sums(batch)
+    low[0].backward()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in module.parameters())
+    torch.testing.assert_close(low[0].float(), ref[0].float(), rtol=0.02, atol=0.0)
+    assert int(low[2]) == int(ref[2]) == 16
