@@ -10,12 +10,15 @@ Examples::
 
 from __future__ import annotations
 
+import difflib
 import os
 import pickle
+import re
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import NoReturn
 
 import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
@@ -32,6 +35,165 @@ from seq2seq.checkpoint import (
 )
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.module import CHECKPOINT_KEY, TranslationModule, tokenizer_from_checkpoint
+
+
+class Seq2SeqArgumentParser(LightningArgumentParser):
+    """The parser of ``fit``/``validate``/``test``/``predict``: argument errors in a few lines.
+
+    A mistyped option or config key, or a value of the wrong type, is reported as
+    ``seq2seq: error: ...`` naming the option (with the closest valid options for an unknown
+    one) and the value, followed by a pointer to ``seq2seq <command> --help``; the exit status
+    is argparse's 2. ``SEQ2SEQ_TRACEBACK=1`` (or jsonargparse's ``JSONARGPARSE_DEBUG=1``)
+    restores jsonargparse's own report: the usage and the full message.
+    """
+
+    def error(self, message: str, ex: Exception | None = None) -> NoReturn:
+        if (
+            not self.exit_on_error  # a nested parser: the caller handles the exception
+            or os.environ.get("SEQ2SEQ_TRACEBACK")
+            or os.environ.get("JSONARGPARSE_DEBUG")
+        ):
+            super().error(message, ex)
+        self._logger.error(message)
+        parser = getattr(ex, "subcommand_parser", None) or self
+        try:
+            lines = _argument_error_lines(message, parser)
+        except Exception:  # the report must not hide the error it reports
+            lines = [f"seq2seq: error: {line}" for line in message.strip().splitlines()[:6]]
+        subcommand = getattr(parser, "subcommand", None)
+        command = f"seq2seq {subcommand}" if subcommand else "seq2seq"
+        hint = f"For the full list of options run: {command} --help"
+        if len(message.strip().splitlines()) > 2:
+            hint += " (SEQ2SEQ_TRACEBACK=1 shows the full message)"
+        self.exit(2, "\n".join([*lines, hint]) + "\n")
+
+
+def _argument_error_lines(message: str, parser: LightningArgumentParser) -> list[str]:
+    """A jsonargparse error ``message`` as a few ``seq2seq: error: ...`` lines."""
+    first, *rest = message.strip().splitlines() or [""]
+    if first.startswith("unrecognized arguments: "):
+        return _unrecognized_lines(first.split(": ", 1)[1].split(), parser)
+    match = re.fullmatch(
+        r"(?:Subcommand '[^']*'|Group '([^']*)') does not accept option '([^']*)'", first
+    )
+    if match:  # a key of a config file (or of a dict given on the command line)
+        key = f"{match[1]}.{match[2]}" if match[1] else match[2]
+        keys = [a.dest for a in parser._actions if a.option_strings and a.dest != "help"]
+        return [f"seq2seq: error: unknown config key '{key}'{_did_you_mean(key, keys)}"]
+    match = re.match(r'Parser key "([^"]+)":\s*(.*)', first)
+    if match:
+        return _invalid_value_lines(match[1], match[2], rest)
+    match = re.match(r"argument (\S+) --> (\S+): ", first)
+    if match:  # a linked option given directly (jsonargparse words this badly)
+        source = re.sub(r"^\w+\((.*)\)$", r"\1", match[1])
+        return [
+            f"seq2seq: error: --{match[2]} cannot be set: it is taken from --{source} "
+            "(set that instead)"
+        ]
+    match = re.match(r"argument \S+: invalid choice: '([^']*)'", first)
+    if match and parser._subcommands_action is not None:
+        commands = [*parser._subcommands_action.choices, "translate", "average"]
+        return [
+            f"seq2seq: error: unknown command '{match[1]}'{_did_you_mean(match[1], commands)}; "
+            f"the commands are {', '.join(commands)}"
+        ]
+    return [f"seq2seq: error: {line.strip()}" for line in [first, *rest][:6] if line.strip()]
+
+
+def _unrecognized_lines(tokens: list[str], parser: LightningArgumentParser) -> list[str]:
+    options = [
+        option
+        for option in parser._option_string_actions
+        if option.startswith("--") and not option.endswith(".help")
+    ]
+    lines = []
+    after_option = False
+    for token in tokens:
+        if token.startswith("-") and not re.fullmatch(r"-[\d.eE+-]+", token):
+            name = token.split("=", 1)[0]
+            lines.append(
+                f"seq2seq: error: unrecognized option {name}{_did_you_mean(name, options)}"
+            )
+            after_option = "=" not in token
+        elif after_option:  # the value of the option before it
+            after_option = False
+        else:
+            lines.append(f"seq2seq: error: unexpected argument {token!r}")
+    if len(lines) > 5:
+        lines[5:] = [f"seq2seq: error: ... and {len(lines) - 5} more"]
+    return lines
+
+
+def _did_you_mean(name: str, candidates: Iterable[str]) -> str:
+    """`` (did you mean X?)`` with the closest of ``candidates`` to ``name``, or ``""``."""
+    candidates = list(dict.fromkeys(candidates))
+    last = name.lstrip("-").rsplit(".", 1)[-1]
+    # the same last part: --trainer.max_epochs for --max_epochs or --model.max_epochs
+    matches = [c for c in candidates if c != name and c.rsplit(".", 1)[-1] == last]
+    if not matches:  # else similar spellings, not counting the group it names (--data.foo)
+        others = [c for c in candidates if not name.startswith(c + ".")]
+        matches = difflib.get_close_matches(name, others, n=3, cutoff=0.75)
+    return f" (did you mean {' or '.join(matches[:3])}?)" if matches else ""
+
+
+def _invalid_value_lines(key: str, inline: str, details: list[str]) -> list[str]:
+    """``Parser key "key": ...`` (a value of the wrong type or an invalid class) in short."""
+    value = None
+    expected: list[str] = []
+    choices: list[str] = []
+    notes: list[str] = []
+    prefix = ""
+    for raw in details:
+        line = raw.strip().removeprefix("- ").strip()
+        if (
+            not line
+            or line in ("Errors:", "Does not validate against any of the Union subtypes")
+            or line.startswith(("Subtypes:", "Given value type:", "Expected a path but "))
+        ):
+            continue
+        if line.startswith("Given value: "):
+            value = line.split(": ", 1)[1]
+            continue
+        match = re.fullmatch(r"Problem with given class_path '([^']*)':", line)
+        if match:
+            prefix = f"{match[1]}: "
+            continue
+        match = re.fullmatch(r"Expected a dot import path string: (.*)", line)
+        if match:
+            notes.append(f"{match[1]!r} is not a known class name or import path")
+            continue
+        match = re.fullmatch(r"Expected a (.+?)(?:\. Got value: (.*))?", line)
+        if match and not prefix:
+            if match[2] is not None:
+                value = match[2]
+            literal = re.fullmatch(r"(?:typing\.)?Literal\[(.*)\]", match[1])
+            if literal:
+                choices.append(literal[1])
+            else:
+                expected.append(_type_name(match[1]))
+            continue
+        notes.append(prefix + line)
+        prefix = ""
+    if choices:
+        expected.insert(0, "one of " + ", ".join(choices))
+    summary = "seq2seq: error: invalid value"
+    if value is not None and not inline and not value.startswith("NestedArg("):
+        summary += f" {value if len(value) <= 60 else value[:57] + '...'!r}"
+    summary += f" for --{key}"
+    if inline:
+        summary += f": {inline}"
+    if expected and not notes:  # with notes (a class at fault) the other types mislead
+        summary += f" (expected {' or '.join(dict.fromkeys(expected))})"
+    notes = list(dict.fromkeys(notes))
+    if len(notes) > 4:
+        notes[4:] = ["..."]
+    return [summary, *(f"  {note}" for note in notes)]
+
+
+def _type_name(typehint: str) -> str:
+    """``<class 'int'>`` -> ``int``, ``<class 'NoneType'>`` -> ``null``."""
+    name = re.sub(r"<class '(?:[\w.]+\.)?(\w+)'>", r"\1", typehint).replace("typing.", "")
+    return "null" if name == "NoneType" else name
 
 
 class Seq2SeqCLI(LightningCLI):
@@ -173,6 +335,7 @@ def cli_main(args: Sequence[str] | None = None) -> Seq2SeqCLI | None:
         TranslationModule,
         TranslationDataModule,
         args=None if args is None else argv,
+        parser_class=Seq2SeqArgumentParser,
         save_config_kwargs={"overwrite": True},
         seed_everything_default=1,
     )

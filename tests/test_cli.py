@@ -57,6 +57,73 @@ def test_unknown_config_key_is_named(capsys):
     assert "d_modle" in capsys.readouterr().err
 
 
+def _exit_of_main(monkeypatch, capsys, *argv):
+    """Runs the console script's ``main`` on ``argv``; its exit status and captured output."""
+    from seq2seq.cli import main
+
+    monkeypatch.setattr("sys.argv", ["seq2seq", *argv])
+    with pytest.raises(SystemExit) as exit_info:
+        main()
+    return exit_info.value.code, capsys.readouterr()
+
+
+def test_mistyped_option_is_reported_briefly_with_the_closest_option(monkeypatch, capsys):
+    monkeypatch.delenv("SEQ2SEQ_TRACEBACK", raising=False)
+    tiny = str(CONFIGS / "tiny.yaml")
+    code, out = _exit_of_main(monkeypatch, capsys, "fit", "--config", tiny, "--model.d_modle", "64")
+    assert code == 2
+    assert out.err.splitlines() == [
+        "seq2seq: error: unrecognized option --model.d_modle (did you mean --model.d_model?)",
+        "For the full list of options run: seq2seq fit --help",
+    ]
+    code, out = _exit_of_main(monkeypatch, capsys, "test", "--config", tiny, "--max_epochs", "3")
+    assert code == 2
+    err = out.err.splitlines()
+    assert len(err) <= 3, err
+    assert "--max_epochs (did you mean --trainer.max_epochs?)" in err[0]
+    assert err[-1] == "For the full list of options run: seq2seq test --help"
+
+
+def test_unknown_key_in_a_config_file_is_reported_briefly(monkeypatch, capsys, tmp_path):
+    monkeypatch.delenv("SEQ2SEQ_TRACEBACK", raising=False)
+    config = tmp_path / "typo.yaml"
+    config.write_text("modle:\n  d_model: 64\n", encoding="utf-8")
+    code, out = _exit_of_main(
+        monkeypatch, capsys, "fit", "--config", str(CONFIGS / "tiny.yaml"), "--config", str(config)
+    )
+    assert code == 2
+    err = out.err.splitlines()
+    assert len(err) <= 3, err
+    assert err[0] == (
+        "seq2seq: error: unknown config key 'modle.d_model' (did you mean model.d_model?)"
+    )
+
+
+def test_invalid_value_names_the_option_and_the_value(monkeypatch, capsys):
+    monkeypatch.delenv("SEQ2SEQ_TRACEBACK", raising=False)
+    argv = ["validate", "--config", str(CONFIGS / "tiny.yaml"), "--trainer.max_epochs", "abc"]
+    code, out = _exit_of_main(monkeypatch, capsys, *argv)
+    assert code == 2
+    err = out.err.splitlines()
+    assert len(err) <= 3 and "usage:" not in out.err, err
+    assert err[0] == (
+        "seq2seq: error: invalid value 'abc' for --trainer.max_epochs (expected int or null)"
+    )
+    assert "seq2seq validate --help" in err[-1]
+    # SEQ2SEQ_TRACEBACK=1: jsonargparse's own report, usage and full message
+    monkeypatch.setenv("SEQ2SEQ_TRACEBACK", "1")
+    code, out = _exit_of_main(monkeypatch, capsys, *argv)
+    assert code == 2
+    assert "usage:" in out.err and "Given value: abc" in out.err
+
+
+def test_help_still_lists_every_option(monkeypatch, capsys):
+    code, out = _exit_of_main(monkeypatch, capsys, "fit", "--help")
+    assert code == 0
+    assert len(out.out.splitlines()) > 50
+    assert "--model.d_model" in out.out and "--trainer.max_epochs" in out.out
+
+
 def test_fit_fast_dev_run(in_tmp, multi30k_dir):
     cli = cli_main(
         [
