@@ -8,6 +8,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from seq2seq.nn.linear import PackedWeight, linear
+
 __all__ = ["label_smoothed_cross_entropy", "linear_label_smoothed_cross_entropy"]
 
 
@@ -95,6 +97,9 @@ class _LinearLabelSmoothedCE(torch.autograd.Function):
         acc_dtype = torch.float32 if weight.dtype in low else weight.dtype
         grad_weight = torch.zeros_like(weight, dtype=acc_dtype)
         fused_acc = not autocast and hidden.dtype == acc_dtype
+        # Logits through seq2seq.nn.linear: on CPU the weight is packed for oneDNN once per
+        # call and reused by every chunk (float32, or bfloat16 under autocast).
+        packed, full_weight = PackedWeight(), weight
         if autocast:  # cast the weight once, not in every chunk's two products
             weight = weight.to(torch.get_autocast_dtype(device_type))
         loss_sum = hidden.new_zeros((), dtype=torch.float32)
@@ -105,7 +110,11 @@ class _LinearLabelSmoothedCE(torch.autograd.Function):
             keep = (t != ignore_index).unsqueeze(1)
             t = t.masked_fill(~keep.squeeze(1), 0).unsqueeze(1)
             # Logits in the dtype autocast chooses; log-probabilities in float32.
-            lprobs = torch.log_softmax(h @ weight.t(), dim=-1, dtype=torch.float32)
+            if device_type == "cpu":
+                logits = linear(h, full_weight, packed=packed)
+            else:
+                logits = h @ weight.t()
+            lprobs = torch.log_softmax(logits, dim=-1, dtype=torch.float32)
             nll = -(lprobs.gather(1, t) * keep).sum()
             smooth = -(lprobs.sum(dim=1, keepdim=True) * keep).sum()
             nll_sum += nll
