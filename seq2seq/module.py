@@ -72,7 +72,8 @@ class TranslationModule(L.LightningModule):
         activation_dropout: dropout after the feed-forward activation.
         activation: ``"relu"`` or ``"gelu"``.
         norm_first: Pre-LN (True) or Post-LN (False) layers.
-        positional: ``"sinusoidal"`` or ``"learned"`` positions.
+        positional: ``"sinusoidal"``, ``"learned"`` or ``"rotary"`` (RoPE in self-attention)
+            positions.
         max_positions: longest source or target sequence, in tokens, the model accepts.
         tie_embeddings: ``"none"``, ``"decoder"`` (decoder input and output) or ``"all"``.
         label_smoothing: epsilon of label smoothing, in [0, 1).

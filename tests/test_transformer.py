@@ -3,6 +3,8 @@ toy copy task."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -51,6 +53,7 @@ VARIANTS = [
     dict(),
     dict(norm_first=False, activation="gelu"),
     dict(positional="learned", tie_embeddings="none"),
+    dict(positional="rotary", tie_embeddings="decoder"),
 ]
 
 
@@ -329,6 +332,46 @@ def test_feed_forward_on_real_rows_under_bfloat16_autocast():
     packed.float().sum().backward()
     assert packed.dtype == full.dtype
     torch.testing.assert_close(packed.float(), full.float(), rtol=0.05, atol=0.05)
+
+
+def test_rotary_scores_depend_on_relative_position_only():
+    from seq2seq.nn.attention import RotaryEmbedding
+
+    rope = RotaryEmbedding(8, max_positions=64)
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 3, 5, 8, dtype=torch.float64, generator=g)
+    k = torch.randn(2, 3, 5, 8, dtype=torch.float64, generator=g)
+    scores = rope(q) @ rope(k).transpose(-2, -1)
+    shifted = rope(q, offset=17) @ rope(k, offset=17).transpose(-2, -1)
+    torch.testing.assert_close(shifted, scores)  # same relative positions, same scores
+    torch.testing.assert_close(rope(q).norm(dim=-1), q.norm(dim=-1))  # a rotation
+    assert not torch.allclose(rope(q, offset=1), rope(q))  # but positions do matter
+    # Position 0 is not rotated; position p rotates pair i by p * 10000^(-2i/Dh).
+    torch.testing.assert_close(rope(q[:, :, :1]), q[:, :, :1])
+    angle = 3 * 10000 ** (-2 * 1 / 8)
+    x = torch.zeros(1, 1, 1, 8, dtype=torch.float64)
+    x[..., 1] = 1.0  # first coordinate of pair 1
+    y = rope(x, offset=3)
+    torch.testing.assert_close(
+        y[0, 0, 0, [1, 5]], torch.tensor([math.cos(angle), math.sin(angle)], dtype=torch.float64)
+    )
+
+
+def test_rotary_model_has_no_position_table_and_full_precision_rotations():
+    """A rotary model has no position table, adds nothing to the state dict, and a bfloat16
+    copy still rotates with float32 tables."""
+    model = _model(positional="rotary")
+    assert model.encoder.positions is None
+    assert not any("rotary" in k or "table" in k for k in model.state_dict())
+    low = _model(positional="rotary").to(torch.bfloat16)
+    src, tgt = _batch()
+    with torch.no_grad():
+        out = low(src, tgt, padding_mask(src, PAD))
+    assert out.dtype == torch.bfloat16 and torch.isfinite(out).all()
+    cos, _ = low.encoder.layers[0].self_attn.rotary.tables(torch.device("cpu"), torch.float32)
+    assert cos.dtype == torch.float32
+    with pytest.raises(ValueError, match="even head width"):
+        Transformer(V, d_model=12, n_heads=4, positional="rotary")
 
 
 class TestDropout:

@@ -29,6 +29,7 @@ __all__ = [
     "DecoderCache",
     "KVCache",
     "MultiHeadAttention",
+    "RotaryEmbedding",
     "attend_first_if_empty",
     "padding_mask",
 ]
@@ -270,6 +271,67 @@ class DecoderCache:
             cross_kv.group *= beam
 
 
+class RotaryEmbedding:
+    """Rotary position embedding (RoPE; Su et al. 2021, "RoFormer", Sec. 3.4, Eq. 34).
+
+    Rotates each pair of query/key coordinates ``(x_i, x_{i + Dh/2})`` at position ``p`` by the
+    angle ``p * theta_i`` with ``theta_i = base^(-2i / Dh)``, so that the dot product of a query
+    at position ``m`` and a key at position ``n`` depends on ``m - n`` only. The pairs are the
+    two halves of the head (the arrangement of GPT-NeoX and Hugging Face's LLaMA), which is the
+    paper's interleaved pairing up to a fixed permutation of the head's coordinates.
+
+    The cosine/sine tables are computed in float64 on first use per device and kept in float32
+    (float64 for float64 inputs); the rotation runs in that precision and returns the input's
+    dtype. They are plain attributes, not buffers: nothing enters the state dict and
+    ``module.to(dtype)`` leaves them in full precision.
+
+    Args:
+        head_dim: head width ``Dh`` (even).
+        max_positions: number of positions in the tables.
+        base: the ``base`` of ``theta_i`` (10000 in the paper).
+
+    Raises:
+        ValueError: if ``head_dim`` is odd.
+    """
+
+    def __init__(self, head_dim: int, max_positions: int, base: float = 10000.0) -> None:
+        if head_dim % 2:
+            raise ValueError(f"rotary positions need an even head width, got {head_dim}")
+        self.head_dim = head_dim
+        self.max_positions = max_positions
+        self.base = base
+        self._tables: dict[tuple[torch.device, torch.dtype], tuple[Tensor, Tensor]] = {}
+
+    def tables(self, device: torch.device, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """``(cos, sin)``, each ``(max_positions, Dh / 2)`` in ``dtype``."""
+        key = (device, dtype)
+        if key not in self._tables:
+            half = self.head_dim // 2
+            theta = self.base ** (-torch.arange(half, dtype=torch.float64) * 2 / self.head_dim)
+            angles = torch.arange(self.max_positions, dtype=torch.float64)[:, None] * theta
+            self._tables[key] = (
+                angles.cos().to(device, dtype),
+                angles.sin().to(device, dtype),
+            )
+        return self._tables[key]
+
+    def __call__(self, x: Tensor, offset: int = 0) -> Tensor:
+        """Rotate ``(B, H, L, Dh)`` queries or keys at positions ``offset .. offset + L - 1``.
+
+        Returns:
+            ``(B, H, L, Dh)``, ``x``'s dtype.
+        """
+        length = x.size(-2)
+        work = torch.float64 if x.dtype == torch.float64 else torch.float32
+        cos, sin = self.tables(x.device, work)
+        cos, sin = cos[offset : offset + length], sin[offset : offset + length]
+        x1, x2 = x.to(work).chunk(2, dim=-1)
+        return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
+
+    def __repr__(self) -> str:
+        return f"RotaryEmbedding(head_dim={self.head_dim}, base={self.base})"
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head scaled dot-product attention (Vaswani et al. 2017, Sec. 3.2, Eq. 1).
 
@@ -284,9 +346,12 @@ class MultiHeadAttention(nn.Module):
         dropout: dropout probability on the attention weights (training only).
         bias: whether the projections have biases.
         self_attention: ``True`` for self-attention, ``False`` for cross-attention.
+        rotary_max_positions: self-attention only: rotate queries and keys with
+            :class:`RotaryEmbedding` over this many positions (``None``: no rotation).
 
     Raises:
-        ValueError: if ``d_model`` is not divisible by ``n_heads``.
+        ValueError: if ``d_model`` is not divisible by ``n_heads``, or rotary positions are
+            asked for cross-attention or an odd head width.
     """
 
     def __init__(
@@ -296,6 +361,7 @@ class MultiHeadAttention(nn.Module):
         dropout: float = 0.0,
         bias: bool = True,
         self_attention: bool = True,
+        rotary_max_positions: int | None = None,
     ) -> None:
         super().__init__()
         if n_heads <= 0 or d_model % n_heads != 0:
@@ -311,6 +377,13 @@ class MultiHeadAttention(nn.Module):
             self.q = Linear(d_model, d_model, bias=bias)
             self.kv = Linear(d_model, 2 * d_model, bias=bias)
         self.out = Linear(d_model, d_model, bias=bias)
+        if rotary_max_positions is not None and not self_attention:
+            raise ValueError("rotary positions apply to self-attention only")
+        self.rotary = (
+            None
+            if rotary_max_positions is None
+            else RotaryEmbedding(self.head_dim, rotary_max_positions)
+        )
         # Visualisation: when ``record_weights`` is set, each call also computes the attention
         # probabilities explicitly and keeps them in ``weights`` (see Transformer.attention_maps).
         self.record_weights = False
@@ -361,9 +434,10 @@ class MultiHeadAttention(nn.Module):
         b, t, _ = query.shape
         if self.self_attention:
             q, k, v = self._heads(self.qkv(query), 3)
-            past = 0
+            past = 0 if cache is None else cache.length
+            if self.rotary is not None:  # positions continue from the cached steps
+                q, k = self.rotary(q, past), self.rotary(k, past)
             if cache is not None:
-                past = cache.length
                 k, v = cache.append(k, v)
         else:
             (q,) = self._heads(self.q(query), 1)
@@ -440,7 +514,11 @@ class MultiHeadAttention(nn.Module):
 
     def extra_repr(self) -> str:
         kind = "self" if self.self_attention else "cross"
-        return f"{kind}, d_model={self.d_model}, n_heads={self.n_heads}, dropout={self.dropout}"
+        rotary = ", rotary" if self.rotary is not None else ""
+        return (
+            f"{kind}, d_model={self.d_model}, n_heads={self.n_heads}, dropout={self.dropout}"
+            + rotary
+        )
 
 
 def _attention_probs(q: Tensor, k: Tensor, mask: Tensor | None, is_causal: bool) -> Tensor:

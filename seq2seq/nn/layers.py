@@ -225,6 +225,8 @@ class EncoderLayer(nn.Module):
         activation_dropout: dropout after the feed-forward activation.
         activation: ``"relu"`` or ``"gelu"``.
         norm_first: Pre-LN when ``True``, Post-LN otherwise.
+        rotary_max_positions: rotary positions in self-attention over this many positions
+            (:class:`~seq2seq.nn.attention.RotaryEmbedding`); ``None`` = none.
     """
 
     def __init__(
@@ -237,10 +239,13 @@ class EncoderLayer(nn.Module):
         activation_dropout: float = 0.0,
         activation: str = "relu",
         norm_first: bool = True,
+        rotary_max_positions: int | None = None,
     ) -> None:
         super().__init__()
         self.norm_first = norm_first
-        self.self_attn = MultiHeadAttention(d_model, n_heads, attention_dropout)
+        self.self_attn = MultiHeadAttention(
+            d_model, n_heads, attention_dropout, rotary_max_positions=rotary_max_positions
+        )
         self.ff = FeedForward(d_model, d_ff, activation, activation_dropout)
         self.norm1 = nn.LayerNorm(d_model)
         self.norm2 = nn.LayerNorm(d_model)
@@ -275,10 +280,13 @@ class DecoderLayer(nn.Module):
         activation_dropout: float = 0.0,
         activation: str = "relu",
         norm_first: bool = True,
+        rotary_max_positions: int | None = None,
     ) -> None:
         super().__init__()
         self.norm_first = norm_first
-        self.self_attn = MultiHeadAttention(d_model, n_heads, attention_dropout)
+        self.self_attn = MultiHeadAttention(
+            d_model, n_heads, attention_dropout, rotary_max_positions=rotary_max_positions
+        )
         self.cross_attn = MultiHeadAttention(
             d_model, n_heads, attention_dropout, self_attention=False
         )

@@ -31,12 +31,18 @@ __all__ = ["SDPA_BACKENDS", "Decoder", "Encoder", "Transformer"]
 SDPA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
-def _positions(kind: str, d_model: int, max_positions: int) -> nn.Module:
+POSITIONAL = ("sinusoidal", "learned", "rotary")
+
+
+def _positions(kind: str, d_model: int, max_positions: int) -> nn.Module | None:
+    """Absolute positions added to the embeddings; ``None`` for rotary (in attention)."""
     if kind == "sinusoidal":
         return SinusoidalPositionalEncoding(d_model, max_positions)
     if kind == "learned":
         return LearnedPositionalEmbedding(d_model, max_positions)
-    raise ValueError(f"positional must be 'sinusoidal' or 'learned', got {kind!r}")
+    if kind == "rotary":
+        return None
+    raise ValueError(f"positional must be one of {POSITIONAL}, got {kind!r}")
 
 
 class _Stack(nn.Module):
@@ -55,8 +61,11 @@ class _Stack(nn.Module):
 
     def embed_tokens(self, tokens: Tensor, offset: int = 0) -> Tensor:
         """``(B, L)`` ids -> ``(B, L, D)``: ``sqrt(D) * E[x] + P[offset:offset+L]``, dropout
-        (Vaswani et al. 2017, Sec. 3.4-3.5)."""
+        (Vaswani et al. 2017, Sec. 3.4-3.5); no ``P`` with rotary positions."""
         x = self.embed(tokens) * self.scale
+        if self.positions is None:  # rotary: positions enter in self-attention
+            check_length(offset + tokens.size(1), self.max_positions)
+            return self.dropout(x)
         return self.dropout(x + self.positions(tokens.size(1), offset).to(x.dtype))
 
 
@@ -66,7 +75,7 @@ class Encoder(_Stack):
     Args:
         embed: source token embedding (possibly shared).
         n_layers: number of layers.
-        positional: ``"sinusoidal"`` or ``"learned"``.
+        positional: ``"sinusoidal"``, ``"learned"`` or ``"rotary"``.
         max_positions: longest supported source.
         dropout: dropout on embeddings and residual branches.
         layer_kwargs: remaining :class:`EncoderLayer` arguments.
@@ -167,7 +176,10 @@ class Transformer(nn.Module):
         activation: feed-forward activation, ``"relu"`` or ``"gelu"``.
         norm_first: Pre-LN (``True``, with a final LayerNorm on encoder and decoder outputs) or
             Post-LN (``False``, as in the original paper).
-        positional: ``"sinusoidal"`` (fixed) or ``"learned"`` positions.
+        positional: ``"sinusoidal"`` (fixed, added to the embeddings), ``"learned"`` (added)
+            or ``"rotary"`` (RoPE, Su et al. 2021: queries and keys of every self-attention
+            rotated by position, see :class:`~seq2seq.nn.attention.RotaryEmbedding`;
+            cross-attention has no positions). Needs an even head width.
         max_positions: longest supported source or target sequence.
         tie_embeddings: ``"none"`` (three matrices), ``"decoder"`` (target embedding = output
             projection, Press & Wolf 2017) or ``"all"`` (source embedding, target embedding and
@@ -224,6 +236,7 @@ class Transformer(nn.Module):
             activation_dropout=activation_dropout,
             activation=activation,
             norm_first=norm_first,
+            rotary_max_positions=max_positions if positional == "rotary" else None,
         )
         self.encoder = Encoder(
             src_embed, n_encoder_layers, positional, max_positions, dropout, **layer_kwargs
