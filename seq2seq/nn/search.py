@@ -81,18 +81,22 @@ def _step_log_probs(
     step: int,
     eos_id: int,
     min_len: int,
+    normalise: bool = True,
 ) -> Tensor:
     """float32 ``(N, V)`` next-token log-probabilities, with pad (and too early EOS) banned.
 
     One fused log-softmax pass reads the logits in their own dtype and writes float32; the bans
     are applied in place on that fresh tensor, which the caller may also update in place.
+    ``normalise=False`` returns the logits (dtype of the computation) with the same bans: the
+    same arg-max, without the log-softmax pass.
     """
-    logits = model.decode(tokens, memory, src_mask, cache)[:, -1]
-    lprobs = torch.log_softmax(logits, dim=-1, dtype=torch.float32)
-    lprobs[:, model.pad_id] = float("-inf")
+    scores = model.decode(tokens, memory, src_mask, cache)[:, -1]
+    if normalise:
+        scores = torch.log_softmax(scores, dim=-1, dtype=torch.float32)
+    scores[:, model.pad_id] = float("-inf")
     if step < min_len:
-        lprobs[:, eos_id] = float("-inf")
-    return lprobs
+        scores[:, eos_id] = float("-inf")
+    return scores
 
 
 def _slots_in_place(parent: Tensor) -> Tensor:
@@ -228,16 +232,12 @@ def greedy_search(
     mask = src_mask
 
     for step in range(steps):
+        step_scores = _step_log_probs(
+            model, tokens, memory, mask, cache, step, eos_id, min_len, normalise=scores
+        )
+        tokens = _argmax(step_scores).unsqueeze(1)
         if scores:
-            lprobs = _step_log_probs(model, tokens, memory, mask, cache, step, eos_id, min_len)
-            tokens = _argmax(lprobs).unsqueeze(1)
-            score += lprobs.gather(1, tokens).squeeze(1)
-        else:
-            logits = model.decode(tokens, memory, mask, cache)[:, -1]
-            logits[:, model.pad_id] = float("-inf")
-            if step < min_len:
-                logits[:, eos_id] = float("-inf")
-            tokens = _argmax(logits).unsqueeze(1)
+            score += step_scores.gather(1, tokens).squeeze(1)
         out[alive, step] = tokens.squeeze(1)
         done = (tokens.squeeze(1) == eos_id) | (alive_max <= step + 1)
         if bool(done.any()):
