@@ -34,6 +34,7 @@ _ONEDNN = (
 )
 _BF16 = _ONEDNN and bool(getattr(_MKLDNN, "_is_mkldnn_bf16_supported", lambda: False)())
 _BATCH_HINT = 64  # rows the packed layout is tuned for; any number of rows is correct
+_AUTOCAST_INPUTS = (torch.float32, torch.bfloat16)  # inputs bfloat16 autocast would cast
 
 
 def _key(t: Tensor | None) -> tuple | None:
@@ -82,9 +83,6 @@ def _fast_dtype(x: Tensor, weight: Tensor) -> torch.dtype | None:
         bf16 = torch.get_autocast_dtype("cpu") == torch.bfloat16
         return torch.bfloat16 if bf16 and _BF16 and x.dtype in _AUTOCAST_INPUTS else None
     return torch.float32 if x.dtype == torch.float32 else None
-
-
-_AUTOCAST_INPUTS = (torch.float32, torch.bfloat16)
 
 
 def linear(
