@@ -25,6 +25,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
+from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 from seq2seq.callbacks import TranslationWriter
 from seq2seq.checkpoint import (
@@ -228,10 +229,13 @@ class Seq2SeqCLI(LightningCLI):
             config["ckpt_path"] = str(resolve_ckpt_path(ckpt_path, _checkpoint_dirs(config)))
         elif ckpt_path == "last":
             # ``fit --ckpt_path last`` resumes if a last.ckpt exists, else starts from scratch.
+            dirs = _checkpoint_dirs(config)
             try:
-                config["ckpt_path"] = str(resolve_ckpt_path("last", _checkpoint_dirs(config)))
+                config["ckpt_path"] = str(resolve_ckpt_path("last", dirs))
             except FileNotFoundError:
                 config["ckpt_path"] = None
+                where = ", ".join(str(d) for d in dirs) or "the configured checkpoint folder"
+                rank_zero_info(f"--ckpt_path last: no last.ckpt in {where}; training from scratch")
 
     def _parse_ckpt_path(self) -> None:
         """Take the model architecture (not decoding settings) from ``--ckpt_path``."""

@@ -124,17 +124,19 @@ def test_help_still_lists_every_option(monkeypatch, capsys):
     assert "--model.d_model" in out.out and "--trainer.max_epochs" in out.out
 
 
-def test_fit_fast_dev_run(in_tmp, multi30k_dir):
+def test_fit_fast_dev_run(in_tmp, multi30k_dir, caplog):
     cli = cli_main(
         [
             "fit",
             "--config", str(CONFIGS / "tiny.yaml"),
             "--data.data_dir", str(multi30k_dir),
             "--trainer.fast_dev_run", "true",
+            "--ckpt_path", "last",  # nothing to resume: says so and starts from scratch
         ]
     )  # fmt: skip
     assert cli.trainer.global_step == 1
     assert torch.isfinite(cli.trainer.callback_metrics["train/loss"])
+    assert "no last.ckpt in checkpoints/tiny; training from scratch" in caplog.text
 
 
 def test_tiny_run_outputs(tiny_run):
