@@ -10,7 +10,6 @@ from typing import Any
 import lightning as L
 import torch
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
-from lightning.pytorch.utilities import rank_zero_info
 
 from seq2seq.checkpoint import capture_rng_state, restore_rng_state
 from seq2seq.data.tokenizer import Tokenizer
@@ -497,7 +496,9 @@ class TranslationModule(L.LightningModule):
         lines = [
             f"{key}: {score.text}\n  signature: {score.signature}" for score in scores.values()
         ]
-        rank_zero_info("\n".join(lines) + f"\n  hypotheses: {hyp_path}")
+        # Through the progress bar (LightningModule.print): on lines of their own, not appended
+        # to the bar's line.
+        self.print("\n".join(lines) + f"\n  hypotheses: {hyp_path}")
         write_lines(
             hyp_path.with_suffix(".scores"), [f"{s.text}\t{s.signature}" for s in scores.values()]
         )
