@@ -406,3 +406,15 @@ class TestDropout:
         assert drop.eval()(x) is x
         with pytest.raises(ValueError, match="dropout probability"):
             Dropout(1.0)
+
+
+@pytest.mark.parametrize("positional", ["sinusoidal", "rotary"])
+def test_training_forward_compiles_without_graph_breaks(positional):
+    """``--model.compile``: the whole training forward, dropout included, is one graph."""
+    import torch._dynamo
+
+    model = _model(positional=positional, dropout=0.1).float().train()
+    src, tgt = _batch()
+    explained = torch._dynamo.explain(model)(src, tgt, padding_mask(src, PAD))
+    torch._dynamo.reset()
+    assert explained.graph_break_count == 0, [r.reason for r in explained.break_reasons]

@@ -46,7 +46,8 @@ class Dropout(nn.Module):
     torch's default generator (so ``torch.manual_seed`` and saved RNG states govern it as they do
     ``F.dropout``), which is about four times faster than ``F.dropout``'s Bernoulli sampling.
     ``p`` is then rounded to a multiple of ``2**-16`` (0.1 becomes 0.100006) and the scale uses
-    the rounded value, so the expectation is kept exactly. Other devices use ``F.dropout``.
+    the rounded value, so the expectation is kept exactly. Other devices, and code being
+    compiled by ``torch.compile``, use ``F.dropout``.
 
     Args:
         p: drop probability in ``[0, 1)``.
@@ -67,7 +68,7 @@ class Dropout(nn.Module):
         """``(...)`` float -> same shape and dtype."""
         if not self.training or self.p == 0.0:
             return x
-        if x.device.type != "cpu":
+        if x.device.type != "cpu" or torch.compiler.is_compiling():  # random_ breaks graphs
             return F.dropout(x, self.p, training=True)
         n = x.numel()
         bits = torch.empty((n + 3) // 4, dtype=torch.int64).random_(-(2**63), None)
