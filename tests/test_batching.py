@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
+from conftest import MULTI30K  # SEQ2SEQ_MULTI30K, else ../shared/data/multi30k
 
 from seq2seq.data.batching import TokenBudgetBatchSampler, collate
 from seq2seq.data.corpus import read_parallel
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
-
-MULTI30K = Path(__file__).resolve().parents[1].parent / "shared/data/multi30k"
 
 
 def _lengths(n: int = 1000, seed: int = 0) -> np.ndarray:

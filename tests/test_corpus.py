@@ -9,10 +9,10 @@ import http.server
 import json
 import socket
 import threading
-from pathlib import Path
 
 import datasets
 import pytest
+from conftest import MULTI30K  # SEQ2SEQ_MULTI30K, else ../shared/data/multi30k
 
 from seq2seq.data.corpus import (
     MULTI30K_SHA256,
@@ -26,8 +26,6 @@ from seq2seq.data.corpus import (
     read_parallel,
     read_tsv,
 )
-
-MULTI30K = Path(__file__).resolve().parents[1].parent / "shared/data/multi30k"
 
 
 @pytest.fixture(scope="module")

@@ -11,13 +11,13 @@ import lightning as L
 import numpy as np
 import pytest
 import torch
+from conftest import MULTI30K  # SEQ2SEQ_MULTI30K, else ../shared/data/multi30k
 
 from seq2seq.data import datamodule
 from seq2seq.data.corpus import read_lines
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.data.tokenizer import EOS_ID, Tokenizer
 
-MULTI30K = Path(__file__).resolve().parents[1].parent / "shared/data/multi30k"
 VOCAB = 600
 MAX_POSITIONS = 128
 LONG = " ".join(["Hund"] * 200)  # far beyond MAX_POSITIONS tokens

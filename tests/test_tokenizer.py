@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import pickle
 import unicodedata
-from pathlib import Path
 
 import pytest
 import sentencepiece as spm
+from conftest import MULTI30K  # SEQ2SEQ_MULTI30K, else ../shared/data/multi30k
 
 from seq2seq.data.corpus import read_lines
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
 
-MULTI30K = Path(__file__).resolve().parents[1].parent / "shared/data/multi30k"
 VOCAB = 800
 
 
