@@ -205,3 +205,14 @@ def test_padding_fraction_on_multi30k_train(tmp_path):
     )
     assert sorted_cost <= 0.05
     assert sorted_tensors <= 0.07 and sorted_tensors < random_tensors / 5
+
+
+def test_held_out_passes_cut_short_restart_from_the_first_batch():
+    """``limit_val_batches``: each validation takes the same first batches, not the next ones."""
+    lengths = np.random.default_rng(0).integers(1, 40, size=300)
+    sampler = TokenBudgetBatchSampler(lengths, max_tokens=400, shuffle=False)
+    full = list(sampler)
+    for _ in range(3):
+        it = iter(sampler)
+        assert [next(it), next(it)] == full[:2]
+    assert list(sampler) == full

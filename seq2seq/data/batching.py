@@ -178,6 +178,11 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
 
     # ------------------------------------------------------------------ Sampler protocol
     def __iter__(self) -> Iterator[list[int]]:
+        if not self.shuffle:
+            # Held-out sets: every pass is the whole, fixed plan from its first batch, also after
+            # a pass cut short (``limit_val_batches``), so every validation scores the same
+            # sentences.
+            self._yielded = 0
         batches = self._rank_batches()
         if batches and self._yielded >= len(batches):
             # The previous pass was complete: this one is the next epoch. Trainers that stop
