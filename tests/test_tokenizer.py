@@ -139,3 +139,16 @@ def test_sampled_training_gives_the_same_model_in_every_process(tmp_path):
         for i in range(2)
     ]
     assert outputs[0] == outputs[1] and len(outputs[0]) > 1000
+
+
+def test_an_error_while_reading_the_corpus_is_raised_as_itself(tmp_path):
+    """A failure of the sentence source (e.g. misaligned files) is not reported as a
+    vocabulary-size problem."""
+
+    def sentences():
+        yield from ["ein Haus", "a house"] * 50
+        raise ValueError("Parallel files are misaligned: a has 100 lines but b has 99")
+
+    with pytest.raises(ValueError, match="misaligned") as info:
+        Tokenizer.train(sentences(), tmp_path / "m.model", vocab_size=30)
+    assert "vocab_size" not in str(info.value)

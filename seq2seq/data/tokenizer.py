@@ -18,7 +18,7 @@ import io
 import os
 import random
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from itertools import chain
 from pathlib import Path
 
@@ -149,10 +149,19 @@ class Tokenizer:
         sentences = (s for s in sentences if s)
         if input_sentence_size > 0:
             sentences = iter(_reservoir_sample(sentences, input_sentence_size, seed))
+        reading_errors: list[Exception] = []  # raised while reading the corpus, not by spm
+
+        def read(items: Iterable[str]) -> Iterator[str]:
+            try:
+                yield from items
+            except Exception as err:
+                reading_errors.append(err)
+                raise
+
         model = io.BytesIO()
         try:
             spm.SentencePieceTrainer.train(
-                sentence_iterator=sentences,
+                sentence_iterator=read(sentences),
                 model_writer=model,
                 vocab_size=vocab_size,
                 model_type=model_type,
@@ -169,6 +178,8 @@ class Tokenizer:
                 minloglevel=2,
             )
         except RuntimeError as err:
+            if reading_errors:  # e.g. a misaligned corpus: its own error, not a vocabulary one
+                raise reading_errors[0] from None
             reason = str(err).rstrip(".")
             raise ValueError(
                 f"SentencePiece could not build a {model_type} vocabulary of exactly "
