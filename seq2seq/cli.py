@@ -382,13 +382,25 @@ def main() -> int:
     except KeyboardInterrupt:
         print("seq2seq: interrupted", file=sys.stderr)
         return 130
-    except USER_ERRORS as err:
+    except (*USER_ERRORS, RuntimeError) as err:
         if os.environ.get("SEQ2SEQ_TRACEBACK"):
             raise
         message = " ".join(str(err).split()) or type(err).__name__
+        if isinstance(err, RuntimeError) and not isinstance(err, USER_ERRORS):
+            if not message.startswith(_HPARAMS_CLASH):
+                raise
+            # Lightning's check that model and data agree on shared settings: the checkpoint's
+            # model was trained with other data settings than the config gives.
+            message += (
+                " The checkpoint was trained with other data settings than this config; pass "
+                "them (e.g. --data.max_positions) or the config it was trained with."
+            )
         print(f"seq2seq: error: {message} (SEQ2SEQ_TRACEBACK=1 shows where)", file=sys.stderr)
         return 1
     return 0
+
+
+_HPARAMS_CLASH = "Error while merging hparams"
 
 
 if __name__ == "__main__":

@@ -338,3 +338,27 @@ def test_more_user_errors_are_one_line(tmp_path, monkeypatch, capsys):
         main()
     assert exit_info.value.code == 2
     assert "--beam_size must be >= 1, got 0" in capsys.readouterr().err
+
+
+def test_a_checkpoint_trained_with_other_data_settings_is_one_line(monkeypatch, capsys):
+    """Lightning's hparams clash between a checkpoint's model and the config's data module is
+    reported in one line with what to do; other RuntimeErrors keep their traceback."""
+    import seq2seq.cli as cli
+
+    monkeypatch.delenv("SEQ2SEQ_TRACEBACK", raising=False)
+    monkeypatch.setattr("sys.argv", ["seq2seq", "test"])
+    clash = RuntimeError(
+        "Error while merging hparams: the keys ['max_positions'] are present in both the "
+        "LightningModule's and LightningDataModule's hparams but have different values."
+    )
+
+    def raise_(error):
+        raise error
+
+    monkeypatch.setattr(cli, "cli_main", lambda: raise_(clash))
+    assert cli.main() == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "max_positions" in err[0] and "--data.max_positions" in err[0]
+    monkeypatch.setattr(cli, "cli_main", lambda: raise_(RuntimeError("something else")))
+    with pytest.raises(RuntimeError, match="something else"):
+        cli.main()
