@@ -8,9 +8,9 @@ from seq2seq.data.batching import collate
 from seq2seq.module import TranslationModule
 
 
-def test_fused_loss_path_equals_full_logits_path():
+def _module() -> TranslationModule:
     torch.manual_seed(0)
-    module = TranslationModule(
+    return TranslationModule(
         vocab_size=40,
         d_model=16,
         n_heads=2,
@@ -19,7 +19,11 @@ def test_fused_loss_path_equals_full_logits_path():
         d_ff=32,
         dropout=0.0,
         max_positions=32,
-    ).double()
+    )
+
+
+def _batch() -> dict:
+    """Three pairs of different lengths (16 target tokens with EOS), padded."""
     g = torch.Generator().manual_seed(0)
     examples = [
         {
@@ -29,7 +33,12 @@ def test_fused_loss_path_equals_full_logits_path():
         }
         for i, (n, m) in enumerate([(5, 9), (2, 3), (11, 1)])
     ]
-    prepared = collate(examples, pad_id=0)
+    return collate(examples, pad_id=0)
+
+
+def test_fused_loss_path_equals_full_logits_path():
+    module = _module().double()
+    prepared = _batch()
     index = prepared["tgt_index"]
     assert index.numel() == prepared["n_tokens"] == 16
     torch.testing.assert_close(index, (prepared["tgt_out"].flatten() != 0).nonzero().squeeze(1))
@@ -49,27 +58,8 @@ def test_fused_loss_path_equals_full_logits_path():
 def test_loss_under_bfloat16_autocast_matches_float32():
     """As Lightning's ``bf16-mixed`` runs the step on CPU: the packed, fused path works and is
     close to float32."""
-    torch.manual_seed(0)
-    module = TranslationModule(
-        vocab_size=40,
-        d_model=16,
-        n_heads=2,
-        n_encoder_layers=1,
-        n_decoder_layers=1,
-        d_ff=32,
-        dropout=0.0,
-        max_positions=32,
-    )
-    g = torch.Generator().manual_seed(0)
-    examples = [
-        {
-            "index": i,
-            "src": torch.randint(4, 40, (n,), generator=g).tolist(),
-            "tgt": torch.randint(4, 40, (m,), generator=g).tolist(),
-        }
-        for i, (n, m) in enumerate([(5, 9), (2, 3), (11, 1)])
-    ]
-    batch = collate(examples, pad_id=0)
+    module = _module()
+    batch = _batch()
     ref = module._loss_sums(batch)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         low = module._loss_sums(batch)
