@@ -294,3 +294,28 @@ class BestScoreHparams(L.Callback):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.best = state_dict.get("best")
+
+
+class LastCheckpoint(L.Callback):
+    """Writes ``last.ckpt`` after every validation of ``fit``, in the folder of the trainer's
+    ``ModelCheckpoint``.
+
+    Lightning's ``ModelCheckpoint(save_last=True)`` rewrites ``last.ckpt`` only when it also keeps
+    a checkpoint (a validation whose score ranks among the best ``save_top_k``), so without this
+    callback a run resumed with ``--ckpt_path last`` restarts from its last improvement. The
+    file holds the full training state (the ``ModelCheckpoint`` state included, so ``best`` still
+    resolves). Needs a ``ModelCheckpoint`` with a ``dirpath``; does nothing otherwise.
+    """
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        checkpoint = trainer.checkpoint_callback
+        if (
+            trainer.sanity_checking
+            or trainer.state.fn != "fit"
+            or checkpoint is None
+            or not getattr(checkpoint, "dirpath", None)
+        ):
+            return
+        # Runs before ModelCheckpoint's own hook (Lightning calls checkpoint callbacks last),
+        # which overwrites this file with its updated record when it keeps this validation.
+        trainer.save_checkpoint(Path(checkpoint.dirpath) / "last.ckpt")

@@ -143,6 +143,12 @@ def test_tiny_run_outputs(tiny_run):
     assert (tiny_run / "checkpoints/tiny/last.ckpt").is_file()
     hyps = sorted((tiny_run / "lightning_logs/tiny/version_0/hypotheses").glob("val.step*.txt"))
     assert hyps, "validation hypotheses were not written"
+    # last.ckpt holds the state after the final validation (max_steps 20, validations every 10
+    # steps), whether or not that validation's checkpoint was kept (LastCheckpoint).
+    last = torch.load(
+        tiny_run / "checkpoints/tiny/last.ckpt", map_location="cpu", weights_only=False
+    )
+    assert last["global_step"] == 20
 
 
 def test_test_from_best_checkpoint_matches_sacrebleu(tiny_run, multi30k_dir, monkeypatch):
