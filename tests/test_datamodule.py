@@ -295,3 +295,10 @@ def test_trainer_resume_mid_epoch(corpus, cache, tmp_path):
     resumed = _Recorder()
     trainer().fit(resumed, datamodule=_dm(corpus, cache), ckpt_path=tmp_path / "ckpt/step=3.ckpt")
     assert resumed.seen == first.seen[3:]
+
+
+@pytest.mark.parametrize(("option", "value"), [("max_tokens", 0), ("eval_max_tokens", -1)])
+def test_token_budgets_below_one_are_refused_at_once(tmp_path, option, value):
+    """Refused when the data module is built, before any corpus is read."""
+    with pytest.raises(ValueError, match=f"data.{option} must be >= 1"):
+        datamodule.TranslationDataModule(data_dir=str(tmp_path / "nothing"), **{option: value})

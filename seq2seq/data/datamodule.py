@@ -260,6 +260,9 @@ class TranslationDataModule(L.LightningDataModule):
         self.seed = seed
         self.download = download
         self.subword_alpha = subword_alpha
+        for name, value in (("max_tokens", max_tokens), ("eval_max_tokens", eval_max_tokens)):
+            if value is not None and value < 1:  # refused before any data is read
+                raise ValueError(f"data.{name} must be >= 1, got {value}.")
         if pad_to_multiple_of < 1:
             raise ValueError(f"pad_to_multiple_of must be >= 1, got {pad_to_multiple_of}.")
         self.pad_to_multiple_of = pad_to_multiple_of
