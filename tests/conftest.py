@@ -30,6 +30,24 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(skip)
 
 
+def quiet_cpu_trainer(root: Path, **kwargs):
+    """A two-epoch CPU ``Trainer`` without logger, progress bar, summary or validation, whose
+    batches come from the data module's own samplers (as the configs run)."""
+    import lightning as L
+
+    return L.Trainer(
+        accelerator="cpu",
+        max_epochs=2,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        use_distributed_sampler=False,
+        default_root_dir=root,
+        **kwargs,
+    )
+
+
 @pytest.fixture(scope="session")
 def multi30k_dir() -> Path:
     """Folder with Multi30k task-1 raw files (``train.de.gz`` ...)."""

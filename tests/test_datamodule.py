@@ -11,7 +11,7 @@ import lightning as L
 import numpy as np
 import pytest
 import torch
-from conftest import MULTI30K  # SEQ2SEQ_MULTI30K, else ../shared/data/multi30k
+from conftest import MULTI30K, quiet_cpu_trainer  # MULTI30K: SEQ2SEQ_MULTI30K or ../shared
 
 from seq2seq.data import datamodule
 from seq2seq.data.corpus import read_lines
@@ -275,17 +275,7 @@ class _Recorder(L.LightningModule):
 
 def test_trainer_resume_mid_epoch(corpus, cache, tmp_path):
     def trainer(**kwargs) -> L.Trainer:
-        return L.Trainer(
-            accelerator="cpu",
-            max_epochs=2,
-            logger=False,
-            enable_progress_bar=False,
-            enable_model_summary=False,
-            limit_val_batches=0,
-            use_distributed_sampler=False,
-            default_root_dir=tmp_path,
-            **kwargs,
-        )
+        return quiet_cpu_trainer(tmp_path, **kwargs)
 
     checkpoint = L.pytorch.callbacks.ModelCheckpoint(
         dirpath=tmp_path / "ckpt", every_n_train_steps=3, save_top_k=-1, filename="{step}"

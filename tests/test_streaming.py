@@ -17,6 +17,7 @@ import lightning as L
 import numpy as np
 import pytest
 import torch
+from conftest import quiet_cpu_trainer
 from test_datamodule import _Recorder
 
 from seq2seq.cli import cli_main
@@ -264,17 +265,7 @@ def test_resume_needs_the_same_workers(corpora, cache, spm_file):
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_trainer_epochs_and_resume(corpora, cache, spm_file, two_epochs, tmp_path, num_workers):
     def fit(ckpt_path=None, callbacks=()) -> _Recorder:
-        trainer = L.Trainer(
-            accelerator="cpu",
-            max_epochs=2,
-            logger=False,
-            enable_progress_bar=False,
-            enable_model_summary=False,
-            limit_val_batches=0,
-            use_distributed_sampler=False,
-            default_root_dir=tmp_path,
-            callbacks=list(callbacks),
-        )
+        trainer = quiet_cpu_trainer(tmp_path, callbacks=list(callbacks))
         model = _Recorder()
         dm = _dm(corpora["text"], cache, spm_file, num_workers=num_workers)
         trainer.fit(model, datamodule=dm, ckpt_path=ckpt_path)
