@@ -92,3 +92,46 @@ def test_decoding_logits_match_with_and_without_onednn(monkeypatch):
         monkeypatch.setattr(linear_module, "_ONEDNN", False)
         slow = model(src, tgt, mask)
     torch.testing.assert_close(fast, slow, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("onednn", [True, False])
+@pytest.mark.parametrize("activation", [None, "relu", "gelu"])
+@pytest.mark.parametrize("with_residual", [False, True])
+def test_activation_and_residual_equal_the_separate_operations(
+    monkeypatch, onednn, activation, with_residual
+):
+    if onednn and not linear_module._ONEDNN:
+        pytest.skip("PyTorch without oneDNN")
+    monkeypatch.setattr(linear_module, "_ONEDNN", onednn)
+    torch.manual_seed(0)
+    layer = Linear(48, 80)
+    x = torch.randn(64, 48)
+    residual = torch.randn(64, 80) if with_residual else None
+    with torch.no_grad():
+        fused = linear(
+            x, layer.weight, layer.bias, layer._packed, activation=activation, residual=residual
+        )
+        expected = F.linear(x, layer.weight, layer.bias)
+        expected = {None: expected, "relu": F.relu(expected), "gelu": F.gelu(expected)}[activation]
+        if residual is not None:
+            expected = residual + expected
+    assert (layer._packed.packed is not None) == onednn
+    torch.testing.assert_close(fused, expected, rtol=1e-5, atol=1e-5)
+
+
+@needs_bf16
+def test_residual_under_bfloat16_autocast_is_added_in_float32():
+    torch.manual_seed(0)
+    layer = Linear(48, 80)
+    x, residual = torch.randn(64, 48), torch.randn(64, 80)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        out = linear(x, layer.weight, layer.bias, layer._packed, residual=residual)
+        expected = residual + F.linear(x, layer.weight, layer.bias)
+    assert out.dtype == expected.dtype == torch.float32
+    torch.testing.assert_close(out, expected, rtol=1e-2, atol=1e-2)
+
+
+def test_unknown_activation_is_refused():
+    layer = Linear(4, 3)
+    with pytest.raises(ValueError, match="activation must be one of"):
+        linear(torch.randn(2, 4), layer.weight, activation="tanh")

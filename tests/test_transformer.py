@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from seq2seq.nn import Transformer, greedy_search, label_smoothed_cross_entropy, padding_mask
+from seq2seq.nn.transformer import Decoder
 
 PAD, BOS, EOS = 0, 2, 3
 V = 29  # not a multiple of 8: exercises the internal vocabulary padding
@@ -111,6 +112,60 @@ def test_cached_decoding_equals_full_forward(options, chunks):
         start += size
     torch.testing.assert_close(torch.cat(outs, dim=1), full)
     assert cache.length == tgt.size(1)
+
+
+@pytest.mark.parametrize("options", VARIANTS)
+def test_step_path_equals_the_layer_forward_path(monkeypatch, options):
+    """One position per row in eval mode runs through ``Decoder.step``; the same model in train
+    mode (dropout 0) runs the layers' general forward: same logits, before and after the cache
+    is shared by beams (cross-attention rows serving several query rows)."""
+    steps = []
+    step = Decoder.step
+    monkeypatch.setattr(Decoder, "step", lambda *a: steps.append(1) or step(*a))
+    model = _model(**options)
+    src, tgt = _batch()
+    src[2] = PAD  # an empty source too
+    mask = padding_mask(src, PAD)
+    memory = model.encode(src, mask)
+    caches = {"step": model.new_cache(2), "forward": model.new_cache(2)}
+    for t in range(tgt.size(1)):
+        if t == 2:
+            for cache in caches.values():
+                cache.expand_beams(2)
+        tokens = tgt[:, t : t + 1] if t < 2 else tgt[:, t : t + 1].repeat_interleave(2, 0)
+        logits = {}
+        for path, cache in caches.items():
+            model.train(path == "forward")
+            logits[path] = model.decode(tokens, memory if t == 0 else None, mask, cache)
+        torch.testing.assert_close(logits["step"], logits["forward"])
+    assert len(steps) == tgt.size(1)
+
+
+def test_step_path_records_the_attention_maps_of_the_full_pass():
+    model = _model()
+    src, tgt = _batch()
+    mask = padding_mask(src, PAD)
+    maps = model.attention_maps(src, tgt, mask)
+    modules = {}
+    for i, layer in enumerate(model.decoder.layers):
+        modules[f"decoder.{i}.self"], modules[f"decoder.{i}.cross"] = (
+            layer.self_attn,
+            layer.cross_attn,
+        )
+    memory = model.encode(src, mask)
+    cache = model.new_cache()
+    for mha in modules.values():
+        mha.record_weights = True
+    try:
+        for t in range(tgt.size(1)):
+            model.decode(tgt[:, t : t + 1], memory, mask, cache)
+            for name, mha in modules.items():
+                width = t + 1 if name.endswith("self") else src.size(1)
+                expected = maps[name][:, :, t : t + 1, :width]
+                torch.testing.assert_close(mha.weights.float(), expected)
+    finally:
+        for mha in modules.values():
+            mha.record_weights, mha.weights = False, None
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])

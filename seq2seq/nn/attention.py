@@ -17,13 +17,14 @@ Mask convention: every mask is ``torch.bool`` and ``True`` means "may attend", t
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from seq2seq.nn.linear import Linear
+from seq2seq.nn.linear import Linear, linear
 
 __all__ = [
     "DecoderCache",
@@ -67,6 +68,13 @@ def attend_first_if_empty(mask: Tensor) -> Tensor:
     fixed = mask.clone()
     fixed[..., :1] |= ~mask.any(dim=-1, keepdim=True)
     return fixed
+
+
+def _autocast_off(device_type: str):
+    """A context that disables autocast on ``device_type`` if it is on (a no-op otherwise)."""
+    if torch.is_autocast_enabled(device_type):
+        return torch.autocast(device_type, enabled=False)
+    return contextlib.nullcontext()
 
 
 def _storage_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -479,6 +487,76 @@ class MultiHeadAttention(nn.Module):
             is_causal=is_causal,
         )
         return self.out(out.transpose(1, 2).reshape(b, t, self.d_model))
+
+    def step(
+        self,
+        query: Tensor,
+        cache: KVCache,
+        memory: Tensor | None = None,
+        bias: Tensor | None = None,
+        residual: Tensor | None = None,
+    ) -> Tensor:
+        """One incremental-decoding step in inference: each row holds one new target position.
+
+        The same function as :meth:`forward` with ``T = 1`` and a cache, on ``(N, D)`` rows and
+        with fewer operations: the query scaling joins the copy that separates the heads, the
+        key mask is an additive bias added inside the batched product, and the residual
+        connection joins the output projection (:func:`~seq2seq.nn.linear.linear`). No dropout:
+        for modules in eval mode.
+
+        Args:
+            query: ``(N, D)`` queries (self-attention: also the new keys/values).
+            cache: self-attention: the new keys/values are appended. Cross-attention: keys and
+                values computed from ``memory`` if the cache is empty, else the stored ones;
+                with ``cache.group = g`` each stored row serves ``g`` consecutive query rows.
+            memory: ``(B, S, D)`` encoder output; cross-attention with an empty cache only.
+            bias: cross-attention only: ``(B * H, 1, S)`` float32 additive key mask (``0`` or
+                ``-inf``, one row per stored row and head, every row with a ``0``) or ``None``.
+            residual: optional ``(N, D)`` tensor added to the output.
+
+        Returns:
+            ``(N, D)``: ``residual + Attention(query)``.
+
+        Raises:
+            ValueError: for cross-attention with an empty cache and no ``memory``.
+        """
+        n = query.size(0)
+        h, dh = self.n_heads, self.head_dim
+        scale = 1.0 / math.sqrt(dh)
+        if self.self_attention:
+            qkv = self.qkv(query).view(n, 3, h, dh)
+            q, k, v = qkv[:, 0], qkv[:, 1], qkv[:, 2]  # (N, H, Dh) views
+            if self.rotary is not None:
+                q = self.rotary(q.unsqueeze(2), cache.length).squeeze(2)
+                k = self.rotary(k.unsqueeze(2), cache.length).squeeze(2)
+            keys, values = cache.append(k.unsqueeze(2), v.unsqueeze(2))
+            groups = n
+        else:
+            if cache.is_empty:
+                if memory is None:
+                    raise ValueError("cross-attention needs key_value (or a filled cache)")
+                cache.set_static(*self._heads(self.kv(memory), 2))
+            keys, values = cache.keys, cache.values
+            q = self.q(query).view(n, h, dh)
+            groups = keys.size(0)
+        g = n // groups  # query rows per stored row (beams sharing a sentence's memory)
+        with _autocast_off(query.device.type):  # float32 products for float16/bfloat16
+            # (N, H, Dh) -> (G, H, g, Dh) -> (G * H, g, Dh), in the keys' dtype (see KVCache).
+            q = q.view(groups, g, h, dh).transpose(1, 2).to(keys.dtype)
+            keys_t = keys.flatten(0, 1).transpose(1, 2)  # (G * H, Dh, L), a view
+            if bias is None:
+                q = q.mul(scale).reshape(groups * h, g, dh)
+                scores = torch.bmm(q, keys_t)
+            else:
+                scores = torch.baddbmm(bias, q.reshape(groups * h, g, dh), keys_t, alpha=scale)
+            probs = scores.softmax(dim=-1)
+            if self.record_weights:  # (N, H, 1, L), as forward() records
+                self.weights = probs.view(groups, h, g, -1).transpose(1, 2).reshape(n, h, 1, -1)
+            out = torch.bmm(probs, values.flatten(0, 1))  # (G * H, g, Dh)
+            out = out.view(groups, h, g, dh).transpose(1, 2).reshape(n, self.d_model)
+        return linear(
+            out.to(query.dtype), self.out.weight, self.out.bias, self.out._packed, residual=residual
+        )
 
     def _one_query(
         self, q: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None, group: int = 1

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seq2seq.nn.attention import KVCache, MultiHeadAttention
-from seq2seq.nn.linear import Linear
+from seq2seq.nn.linear import Linear, linear
 
 __all__ = [
     "DecoderLayer",
@@ -163,6 +163,7 @@ class FeedForward(nn.Module):
         super().__init__()
         if activation not in ("relu", "gelu"):
             raise ValueError(f"activation must be 'relu' or 'gelu', got {activation!r}")
+        self.activation = activation
         self.fc1 = Linear(d_model, d_ff)
         self.fc2 = Linear(d_ff, d_model)
         self.act = F.relu if activation == "relu" else F.gelu
@@ -174,6 +175,14 @@ class FeedForward(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         """``(B, T, D)`` -> ``(B, T, D)``."""
         return self.fc2(self.dropout(self.act(self.fc1(x))))
+
+    def step(self, x: Tensor, residual: Tensor | None = None) -> Tensor:
+        """Inference form of :meth:`forward` (no dropout) plus ``residual``, with the activation
+        and the addition fused into the matrix products where oneDNN computes them
+        (:func:`~seq2seq.nn.linear.linear`). ``(N, D)`` -> ``(N, D)``."""
+        fc1, fc2 = self.fc1, self.fc2
+        hidden = linear(x, fc1.weight, fc1.bias, fc1._packed, activation=self.activation)
+        return linear(hidden, fc2.weight, fc2.bias, fc2._packed, residual=residual)
 
 
 def feed_forward_residual(
@@ -332,3 +341,30 @@ class DecoderLayer(nn.Module):
                 x + self.dropout(self.cross_attn(x, memory, mask=src_mask, cache=cross_kv))
             )
         return feed_forward_residual(x, self.ff, self.norm3, self.dropout, self.norm_first, index)
+
+    def step(
+        self, x: Tensor, memory: Tensor | None, bias: Tensor | None, cache: tuple[KVCache, KVCache]
+    ) -> Tensor:
+        """One incremental-decoding step in inference (eval mode): :meth:`forward` for one new
+        target position per row, through :meth:`MultiHeadAttention.step` and
+        :meth:`FeedForward.step` (residual additions fused into the output projections).
+
+        Args:
+            x: ``(N, D)`` states of the new positions.
+            memory: ``(B, S, D)`` encoder output (``None`` once the cross-attention caches are
+                filled).
+            bias: ``(B * H, 1, S)`` additive source key mask or ``None`` (see
+                :meth:`MultiHeadAttention.step`).
+            cache: ``(self_attention_cache, cross_attention_cache)``.
+
+        Returns:
+            ``(N, D)``.
+        """
+        self_kv, cross_kv = cache
+        if self.norm_first:
+            x = self.self_attn.step(self.norm1(x), self_kv, residual=x)
+            x = self.cross_attn.step(self.norm2(x), cross_kv, memory, bias, residual=x)
+            return self.ff.step(self.norm3(x), residual=x)
+        x = self.norm1(self.self_attn.step(x, self_kv, residual=x))
+        x = self.norm2(self.cross_attn.step(x, cross_kv, memory, bias, residual=x))
+        return self.norm3(self.ff.step(x, residual=x))

@@ -35,6 +35,8 @@ _ONEDNN = (
 _BF16 = _ONEDNN and bool(getattr(_MKLDNN, "_is_mkldnn_bf16_supported", lambda: False)())
 _BATCH_HINT = 64  # rows the packed layout is tuned for; any number of rows is correct
 _AUTOCAST_INPUTS = (torch.float32, torch.bfloat16)  # inputs bfloat16 autocast would cast
+# activation -> (oneDNN post-op, its algorithm argument)
+_ACTIVATIONS = {None: ("none", ""), "relu": ("relu", ""), "gelu": ("gelu", "none")}
 
 
 def _key(t: Tensor | None) -> tuple | None:
@@ -86,9 +88,20 @@ def _fast_dtype(x: Tensor, weight: Tensor) -> torch.dtype | None:
 
 
 def linear(
-    x: Tensor, weight: Tensor, bias: Tensor | None = None, packed: PackedWeight | None = None
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    packed: PackedWeight | None = None,
+    *,
+    activation: str | None = None,
+    residual: Tensor | None = None,
 ) -> Tensor:
-    """``x @ weight.T + bias``, as ``F.linear``.
+    """``act(x @ weight.T + bias) + residual``, as ``F.linear`` followed by the activation and
+    the addition.
+
+    On the oneDNN path the activation and (for float32) the residual addition are fused into the
+    matrix product, saving one pass over the output each. Everywhere else they are separate
+    operations with the same result up to floating-point rounding.
 
     Args:
         x: ``(..., in)`` input.
@@ -96,15 +109,33 @@ def linear(
         bias: ``(out,)`` bias or ``None``.
         packed: cache of ``weight``'s prepacked copy; with it, CPU inference runs through
             oneDNN (see the module docstring).
+        activation: ``None``, ``"relu"`` or ``"gelu"`` (exact, erf form).
+        residual: optional ``(..., out)`` tensor added to the (activated) product. Under
+            bfloat16 autocast the sum takes the type promotion of ``residual + product``
+            (float32 for a float32 residual), as the unfused expression would.
 
     Returns:
-        ``(..., out)``, ``x``'s dtype (bfloat16 under bfloat16 autocast).
+        ``(..., out)``, ``x``'s dtype (bfloat16 under bfloat16 autocast), or the promoted dtype
+        with a residual.
+
+    Raises:
+        ValueError: for an unknown activation.
     """
+    if activation not in _ACTIVATIONS:
+        raise ValueError(f"activation must be one of {sorted(_ACTIVATIONS, key=str)}")
     dtype = None if packed is None else _fast_dtype(x, weight)
     if dtype is not None:
         w, b = packed.get(weight, bias, dtype)
-        return _MKLDNN._linear_pointwise(x.to(dtype), w, b, "none", [], "")
-    return F.linear(x, weight, bias)
+        x = x.to(dtype)
+        if residual is not None and activation is None and residual.dtype == dtype:
+            return _MKLDNN._linear_pointwise.binary(x, residual, w, b, "add")
+        attr, algorithm = _ACTIVATIONS[activation]
+        y = _MKLDNN._linear_pointwise(x, w, b, attr, [], algorithm)
+    else:
+        y = F.linear(x, weight, bias)
+        if activation is not None:
+            y = F.relu(y) if activation == "relu" else F.gelu(y)
+    return y if residual is None else residual + y
 
 
 class Linear(nn.Linear):

@@ -11,7 +11,12 @@ import torch
 from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from seq2seq.nn.attention import DecoderCache, MultiHeadAttention, attend_first_if_empty
+from seq2seq.nn.attention import (
+    DecoderCache,
+    MultiHeadAttention,
+    _storage_dtype,
+    attend_first_if_empty,
+)
 from seq2seq.nn.layers import (
     DecoderLayer,
     Dropout,
@@ -142,6 +147,34 @@ class Decoder(_Stack):
         x = self.embed_tokens(tgt, offset)
         for i, layer in enumerate(self.layers):
             x = layer(x, memory, src_mask, cache.layers[i] if cache is not None else None, index)
+        return self.norm(x)
+
+    def step(
+        self, tgt: Tensor, memory: Tensor | None, src_mask: Tensor | None, cache: DecoderCache
+    ) -> Tensor:
+        """One incremental-decoding step in inference (eval mode), through
+        :meth:`DecoderLayer.step`: the function of :meth:`forward` for ``T = 1`` with a cache.
+
+        Args:
+            tgt: ``(N, 1)`` ids of the new position of each row.
+            memory: ``(B, S, D)`` encoder output (``None`` once the cache holds the
+                cross-attention keys/values).
+            src_mask: ``(B, 1, 1, S)`` bool source mask with at least one ``True`` per row, or
+                ``None``.
+            cache: incremental-decoding state, updated in place.
+
+        Returns:
+            ``(N, D)`` final decoder states.
+        """
+        x = self.embed_tokens(tgt, cache.length).view(tgt.size(0), self.d_model)
+        bias = None
+        if src_mask is not None:  # one additive key mask per stored row and head, all layers
+            b, s = src_mask.size(0), src_mask.size(-1)
+            heads = self.layers[0].cross_attn.n_heads if self.layers else 1
+            bias = torch.zeros((b, heads, 1, s), dtype=_storage_dtype(x.dtype), device=x.device)
+            bias = bias.masked_fill_(~src_mask, float("-inf")).view(b * heads, 1, s)
+        for layer, layer_cache in zip(self.layers, cache.layers, strict=True):
+            x = layer.step(x, memory, bias, layer_cache)
         return self.norm(x)
 
 
@@ -313,7 +346,12 @@ class Transformer(nn.Module):
         Raises:
             ValueError: if the decoded positions would exceed ``max_positions``.
         """
-        h = self._states(tgt, memory, src_mask, cache, output_index)
+        if cache is not None and tgt.size(1) == 1 and output_index is None and not self.training:
+            # One new position per row in inference: the decoder's step path (fewer operations).
+            mask = None if src_mask is None else attend_first_if_empty(src_mask)
+            h = self.decoder.step(tgt, memory, mask, cache).unsqueeze(1)
+        else:
+            h = self._states(tgt, memory, src_mask, cache, output_index)
         logits = linear(h, self.output.weight, packed=self._packed_output)
         if self.padded_vocab_size != self.vocab_size:
             logits = logits[..., : self.vocab_size]
