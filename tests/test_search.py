@@ -322,7 +322,7 @@ def test_block_argmax_equals_torch_argmax():
     x[3, 639] = 0.0
     x[4, 300] = float("nan")  # NaN counts as the maximum, as in torch.argmax
     x[5] = 1.0  # all equal
-    for rows in (x, x.bfloat16(), x[:, :600], x[:, :630].contiguous()):
+    for rows in (x, x.bfloat16(), x.half(), x[:, :600], x[:, :630].contiguous()):
         assert torch.equal(_argmax(rows), rows.argmax(dim=-1))
 
 
