@@ -166,15 +166,17 @@ class FeedForward(nn.Module):
         self.activation = activation
         self.fc1 = Linear(d_model, d_ff)
         self.fc2 = Linear(d_ff, d_model)
-        self.act = F.relu if activation == "relu" else F.gelu
         self.dropout = Dropout(activation_dropout)
         for lin in (self.fc1, self.fc2):
             nn.init.xavier_uniform_(lin.weight)
             nn.init.zeros_(lin.bias)
 
     def forward(self, x: Tensor) -> Tensor:
-        """``(B, T, D)`` -> ``(B, T, D)``."""
-        return self.fc2(self.dropout(self.act(self.fc1(x))))
+        """``(B, T, D)`` -> ``(B, T, D)``. The activation joins the first product where oneDNN
+        computes it (:func:`~seq2seq.nn.linear.linear`)."""
+        fc1 = self.fc1
+        hidden = linear(x, fc1.weight, fc1.bias, fc1._packed, activation=self.activation)
+        return self.fc2(self.dropout(hidden))
 
     def step(self, x: Tensor, residual: Tensor | None = None) -> Tensor:
         """Inference form of :meth:`forward` (no dropout) plus ``residual``, with the activation
