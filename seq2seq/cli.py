@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import NoReturn
 
 import lightning as L
+import yaml
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.plugins.io import TorchCheckpointIO
@@ -319,6 +320,27 @@ def _checkpoint_dirs(config) -> list[Path]:
     return dirs
 
 
+def _check_config_syntax(argv: Sequence[str]) -> None:
+    """Exit with status 2 and one line naming the file, line and column when a ``--config``
+    file is not valid YAML (jsonargparse reports such an error without naming the file)."""
+    paths = [b for a, b in zip(argv, argv[1:], strict=False) if a in ("--config", "-c")]
+    paths += [a.split("=", 1)[1] for a in argv if a.startswith("--config=")]
+    for name in paths:
+        try:
+            yaml.safe_load(Path(name).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError):
+            continue  # a missing or unreadable file: jsonargparse's error names it
+        except yaml.YAMLError as err:
+            mark = getattr(err, "problem_mark", None)
+            where = f"{name}, line {mark.line + 1}, column {mark.column + 1}" if mark else name
+            problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+            context, start = getattr(err, "context", None), getattr(err, "context_mark", None)
+            if context and start is not None:
+                problem += f" ({context} at line {start.line + 1}, column {start.column + 1})"
+            print(f"seq2seq: error: YAML syntax error in {where}: {problem}", file=sys.stderr)
+            raise SystemExit(2) from None
+
+
 def cli_main(args: Sequence[str] | None = None) -> Seq2SeqCLI | None:
     """Entry point of the ``seq2seq`` console script.
 
@@ -330,6 +352,7 @@ def cli_main(args: Sequence[str] | None = None) -> Seq2SeqCLI | None:
         ``None`` for ``translate`` and ``average``.
     """
     argv = list(sys.argv[1:] if args is None else args)
+    _check_config_syntax(argv)
     if argv and argv[0] in ("translate", "average"):
         from seq2seq import commands
 

@@ -368,3 +368,13 @@ def test_a_checkpoint_trained_with_other_data_settings_is_one_line(monkeypatch, 
     monkeypatch.setattr(cli, "cli_main", lambda: raise_(RuntimeError("something else")))
     with pytest.raises(RuntimeError, match="something else"):
         cli.main()
+
+
+def test_yaml_syntax_error_names_the_config_file_and_line(monkeypatch, capsys, tmp_path):
+    config = tmp_path / "broken.yaml"
+    config.write_text("trainer:\n  max_epochs: 1\n  callbacks: [unclosed\n", encoding="utf-8")
+    code, out = _exit_of_main(monkeypatch, capsys, "fit", "--config", str(config))
+    assert code == 2
+    err = out.err.splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith(f"seq2seq: error: YAML syntax error in {config}, line 4, column 1: ")
