@@ -6,6 +6,7 @@ import hashlib
 import os
 import shutil
 import tempfile
+import warnings
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
@@ -18,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from datasets.arrow_writer import ArrowWriter
 from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_warn
+from lightning.pytorch.utilities.warnings import PossibleUserWarning
 from torch.utils.data import DataLoader, Dataset
 
 from seq2seq.data.batching import (
@@ -39,6 +41,9 @@ from seq2seq.data.tokenizer import EOS_ID, PAD_ID, Tokenizer, flatten_ids, id_dt
 _CACHE_VERSION = "2"  # bump when the layout of the tokenised Arrow cache changes
 _ENCODE_CHUNK = 10_000  # sentence pairs tokenised at a time while building the cache
 _STREAM_SPM_PAIRS = 500_000  # pairs SentencePiece trains on when streaming, by default
+
+# Start of Lightning's warning on resuming mid-epoch; see TranslationDataModule.load_state_dict.
+_NOT_RESUMABLE = "You're resuming from a checkpoint that ended before the epoch ended"
 
 
 def _arrow_lists(values: np.ndarray, offsets: np.ndarray) -> pa.ListArray:
@@ -735,7 +740,14 @@ class TranslationDataModule(L.LightningDataModule):
         return {"train_sampler": state}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restores the training position saved by :meth:`state_dict`."""
+        """Restores the training position saved by :meth:`state_dict`.
+
+        Lightning warns that a run resumed mid-epoch has a dataloader that "is not resumable"
+        (it looks for a ``state_dict`` on the loader itself); the position restored here makes
+        the resumed epoch continue with the unseen batches, so that warning is silenced.
+        """
+        if state_dict.get("train_stream") or state_dict.get("train_sampler"):
+            warnings.filterwarnings("ignore", message=_NOT_RESUMABLE, category=PossibleUserWarning)
         stream = state_dict.get("train_stream")
         if stream:
             if isinstance(self.train_set, StreamingPairs):
