@@ -339,6 +339,10 @@ class Transformer(nn.Module):
                 then computed for these positions only. Computing the index on the host, before
                 the batch is moved to the device, keeps the step free of synchronisation.
 
+        In eval mode, with a cache and one new position per row (``T = 1``, incremental
+        decoding), the decoder runs :meth:`Decoder.step`: the same function with fewer
+        operations per step (tested equal to the general path).
+
         Returns:
             ``(B, T, V)`` logits over the real vocabulary (dtype of the computation), or
             ``(N, V)`` logits at ``output_index`` when it is given.
