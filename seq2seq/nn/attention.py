@@ -32,6 +32,7 @@ __all__ = [
     "MultiHeadAttention",
     "RotaryEmbedding",
     "attend_first_if_empty",
+    "key_bias",
     "padding_mask",
 ]
 
@@ -68,6 +69,23 @@ def attend_first_if_empty(mask: Tensor) -> Tensor:
     fixed = mask.clone()
     fixed[..., :1] |= ~mask.any(dim=-1, keepdim=True)
     return fixed
+
+
+def key_bias(mask: Tensor, n_heads: int, dtype: torch.dtype) -> Tensor:
+    """A bool key mask as the additive bias of single-query attention.
+
+    Args:
+        mask: bool mask broadcastable to ``(G, H, 1, L)``, ``True`` = may attend (e.g. a
+            ``(G, 1, 1, L)`` key padding mask).
+        n_heads: number of heads ``H``.
+        dtype: dtype of the scores.
+
+    Returns:
+        ``(G * H, 1, L)`` tensor, ``0`` where ``mask`` allows the key and ``-inf`` elsewhere.
+    """
+    g, length = mask.size(0), mask.size(-1)
+    bias = torch.zeros((g, n_heads, 1, length), dtype=dtype, device=mask.device)
+    return bias.masked_fill_(~mask, float("-inf")).view(g * n_heads, 1, length)
 
 
 def _autocast_off(device_type: str):
@@ -459,14 +477,17 @@ class MultiHeadAttention(nn.Module):
                     cache.set_static(k, v)
                     k, v = cache.keys, cache.values
             past = 0
-        if cache is not None and cache.group > 1 and (t != 1 or self.record_weights):
+        if cache is not None and cache.group > 1 and t != 1:
             raise ValueError("a cross-attention cache shared by beams serves single steps only")
-        if cache is not None and t == 1 and not self.record_weights:
+        if cache is not None and t == 1:
             # One query per row (incremental decoding) attends to every cached key: no causal
             # mask, and two batched matrix products on the cache buffers beat the fused kernel
             # at this shape.
-            out = self._one_query(q, cache.keys, cache.values, mask, cache.group)
-            return self.out(out.reshape(b, 1, self.d_model))
+            keys = cache.keys
+            bias = None if mask is None else key_bias(mask, self.n_heads, keys.dtype)
+            dropout = self.dropout if self.training else 0.0
+            out = self._one_query(q, keys, cache.values, bias, dropout)
+            return self.out(out.to(query.dtype).view(b, 1, self.d_model))
         if is_causal and (past > 0 or mask is not None):
             # SDPA's is_causal is top-left aligned and cannot be combined with a mask: build the
             # (T, past + T) lower triangle explicitly, only when it actually restricts something.
@@ -499,10 +520,9 @@ class MultiHeadAttention(nn.Module):
         """One incremental-decoding step in inference: each row holds one new target position.
 
         The same function as :meth:`forward` with ``T = 1`` and a cache, on ``(N, D)`` rows and
-        with fewer operations: the query scaling joins the copy that separates the heads, the
-        key mask is an additive bias added inside the batched product, and the residual
-        connection joins the output projection (:func:`~seq2seq.nn.linear.linear`). No dropout:
-        for modules in eval mode.
+        with fewer operations: the key mask comes as a bias computed once per step for all
+        layers (:func:`key_bias`), and the residual connection joins the output projection
+        (:func:`~seq2seq.nn.linear.linear`). No dropout: for modules in eval mode.
 
         Args:
             query: ``(N, D)`` queries (self-attention: also the new keys/values).
@@ -510,8 +530,8 @@ class MultiHeadAttention(nn.Module):
                 values computed from ``memory`` if the cache is empty, else the stored ones;
                 with ``cache.group = g`` each stored row serves ``g`` consecutive query rows.
             memory: ``(B, S, D)`` encoder output; cross-attention with an empty cache only.
-            bias: cross-attention only: ``(B * H, 1, S)`` float32 additive key mask (``0`` or
-                ``-inf``, one row per stored row and head, every row with a ``0``) or ``None``.
+            bias: cross-attention only: ``(B * H, 1, S)`` additive key mask in the keys' dtype
+                (:func:`key_bias`; every row with a ``0``) or ``None``.
             residual: optional ``(N, D)`` tensor added to the output.
 
         Returns:
@@ -522,7 +542,6 @@ class MultiHeadAttention(nn.Module):
         """
         n = query.size(0)
         h, dh = self.n_heads, self.head_dim
-        scale = 1.0 / math.sqrt(dh)
         if self.self_attention:
             qkv = self.qkv(query).view(n, 3, h, dh)
             q, k, v = qkv[:, 0], qkv[:, 1], qkv[:, 2]  # (N, H, Dh) views
@@ -530,7 +549,6 @@ class MultiHeadAttention(nn.Module):
                 q = self.rotary(q.unsqueeze(2), cache.length).squeeze(2)
                 k = self.rotary(k.unsqueeze(2), cache.length).squeeze(2)
             keys, values = cache.append(k.unsqueeze(2), v.unsqueeze(2))
-            groups = n
         else:
             if cache.is_empty:
                 if memory is None:
@@ -538,57 +556,52 @@ class MultiHeadAttention(nn.Module):
                 cache.set_static(*self._heads(self.kv(memory), 2))
             keys, values = cache.keys, cache.values
             q = self.q(query).view(n, h, dh)
-            groups = keys.size(0)
-        g = n // groups  # query rows per stored row (beams sharing a sentence's memory)
-        with _autocast_off(query.device.type):  # float32 products for float16/bfloat16
-            # (N, H, Dh) -> (G, H, g, Dh) -> (G * H, g, Dh), in the keys' dtype (see KVCache).
-            q = q.view(groups, g, h, dh).transpose(1, 2).to(keys.dtype)
-            keys_t = keys.flatten(0, 1).transpose(1, 2)  # (G * H, Dh, L), a view
-            if bias is None:
-                q = q.mul(scale).reshape(groups * h, g, dh)
-                scores = torch.bmm(q, keys_t)
-            else:
-                scores = torch.baddbmm(bias, q.reshape(groups * h, g, dh), keys_t, alpha=scale)
-            probs = scores.softmax(dim=-1)
-            if self.record_weights:  # (N, H, 1, L), as forward() records
-                self.weights = probs.view(groups, h, g, -1).transpose(1, 2).reshape(n, h, 1, -1)
-            out = torch.bmm(probs, values.flatten(0, 1))  # (G * H, g, Dh)
-            out = out.view(groups, h, g, dh).transpose(1, 2).reshape(n, self.d_model)
+        out = self._one_query(q, keys, values, bias)
         return linear(
             out.to(query.dtype), self.out.weight, self.out.bias, self.out._packed, residual=residual
         )
 
     def _one_query(
-        self, q: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None, group: int = 1
+        self, q: Tensor, keys: Tensor, values: Tensor, bias: Tensor | None, dropout: float = 0.0
     ) -> Tensor:
-        """``softmax(q K^T / sqrt(Dh) + M) V`` for a single query per row, in float32 for
-        float16/bfloat16 inputs (as the fused kernel accumulates).
+        """``softmax(q K^T / sqrt(Dh) + bias) V`` for a single query per row, computed in the
+        keys' dtype (float32 for float16/bfloat16 inputs, as the fused kernel accumulates).
+
+        The query scaling joins the copy that gathers the heads of a stored row, and the bias
+        is added inside the first batched product. With :attr:`record_weights` the attention
+        probabilities are kept in :attr:`weights` as ``(N, H, 1, L)``.
 
         Args:
-            q: ``(B * group, H, 1, Dh)`` queries.
-            keys: ``(B, H, L, Dh)`` keys.
-            values: ``(B, H, L, Dh)`` values.
-            mask: bool mask broadcastable to ``(B, H, 1, L)`` or ``None``.
-            group: consecutive query rows that share one row of keys/values (beams).
+            q: ``(N, H, Dh)`` or ``(N, H, 1, Dh)`` queries, ``N = G * g``: each of the ``G``
+                stored rows serves ``g`` consecutive query rows (the beams of a sentence).
+            keys: ``(G, H, L, Dh)`` keys.
+            values: ``(G, H, L, Dh)`` values.
+            bias: ``(G * H, 1, L)`` additive key mask in the keys' dtype (:func:`key_bias`)
+                or ``None``.
+            dropout: dropout probability on the attention weights.
 
         Returns:
-            ``(B * group, 1, H, Dh)`` attention output (heads not yet merged).
+            ``(N, D)`` attention output (heads merged), in the keys' dtype.
         """
-        dtype = q.dtype
-        rows = q.size(0)
-        if group > 1:  # (B * g, H, 1, Dh) -> (B, H, g, Dh): the g queries of a row together
-            q = q.reshape(rows // group, group, self.n_heads, self.head_dim).transpose(1, 2)
-        with torch.autocast(q.device.type, enabled=False):
-            q = q.to(keys.dtype)  # float32 products for float16/bfloat16, see KVCache
-            scores = torch.matmul(q, keys.transpose(-2, -1)).mul_(1.0 / math.sqrt(self.head_dim))
-            if mask is not None:
-                scores = scores.masked_fill_(~mask, float("-inf"))
+        n, h, dh = q.size(0), self.n_heads, self.head_dim
+        groups = keys.size(0)
+        g = n // groups
+        scale = 1.0 / math.sqrt(dh)
+        with _autocast_off(q.device.type):
+            # (N, H, Dh) -> (G, H, g, Dh) -> (G * H, g, Dh): the g queries of a row together.
+            q = q.view(groups, g, h, dh).transpose(1, 2).to(keys.dtype)
+            keys_t = keys.flatten(0, 1).transpose(1, 2)  # (G * H, Dh, L), a view
+            if bias is None:
+                scores = torch.bmm(q.mul(scale).reshape(groups * h, g, dh), keys_t)
+            else:
+                scores = torch.baddbmm(bias, q.reshape(groups * h, g, dh), keys_t, alpha=scale)
             probs = scores.softmax(dim=-1)
-            if self.training and self.dropout > 0:
-                probs = F.dropout(probs, self.dropout)
-            # (B, H, g, L) @ (B, H, L, Dh) -> (B, H, g, Dh) -> (B, g, H, Dh) = (B * g, 1, H, Dh).
-            out = torch.matmul(probs, values).transpose(1, 2)
-        return out.reshape(rows, 1, self.n_heads, self.head_dim).to(dtype)
+            if self.record_weights:
+                self.weights = probs.view(groups, h, g, -1).transpose(1, 2).reshape(n, h, 1, -1)
+            if dropout > 0:
+                probs = F.dropout(probs, dropout)
+            out = torch.bmm(probs, values.flatten(0, 1))  # (G * H, g, Dh)
+        return out.view(groups, h, g, dh).transpose(1, 2).reshape(n, self.d_model)
 
     def extra_repr(self) -> str:
         kind = "self" if self.self_attention else "cross"

@@ -16,6 +16,7 @@ from seq2seq.nn.attention import (
     MultiHeadAttention,
     _storage_dtype,
     attend_first_if_empty,
+    key_bias,
 )
 from seq2seq.nn.layers import (
     DecoderLayer,
@@ -168,11 +169,9 @@ class Decoder(_Stack):
         """
         x = self.embed_tokens(tgt, cache.length).view(tgt.size(0), self.d_model)
         bias = None
-        if src_mask is not None:  # one additive key mask per stored row and head, all layers
-            b, s = src_mask.size(0), src_mask.size(-1)
-            heads = self.layers[0].cross_attn.n_heads if self.layers else 1
-            bias = torch.zeros((b, heads, 1, s), dtype=_storage_dtype(x.dtype), device=x.device)
-            bias = bias.masked_fill_(~src_mask, float("-inf")).view(b * heads, 1, s)
+        if src_mask is not None and self.layers:  # one additive key mask for all layers
+            heads = self.layers[0].cross_attn.n_heads
+            bias = key_bias(src_mask, heads, _storage_dtype(x.dtype))
         for layer, layer_cache in zip(self.layers, cache.layers, strict=True):
             x = layer.step(x, memory, bias, layer_cache)
         return self.norm(x)
