@@ -10,6 +10,7 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import BasePredictionWriter
 from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
@@ -297,25 +298,41 @@ class BestScoreHparams(L.Callback):
 
 
 class LastCheckpoint(L.Callback):
-    """Writes ``last.ckpt`` after every validation of ``fit``, in the folder of the trainer's
-    ``ModelCheckpoint``.
+    """Writes ``last.ckpt`` after every validation of ``fit`` and when ``fit`` stops on an
+    exception (Ctrl-C, SIGTERM, an error), in the folder of the trainer's ``ModelCheckpoint``.
 
     Lightning's ``ModelCheckpoint(save_last=True)`` rewrites ``last.ckpt`` only when it also keeps
     a checkpoint (a validation whose score ranks among the best ``save_top_k``), so without this
     callback a run resumed with ``--ckpt_path last`` restarts from its last improvement. The
     file holds the full training state (the ``ModelCheckpoint`` state included, so ``best`` still
-    resolves). Needs a ``ModelCheckpoint`` with a ``dirpath``; does nothing otherwise.
+    resolves). An interrupted run's state goes to ``last.ckpt`` only, not among the scored
+    checkpoints (``ModelCheckpoint(save_on_exception=True)`` would add an unscored file there,
+    which ``seq2seq average --last`` would then pick). Needs a ``ModelCheckpoint`` with a
+    ``dirpath``; does nothing otherwise.
     """
 
-    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+    def _path(self, trainer: L.Trainer) -> Path | None:
         checkpoint = trainer.checkpoint_callback
-        if (
-            trainer.sanity_checking
-            or trainer.state.fn != "fit"
-            or checkpoint is None
-            or not getattr(checkpoint, "dirpath", None)
-        ):
+        if trainer.state.fn != "fit" or not getattr(checkpoint, "dirpath", None):
+            return None
+        return Path(checkpoint.dirpath) / "last.ckpt"
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        path = self._path(trainer)
+        if path is None or trainer.sanity_checking:
             return
         # Runs before ModelCheckpoint's own hook (Lightning calls checkpoint callbacks last),
         # which overwrites this file with its updated record when it keeps this validation.
-        trainer.save_checkpoint(Path(checkpoint.dirpath) / "last.ckpt")
+        trainer.save_checkpoint(path)
+
+    def on_exception(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
+    ) -> None:
+        path = self._path(trainer)
+        if path is None or trainer.global_step == 0:
+            return  # nothing trained yet: an earlier last.ckpt is worth more
+        trainer.save_checkpoint(path)
+        rank_zero_info(
+            f"{type(exception).__name__}: saved the training state at step "
+            f"{trainer.global_step} to {path}; resume with --ckpt_path last"
+        )

@@ -14,6 +14,7 @@ import difflib
 import os
 import pickle
 import re
+import signal
 import sys
 import tempfile
 from collections.abc import Iterable, Sequence
@@ -25,7 +26,7 @@ import yaml
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.plugins.io import TorchCheckpointIO
-from lightning.pytorch.utilities.exceptions import MisconfigurationException
+from lightning.pytorch.utilities.exceptions import MisconfigurationException, SIGTERMException
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 from seq2seq.callbacks import TranslationWriter
@@ -390,8 +391,9 @@ def main() -> int:
 
     Returns:
         0 on success, 1 after one of :data:`USER_ERRORS` (printed as ``seq2seq: error: ...``
-        on stderr; set ``SEQ2SEQ_TRACEBACK=1`` to see the traceback). Other exceptions
-        propagate with their traceback; argument errors exit with status 2.
+        on stderr; set ``SEQ2SEQ_TRACEBACK=1`` to see the traceback), 143 after a SIGTERM
+        (Lightning stops gracefully; ``fit`` saves ``last.ckpt``). Other exceptions propagate
+        with their traceback; argument errors exit with status 2.
     """
     argv = sys.argv[1:]
     if not argv or argv[0] in ("-h", "--help"):
@@ -405,6 +407,9 @@ def main() -> int:
     except KeyboardInterrupt:
         print("seq2seq: interrupted", file=sys.stderr)
         return 130
+    except SIGTERMException:  # Lightning's graceful stop on SIGTERM: a SystemExit without code
+        print("seq2seq: terminated (SIGTERM)", file=sys.stderr)
+        return 128 + signal.SIGTERM
     except (*USER_ERRORS, RuntimeError) as err:
         if os.environ.get("SEQ2SEQ_TRACEBACK"):
             raise

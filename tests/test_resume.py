@@ -43,6 +43,14 @@ class KillAtStep(Callback):
             os.kill(os.getpid(), signal.SIGKILL)
 
 
+class SignalAtStep(KillAtStep):
+    """Sends SIGTERM to its own process before training batch ``step`` (test helper)."""
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if trainer.global_step == self.step:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
 def _write_corpus(multi30k_dir: Path, folder: Path, sizes: dict[str, int]) -> Path:
     """Writes the first ``n`` lines of each Multi30k split ``{split: n}`` as plain files."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -149,6 +157,31 @@ def test_sigkill_mid_epoch_then_resume_matches_uninterrupted_run(tmp_path, multi
     assert final["global_step"] == reference_final["global_step"] == MAX_STEPS
     for key, value in reference_final["state_dict"].items():
         assert torch.equal(final["state_dict"][key], value), key
+
+
+def test_sigterm_exits_143_and_saves_last_checkpoint_only(tmp_path, multi30k_dir):
+    """Lightning stops gracefully on SIGTERM; the CLI reports it with status 143 (not 0, so a
+    ``fit && test`` chain or a scheduler sees it), and LastCheckpoint writes the state to
+    last.ckpt without adding an unscored file among the scored checkpoints."""
+    data = _write_corpus(multi30k_dir, tmp_path / "data", {"train": 600, "val": 20})
+    config = yaml.safe_load(_config(tmp_path, data, "term").read_text())
+    folder = tmp_path / "term" / "checkpoints"
+    config["trainer"]["callbacks"] = [
+        {
+            "class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+            "init_args": {"dirpath": str(folder), "monitor": "val/bleu", "mode": "max"},
+        },
+        {"class_path": "seq2seq.callbacks.LastCheckpoint"},
+        {"class_path": "test_resume.SignalAtStep", "init_args": {"step": 2}},
+    ]
+    path = tmp_path / "term.yaml"
+    path.write_text(yaml.safe_dump(config))
+    run = _fit(path)
+    assert run.returncode == 128 + signal.SIGTERM, run.stderr[-3000:]
+    assert "seq2seq: terminated (SIGTERM)" in run.stderr
+    assert sorted(p.name for p in folder.iterdir()) == ["last.ckpt"]
+    # Lightning acts on the signal once the batch under way has finished (before validation).
+    assert load_checkpoint(folder / "last.ckpt")["global_step"] == 3
 
 
 def test_failed_write_keeps_previous_checkpoint(tmp_path, monkeypatch):
