@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from seq2seq.checkpoint import average_checkpoints
-from seq2seq.data.corpus import read_lines
+from seq2seq.data.corpus import decode_lines, read_lines
 
 
 def translate(argv: Sequence[str]) -> None:
@@ -42,15 +42,23 @@ def translate(argv: Sequence[str]) -> None:
             parser.error(f"--{name} must be >= 1, got {value}")
     if args.beam_size is not None and args.n_best > args.beam_size:
         parser.error(f"--n_best {args.n_best} exceeds --beam_size {args.beam_size}")
+    if args.device is not None:
+        _check_device(parser, args.device)
+    if args.output != "-" and not Path(args.output).parent.is_dir():
+        parser.error(f"--output {args.output}: folder {Path(args.output).parent} does not exist")
     translator = Translator.from_checkpoint(
         args.ckpt_path, device=args.device, max_tokens=args.max_tokens, **decoding
     )
+    beam = translator.module.hparams.beam_size
+    if args.n_best > beam:
+        parser.error(
+            f"--n_best {args.n_best} exceeds the beam size {beam} (the checkpoint's); "
+            f"pass --beam_size {args.n_best} or more"
+        )
+    # Invalid UTF-8 is reported with the file (or <stdin>) and line; CRs of CRLF are removed.
     if args.input == "-":
-        lines = sys.stdin.read().split("\n")
-        if lines and lines[-1] == "":
-            lines.pop()
-        lines = [line[:-1] if line.endswith("\r") else line for line in lines]
-    else:  # names the file and line of invalid UTF-8; removes CRs of CRLF files
+        lines = decode_lines(sys.stdin.buffer.read(), "<stdin>")
+    else:
         lines = read_lines(args.input)
     results = translator.translate(lines, n_best=args.n_best)
     if args.n_best == 1:
@@ -65,6 +73,23 @@ def translate(argv: Sequence[str]) -> None:
         sys.stdout.flush()
     else:
         Path(args.output).write_text(body, encoding="utf-8")
+
+
+def _check_device(parser: argparse.ArgumentParser, name: str) -> None:
+    """Refuse a ``--device`` that PyTorch does not know or that this machine lacks."""
+    import torch
+
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        parser.error(f"--device {name}: not a device (cpu, cuda, cuda:1, mps, ...)")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        parser.error(f"--device {name}: no CUDA device is available on this machine")
+    if device.type == "cuda" and device.index is not None:
+        if device.index >= torch.cuda.device_count():
+            parser.error(f"--device {name}: this machine has {torch.cuda.device_count()} GPU(s)")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        parser.error(f"--device {name}: MPS is not available on this machine")
 
 
 def average(argv: Sequence[str]) -> None:

@@ -376,10 +376,12 @@ class TranslationModule(L.LightningModule):
             n_best: hypotheses returned per sentence (at most ``beam_size``).
 
         Returns:
-            For each sentence, ``n_best`` pairs of (text, score), best first.
+            For each sentence, ``n_best`` pairs of (text, score), best first; a source with no
+            token before its EOS (an empty or blank line) gets the single pair ``("", 0.0)``.
 
         Raises:
             RuntimeError: if no tokenizer is attached (none in the data module or checkpoint).
+            ValueError: if ``n_best`` exceeds the beam size.
         """
         if self.tokenizer is None:
             raise RuntimeError(
@@ -388,6 +390,8 @@ class TranslationModule(L.LightningModule):
             )
         hp = self.hparams
         beam = hp.beam_size if beam_size is None else beam_size
+        if n_best > beam:
+            raise ValueError(f"n_best ({n_best}) exceeds the beam size ({beam})")
         bos, eos = self.tokenizer.bos_id, self.tokenizer.eos_id
         common = dict(max_len_a=hp.max_len_a, max_len_b=hp.max_len_b, min_len=hp.min_len)
         if beam == 1:
@@ -402,11 +406,15 @@ class TranslationModule(L.LightningModule):
                 beam_size=beam,
                 length_penalty=hp.length_penalty,
                 length_penalty_form=hp.length_penalty_form,
-                n_best=min(n_best, beam),
+                n_best=n_best,
                 **common,
             )
         output = []
-        for hyps in results:
+        empty = (batch["src_mask"].flatten(1).sum(1) <= 1).tolist()  # EOS alone: no token
+        for hyps, no_token in zip(results, empty, strict=True):
+            if no_token:  # an empty (or blank) source line is translated as an empty line
+                output.append([("", 0.0)])
+                continue
             texts = self.tokenizer.decode([h.tokens for h in hyps[:n_best]])
             output.append([(text, float(h.score)) for text, h in zip(texts, hyps, strict=False)])
         return output

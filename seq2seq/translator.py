@@ -2,7 +2,7 @@
 
 Example::
 
-    from seq2seq import Translator
+    from seq2seq.translator import Translator
 
     translator = Translator.from_checkpoint("checkpoints/multi30k_de_en/last.ckpt")
     translator.translate(["Ein Mann fährt Fahrrad."])  # -> ["A man is riding a bike."]
@@ -31,7 +31,7 @@ class Translator:
     Sentences are encoded with the module's SentencePiece model, sorted by length, cut into
     batches of at most ``max_tokens`` padded source tokens, decoded, and returned in input
     order. Sources longer than the model's ``max_positions`` are truncated (with a warning);
-    an empty line gets a translation like any other.
+    a sentence with no token (empty, or only spaces) is translated as an empty string.
 
     Args:
         module: a module with its tokenizer attached.
@@ -118,6 +118,9 @@ class Translator:
 
         Returns:
             One translation (or n-best list) per input sentence, in input order.
+
+        Raises:
+            ValueError: if ``n_best`` exceeds the beam size.
         """
         encoded = self.encode(sentences)
         order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))

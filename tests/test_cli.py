@@ -208,6 +208,7 @@ def test_predict_writes_one_line_per_input(tiny_run, monkeypatch, tmp_path):
     written = output.read_text(encoding="utf-8").split("\n")
     assert written[-1] == ""
     assert len(written) - 1 == len(lines)
+    assert written[1] == "" and written[0] != ""  # an empty line is translated as an empty line
 
 
 def test_translate_from_checkpoint_alone(tiny_run, tmp_path):
@@ -219,7 +220,56 @@ def test_translate_from_checkpoint_alone(tiny_run, tmp_path):
          "--beam_size", "2"],
         input="\n".join(lines) + "\n", capture_output=True, text=True, cwd=tmp_path, check=True,
     )  # fmt: skip
-    assert len(result.stdout.split("\n")) - 1 == len(lines)
+    out = result.stdout.split("\n")
+    assert len(out) - 1 == len(lines)
+    assert out[1] == "" and out[0] != "" and out[2] != ""
+
+
+def _translate_main(monkeypatch, capsys, stdin: bytes, *argv: str):
+    """``seq2seq translate ARGV`` in this process with ``stdin``: (exit status, stdout, stderr)."""
+    from seq2seq.cli import main
+
+    monkeypatch.delenv("SEQ2SEQ_TRACEBACK", raising=False)
+    monkeypatch.setattr("sys.argv", ["seq2seq", "translate", *argv])
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8"))
+    try:
+        code = main()
+    except SystemExit as exit_info:
+        code = exit_info.code
+    out = capsys.readouterr()
+    return code, out.out, out.err.strip().splitlines()
+
+
+def test_translate_refuses_bad_input_and_settings_before_decoding(
+    tiny_run, tmp_path, monkeypatch, capsys
+):
+    ckpt = str(tiny_run / "checkpoints/tiny/last.ckpt")
+    # Invalid UTF-8 on stdin: one line naming <stdin> and the line, as for --input files.
+    code, out, err = _translate_main(
+        monkeypatch, capsys, "Ein Hund.\nGrüße\n".encode("latin-1"), "--ckpt_path", ckpt
+    )
+    assert code == 1 and out == ""
+    assert len(err) == 1 and "<stdin>, line 2: invalid UTF-8" in err[0], err
+    # Blank lines (spaces, a zero-width space) give empty lines; the others a translation.
+    lines = ["Ein Hund läuft.", "   ", "\u200b", "Eine Frau singt."]
+    code, out, err = _translate_main(
+        monkeypatch, capsys, "\n".join(lines).encode(), "--ckpt_path", ckpt, "--beam_size", "2"
+    )
+    assert code == 0, err
+    assert [bool(line) for line in out.split("\n")] == [True, False, False, True, False]
+    refusals = [
+        (["--n_best", "8"], "--n_best 8 exceeds the beam size"),  # the checkpoint's beam
+        (["--device", "gpu"], "--device gpu: not a device"),
+        (["--output", str(tmp_path / "missing" / "out.en")], "does not exist"),
+    ]
+    if not torch.cuda.is_available():
+        refusals.append((["--device", "cuda"], "no CUDA device is available"))
+    for extra, expected in refusals:
+        code, out, err = _translate_main(
+            monkeypatch, capsys, b"Ein Hund.\n", "--ckpt_path", ckpt, *extra
+        )
+        assert code == 2 and out == "", extra
+        assert expected in err[-1], (extra, err)
 
 
 def test_translator_api_and_n_best(tiny_run):
@@ -231,6 +281,9 @@ def test_translator_api_and_n_best(tiny_run):
     nbest = translator.translate(["Ein Hund läuft."], beam_size=2, n_best=2)
     assert len(nbest[0]) == 2 and nbest[0][0][1] >= nbest[0][1][1]
     assert nbest[0][0][0] == single[0]
+    with pytest.raises(ValueError, match=r"n_best \(5\) exceeds the beam size \(2\)"):
+        translator.translate(["Ein Hund läuft."], beam_size=2, n_best=5)
+    assert translator.translate(["", "Ein Hund."])[0] == ""
 
 
 def test_average_is_elementwise_mean(tiny_run, tmp_path):

@@ -91,14 +91,29 @@ def read_lines(path: str | Path) -> list[str]:
             if it looks gzip-compressed but cannot be decompressed.
     """
     path = Path(path)
-    data = _read_bytes(path)
+    return decode_lines(_read_bytes(path), str(path))
+
+
+def decode_lines(data: bytes, name: str) -> list[str]:
+    """Splits UTF-8 text into lines by the rules of :func:`read_lines` (e.g. for stdin).
+
+    Args:
+        data: the raw bytes.
+        name: how errors name the source (a path, ``"<stdin>"``).
+
+    Returns:
+        The lines, without line terminators.
+
+    Raises:
+        ValueError: if ``data`` is not valid UTF-8, naming ``name`` and the 1-based line.
+    """
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
         line = data.count(b"\n", 0, err.start) + 1
         column = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
         raise ValueError(
-            f"{path}, line {line}: invalid UTF-8 ({err.reason} at byte {column} of the line)."
+            f"{name}, line {line}: invalid UTF-8 ({err.reason} at byte {column} of the line)."
         ) from err
     if text.startswith("\ufeff"):
         text = text[1:]

@@ -44,6 +44,8 @@ _STREAM_SPM_PAIRS = 500_000  # pairs SentencePiece trains on when streaming, by 
 
 # Start of Lightning's warning on resuming mid-epoch; see TranslationDataModule.load_state_dict.
 _NOT_RESUMABLE = "You're resuming from a checkpoint that ended before the epoch ended"
+# Start of Lightning's warning about drop_last and custom batch samplers in prediction.
+_CUSTOM_SAMPLER = "You are using a custom batch sampler `TokenBudgetBatchSampler` for prediction"
 
 
 def _arrow_lists(values: np.ndarray, offsets: np.ndarray) -> pa.ListArray:
@@ -697,6 +699,9 @@ class TranslationDataModule(L.LightningDataModule):
     def predict_dataloader(self) -> DataLoader:
         """Batches of ``predict_file`` (no targets); ``index`` is the 0-based line number."""
         dataset = self._require(self.predict_set, "predict")
+        # Lightning warns that it cannot set drop_last on a custom batch sampler; held-out
+        # samplers yield every sentence (test_batches_respect_budget_and_cover_everything), so the warning is noise.
+        warnings.filterwarnings("ignore", message=_CUSTOM_SAMPLER)
         return self._loader(dataset, self._sampler("predict", train=False))
 
     # ------------------------------------------------------------------ resume
