@@ -700,7 +700,7 @@ class TranslationDataModule(L.LightningDataModule):
         """Batches of ``predict_file`` (no targets); ``index`` is the 0-based line number."""
         dataset = self._require(self.predict_set, "predict")
         # Lightning warns that it cannot set drop_last on a custom batch sampler; held-out
-        # samplers yield every sentence (test_batches_respect_budget_and_cover_everything), so the warning is noise.
+        # samplers yield every sentence (tests/test_batching.py), so the warning is noise.
         warnings.filterwarnings("ignore", message=_CUSTOM_SAMPLER)
         return self._loader(dataset, self._sampler("predict", train=False))
 
