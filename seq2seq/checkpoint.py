@@ -24,7 +24,9 @@ class UnsafeCheckpointError(CheckpointError):
     """A checkpoint holds objects that only a full (code-executing) unpickler could load."""
 
 
-def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+def load_checkpoint(
+    path: str | Path, map_location: str | torch.device = "cpu", mmap: bool = False
+) -> dict[str, Any]:
     """Load a checkpoint with ``torch.load(weights_only=True)``.
 
     Only tensors, primitive containers and the types PyTorch allow-lists are accepted; a file
@@ -33,25 +35,30 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     Args:
         path: a ``.ckpt`` file written by Lightning (or :func:`average_checkpoints`).
         map_location: where tensors are loaded.
+        mmap: map the tensors' storage from the file instead of reading it (cheap when only
+            the checkpoint's keys or settings are needed).
 
     Returns:
         The checkpoint dictionary.
 
     Raises:
         FileNotFoundError: if ``path`` does not exist.
+        IsADirectoryError: if ``path`` is a folder.
         UnsafeCheckpointError: if the file holds objects outside the allow-list.
-        CheckpointError: if the file is not a PyTorch checkpoint at all.
+        CheckpointError: if the file is not a PyTorch checkpoint at all, or a truncated one.
     """
     path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(f"{path} is a folder, not a checkpoint file (.ckpt)")
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint not found: {path}")
     if not zipfile.is_zipfile(path):
         raise CheckpointError(
-            f"{path} is not a PyTorch checkpoint (a .ckpt file written by `seq2seq fit` or "
-            "`seq2seq average`)"
+            f"{path} is not a PyTorch checkpoint, or a truncated one (a .ckpt file written by "
+            "`seq2seq fit` or `seq2seq average`)"
         )
     try:
-        checkpoint = torch.load(path, map_location=map_location, weights_only=True, mmap=False)
+        checkpoint = torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as err:
         raise UnsafeCheckpointError(
             f"refusing to load {path}: it contains pickled objects that are not plain tensors "

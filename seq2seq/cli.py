@@ -238,6 +238,14 @@ class Seq2SeqCLI(LightningCLI):
                 config["ckpt_path"] = None
                 where = ", ".join(str(d) for d in dirs) or "the configured checkpoint folder"
                 rank_zero_info(f"--ckpt_path last: no last.ckpt in {where}; training from scratch")
+        if config.get("ckpt_path"):  # a bad checkpoint is reported before any data is read
+            checkpoint = load_checkpoint(config["ckpt_path"], mmap=True)
+            if subcommand == "fit" and "optimizer_states" not in checkpoint:
+                raise CheckpointError(
+                    f"{config['ckpt_path']} holds model weights only (e.g. written by "
+                    "`seq2seq average`): training cannot resume from it; give a checkpoint "
+                    "written by `seq2seq fit`"
+                )
 
     def _parse_ckpt_path(self) -> None:
         """Take the model architecture (not decoding settings) from ``--ckpt_path``."""

@@ -399,6 +399,32 @@ def test_more_user_errors_are_one_line(tmp_path, monkeypatch, capsys):
     assert "--beam_size must be >= 1, got 0" in capsys.readouterr().err
 
 
+def test_bad_checkpoints_are_refused_before_any_data_is_read(
+    tiny_run, tmp_path, monkeypatch, capsys
+):
+    """A missing file, a folder, or (for fit) a weights-only checkpoint: one line, before the
+    data module looks for corpora (nothing is downloaded into the missing data folder)."""
+    from seq2seq.cli import main
+
+    monkeypatch.delenv("SEQ2SEQ_TRACEBACK", raising=False)
+    monkeypatch.chdir(tmp_path)
+    averaged = average_checkpoints(
+        [tiny_run / "checkpoints/tiny/last.ckpt"] * 2, tmp_path / "avg.ckpt"
+    )
+    config = ["--config", str(CONFIGS / "tiny.yaml"), "--data.data_dir", str(tmp_path / "nodata")]
+    cases = [
+        (["test", *config, "--ckpt_path", "nope.ckpt"], "checkpoint not found: nope.ckpt"),
+        (["test", *config, "--ckpt_path", str(tmp_path)], "is a folder, not a checkpoint file"),
+        (["fit", *config, "--ckpt_path", str(averaged)], "holds model weights only"),
+    ]
+    for argv, expected in cases:
+        monkeypatch.setattr("sys.argv", ["seq2seq", *argv])
+        assert main() == 1, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and expected in err[0], (argv, err)
+    assert not (tmp_path / "nodata").exists()
+
+
 def test_a_checkpoint_trained_with_other_data_settings_is_one_line(monkeypatch, capsys):
     """Lightning's hparams clash between a checkpoint's model and the config's data module is
     reported in one line with what to do; other RuntimeErrors keep their traceback."""

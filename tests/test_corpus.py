@@ -290,7 +290,7 @@ def test_download_unreachable_server_explains_what_to_do(tmp_path):
     with socket.socket() as sock:  # a port with nobody listening
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    with pytest.raises(RuntimeError) as info:
+    with pytest.raises(ConnectionError) as info:  # an OSError: one line on the command line
         download_multi30k(tmp_path / "m30k", base_url=f"http://127.0.0.1:{port}", timeout=5)
     message = str(info.value)
     assert "train.de.gz" in message and "test_2016_flickr.en.gz" in message

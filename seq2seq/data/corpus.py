@@ -716,8 +716,9 @@ def download_multi30k(
         ValueError: If a downloaded file's SHA-256 differs from the expected one (naming the
             file, the expected and actual hash); the download is discarded. Also for a file
             name without a known hash.
-        RuntimeError: If the server cannot be reached or refuses a file, listing which files
-            to put where by hand and that ``--data.data_dir`` can point to an existing copy.
+        ConnectionError: If the server cannot be reached or refuses a file, listing which files
+            to put where by hand and that ``--data.data_dir`` can point to an existing copy
+            (an ``OSError``: the command line reports it in one line).
     """
     if files is None:
         files = MULTI30K_SHA256
@@ -760,7 +761,7 @@ def download_multi30k(
             if folder.is_dir() and not any(folder.iterdir()):
                 folder.rmdir()
         details = "; ".join(f"{url} ({err})" for _, url, err in failed)
-        raise RuntimeError(
+        raise ConnectionError(
             f"Could not download Multi30k: {details}. Put the files "
             f"{', '.join(name for name, _, _ in failed)} (from {base_url}) into {root}, or set "
             "`--data.data_dir` to a folder that already holds a copy (and `--data.download "

@@ -492,7 +492,7 @@ class TranslationDataModule(L.LightningDataModule):
             FileNotFoundError: If the training split cannot be found.
             ValueError: If the training split is empty or SentencePiece cannot reach
                 ``vocab_size`` (see :meth:`Tokenizer.train`).
-            RuntimeError: If a download fails.
+            ConnectionError: If a download fails.
         """
         trainer = getattr(self, "trainer", None)
         stage = str(trainer.state.fn.value) if trainer is not None and trainer.state.fn else None
