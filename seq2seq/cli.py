@@ -18,12 +18,13 @@ import signal
 import sys
 import tempfile
 from collections.abc import Iterable, Sequence
+from datetime import timedelta
 from pathlib import Path
 from typing import NoReturn
 
 import lightning as L
 import yaml
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import ModelCheckpoint, Timer
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities.exceptions import MisconfigurationException, SIGTERMException
@@ -238,8 +239,10 @@ class Seq2SeqCLI(LightningCLI):
                 config["ckpt_path"] = None
                 where = ", ".join(str(d) for d in dirs) or "the configured checkpoint folder"
                 rank_zero_info(f"--ckpt_path last: no last.ckpt in {where}; training from scratch")
+        self._resumed_step = None
         if config.get("ckpt_path"):  # a bad checkpoint is reported before any data is read
             checkpoint = load_checkpoint(config["ckpt_path"], mmap=True)
+            self._resumed_step = checkpoint.get("global_step")
             if subcommand == "fit" and "optimizer_states" not in checkpoint:
                 raise CheckpointError(
                     f"{config['ckpt_path']} holds model weights only (e.g. written by "
@@ -272,6 +275,22 @@ class Seq2SeqCLI(LightningCLI):
 
     def before_fit(self) -> None:
         _check_writable(self.trainer)
+
+    def after_fit(self) -> None:
+        """Say why a resumed run trained nothing when its ``max_time`` was already used up
+        (Lightning restores the time a run has spent and stops at once, silently)."""
+        trainer = self.trainer
+        timer = next((c for c in trainer.callbacks if isinstance(c, Timer)), None)
+        if timer is None or self._resumed_step != trainer.global_step:
+            return
+        remaining = timer.time_remaining("train")
+        if remaining is not None and remaining <= 0 and trainer.is_global_zero:
+            spent = timedelta(seconds=round(timer.time_elapsed("train")))
+            print(
+                f"seq2seq: nothing trained: the resumed run had already spent {spent} of its "
+                "--trainer.max_time; raise --trainer.max_time to train on",
+                file=sys.stderr,
+            )
 
     def after_instantiate_classes(self) -> None:
         ckpt_path = self.config[self.subcommand].get("ckpt_path") if self.subcommand else None

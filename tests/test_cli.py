@@ -457,3 +457,23 @@ def test_yaml_syntax_error_names_the_config_file_and_line(monkeypatch, capsys, t
     err = out.err.splitlines()
     assert len(err) == 1, err
     assert err[0].startswith(f"seq2seq: error: YAML syntax error in {config}, line 4, column 1: ")
+
+
+def test_resuming_a_run_whose_max_time_is_spent_says_why_nothing_trains(
+    tmp_path, multi30k_dir, monkeypatch, capsys
+):
+    monkeypatch.chdir(tmp_path)
+    argv = [
+        "fit",
+        "--config", str(CONFIGS / "tiny.yaml"),
+        "--data.data_dir", str(multi30k_dir),
+        "--trainer.max_steps", "-1",
+        "--trainer.max_time", "00:00:00:02",
+        "--trainer.limit_val_batches", "0",
+    ]  # fmt: skip
+    first = cli_main(argv)
+    assert first.trainer.global_step > 0
+    capsys.readouterr()
+    again = cli_main([*argv, "--ckpt_path", "last"])
+    assert again.trainer.global_step == first.trainer.global_step
+    assert "seq2seq: nothing trained: the resumed run had already spent" in capsys.readouterr().err
