@@ -323,7 +323,7 @@ class LastCheckpoint(L.Callback):
             return
         # Runs before ModelCheckpoint's own hook (Lightning calls checkpoint callbacks last),
         # which overwrites this file with its updated record when it keeps this validation.
-        trainer.save_checkpoint(path)
+        trainer.save_checkpoint(path, weights_only=False)
 
     def on_exception(
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
@@ -331,7 +331,7 @@ class LastCheckpoint(L.Callback):
         path = self._path(trainer)
         if path is None or trainer.global_step == 0:
             return  # nothing trained yet: an earlier last.ckpt is worth more
-        trainer.save_checkpoint(path)
+        trainer.save_checkpoint(path, weights_only=False)
         rank_zero_info(
             f"{type(exception).__name__}: saved the training state at step "
             f"{trainer.global_step} to {path}; resume with --ckpt_path last"

@@ -349,10 +349,11 @@ def _checkpoint_dirs(config) -> list[Path]:
 
 
 def _check_config_syntax(argv: Sequence[str]) -> None:
-    """Exit with status 2 and one line naming the file, line and column when a ``--config``
-    file is not valid YAML (jsonargparse reports such an error without naming the file)."""
-    paths = [b for a, b in zip(argv, argv[1:], strict=False) if a in ("--config", "-c")]
-    paths += [a.split("=", 1)[1] for a in argv if a.startswith("--config=")]
+    """Exit with status 2 and one line naming the file, line and column when a YAML file given
+    on the command line (``--config``, a ``--trainer`` piece, ...) is not valid YAML
+    (jsonargparse reports such an error without naming the file)."""
+    values = [a.split("=", 1)[1] if a.startswith("--") and "=" in a else a for a in argv]
+    paths = [v for v in values if v.endswith((".yaml", ".yml")) and Path(v).is_file()]
     for name in paths:
         try:
             yaml.safe_load(Path(name).read_text(encoding="utf-8"))

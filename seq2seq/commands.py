@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -44,8 +45,16 @@ def translate(argv: Sequence[str]) -> None:
         parser.error(f"--n_best {args.n_best} exceeds --beam_size {args.beam_size}")
     if args.device is not None:
         _check_device(parser, args.device)
-    if args.output != "-" and not Path(args.output).parent.is_dir():
-        parser.error(f"--output {args.output}: folder {Path(args.output).parent} does not exist")
+    if args.length_penalty is not None and not math.isfinite(args.length_penalty):
+        parser.error(f"--length_penalty must be a finite number, got {args.length_penalty}")
+    if args.output != "-":
+        output = Path(args.output)
+        if output.is_dir():
+            parser.error(f"--output {args.output} is a folder; give a file name")
+        if not output.parent.is_dir():
+            parser.error(f"--output {args.output}: folder {output.parent} does not exist")
+        if args.input != "-" and output.exists() and output.samefile(args.input):
+            parser.error(f"--output {args.output} is the input file; give another file name")
     translator = Translator.from_checkpoint(
         args.ckpt_path, device=args.device, max_tokens=args.max_tokens, **decoding
     )
@@ -103,8 +112,10 @@ def average(argv: Sequence[str]) -> None:
     parser.add_argument("--last", type=int, default=None, help="with --dir: how many (newest)")
     parser.add_argument("--output", required=True, help="averaged checkpoint to write")
     args = parser.parse_args(list(argv))
-    if args.inputs and (args.dir or args.last):
+    if args.inputs and (args.dir or args.last is not None):
         parser.error("give either --inputs or --dir with --last, not both")
+    if args.last is not None and args.last < 1:
+        parser.error(f"--last must be >= 1, got {args.last}")
     if args.inputs:
         paths = [Path(p) for p in args.inputs]
     elif args.dir and args.last:
@@ -114,7 +125,7 @@ def average(argv: Sequence[str]) -> None:
         if len(candidates) < args.last:
             parser.error(
                 f"--last {args.last}: {args.dir} holds {len(candidates)} checkpoint file(s) "
-                "besides last.ckpt (which is not averaged, being a copy of one of them)"
+                "besides last.ckpt (which is never averaged: it holds the latest training state)"
             )
         paths = sorted(candidates, key=lambda p: p.stat().st_mtime)[-args.last :]
     else:

@@ -364,6 +364,15 @@ class TranslationModule(L.LightningModule):
 
     # ------------------------------------------------------------------ decoding
     @torch.no_grad()
+    def _nothing_known(self, src: torch.Tensor) -> list[bool]:
+        """Per row of ``(B, S)`` source ids: whether it holds no piece the model knows (only
+        padding, EOS, unknown pieces and bare word boundaries: an empty or blank line, or one
+        of characters outside the vocabulary such as U+2060)."""
+        tok = self.tokenizer
+        known = src.ne(tok.pad_id) & src.ne(tok.eos_id) & src.ne(tok.unk_id)
+        known &= src.ne(tok.space_id)
+        return (~known.any(dim=1)).tolist()
+
     def translate_batch(
         self, batch: dict[str, Any], beam_size: int | None = None, n_best: int = 1
     ) -> list[list[tuple[str, float]]]:
@@ -377,11 +386,12 @@ class TranslationModule(L.LightningModule):
 
         Returns:
             For each sentence, ``n_best`` pairs of (text, score), best first; a source with no
-            token before its EOS (an empty or blank line) gets the single pair ``("", 0.0)``.
+            piece the model knows (an empty or blank line, or one made of characters outside
+            the vocabulary) gets the single pair ``("", 0.0)``.
 
         Raises:
             RuntimeError: if no tokenizer is attached (none in the data module or checkpoint).
-            ValueError: if ``n_best`` exceeds the beam size.
+            ValueError: if the beam size is below 1 or ``n_best`` exceeds it.
         """
         if self.tokenizer is None:
             raise RuntimeError(
@@ -390,6 +400,8 @@ class TranslationModule(L.LightningModule):
             )
         hp = self.hparams
         beam = hp.beam_size if beam_size is None else beam_size
+        if beam < 1:
+            raise ValueError(f"beam_size must be >= 1, got {beam}")
         if n_best > beam:
             raise ValueError(f"n_best ({n_best}) exceeds the beam size ({beam})")
         bos, eos = self.tokenizer.bos_id, self.tokenizer.eos_id
@@ -410,9 +422,8 @@ class TranslationModule(L.LightningModule):
                 **common,
             )
         output = []
-        empty = (batch["src_mask"].flatten(1).sum(1) <= 1).tolist()  # EOS alone: no token
-        for hyps, no_token in zip(results, empty, strict=True):
-            if no_token:  # an empty (or blank) source line is translated as an empty line
+        for hyps, no_token in zip(results, self._nothing_known(batch["src"]), strict=True):
+            if no_token:  # nothing to translate: an empty line, not an invented sentence
                 output.append([("", 0.0)])
                 continue
             texts = self.tokenizer.decode([h.tokens for h in hyps[:n_best]])

@@ -244,23 +244,30 @@ def test_translate_refuses_bad_input_and_settings_before_decoding(
     tiny_run, tmp_path, monkeypatch, capsys
 ):
     ckpt = str(tiny_run / "checkpoints/tiny/last.ckpt")
+    source = tmp_path / "in.de"
+    source.write_text("Ein Hund.\n", encoding="utf-8")
     # Invalid UTF-8 on stdin: one line naming <stdin> and the line, as for --input files.
     code, out, err = _translate_main(
         monkeypatch, capsys, "Ein Hund.\nGrüße\n".encode("latin-1"), "--ckpt_path", ckpt
     )
     assert code == 1 and out == ""
     assert len(err) == 1 and "<stdin>, line 2: invalid UTF-8" in err[0], err
-    # Blank lines (spaces, a zero-width space) give empty lines; the others a translation.
-    lines = ["Ein Hund läuft.", "   ", "\u200b", "Eine Frau singt."]
+    # Lines with nothing the model knows (spaces, a zero-width space, a word joiner, which
+    # SentencePiece turns into a word boundary and <unk>) give empty lines; the others a
+    # translation.
+    lines = ["Ein Hund läuft.", "   ", "\u200b", "\u2060", "Eine Frau singt."]
     code, out, err = _translate_main(
         monkeypatch, capsys, "\n".join(lines).encode(), "--ckpt_path", ckpt, "--beam_size", "2"
     )
     assert code == 0, err
-    assert [bool(line) for line in out.split("\n")] == [True, False, False, True, False]
+    assert [bool(line) for line in out.split("\n")] == [True, False, False, False, True, False]
     refusals = [
         (["--n_best", "8"], "--n_best 8 exceeds the beam size"),  # the checkpoint's beam
         (["--device", "gpu"], "--device gpu: not a device"),
         (["--output", str(tmp_path / "missing" / "out.en")], "does not exist"),
+        (["--output", str(tmp_path)], "is a folder"),
+        (["--input", str(source), "--output", str(source)], "is the input file"),
+        (["--length_penalty", "nan"], "--length_penalty must be a finite number"),
     ]
     if not torch.cuda.is_available():
         refusals.append((["--device", "cuda"], "no CUDA device is available"))
@@ -457,6 +464,12 @@ def test_yaml_syntax_error_names_the_config_file_and_line(monkeypatch, capsys, t
     err = out.err.splitlines()
     assert len(err) == 1, err
     assert err[0].startswith(f"seq2seq: error: YAML syntax error in {config}, line 4, column 1: ")
+    # A trainer piece given as a file is checked the same way.
+    tiny = str(CONFIGS / "tiny.yaml")
+    code, out = _exit_of_main(
+        monkeypatch, capsys, "fit", "--config", tiny, "--trainer", str(config)
+    )
+    assert code == 2 and out.err.startswith(f"seq2seq: error: YAML syntax error in {config}")
 
 
 def test_resuming_a_run_whose_max_time_is_spent_says_why_nothing_trains(
@@ -477,3 +490,16 @@ def test_resuming_a_run_whose_max_time_is_spent_says_why_nothing_trains(
     again = cli_main([*argv, "--ckpt_path", "last"])
     assert again.trainer.global_step == first.trainer.global_step
     assert "seq2seq: nothing trained: the resumed run had already spent" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--dir", ".", "--last", "0"], "--last must be >= 1, got 0"),
+        (["--inputs", "a.ckpt", "--last", "0"], "give either --inputs or --dir with --last"),
+    ],
+)
+def test_average_refuses_bad_counts(monkeypatch, capsys, tmp_path, argv, expected):
+    monkeypatch.chdir(tmp_path)
+    code, out = _exit_of_main(monkeypatch, capsys, "average", *argv, "--output", "avg.ckpt")
+    assert code == 2 and expected in out.err

@@ -52,6 +52,8 @@ _GZIP_MAGIC = b"\x1f\x8b"
 
 # ---------------------------------------------------------------------- plain files
 def _read_bytes(path: Path) -> bytes:
+    if path.is_dir():
+        raise IsADirectoryError(f"{path} is a folder, not a text file")
     if not path.is_file():
         raise FileNotFoundError(f"Corpus file not found: {path}")
     data = path.read_bytes()
@@ -760,7 +762,11 @@ def download_multi30k(
         for folder in created:  # leave no empty folder behind (a mistyped data_dir, say)
             if folder.is_dir() and not any(folder.iterdir()):
                 folder.rmdir()
-        details = "; ".join(f"{url} ({err})" for _, url, err in failed)
+        reasons = {str(err) for _, _, err in failed}
+        if len(reasons) == 1:  # e.g. no network: one reason for every file
+            details = f"{', '.join(url for _, url, _ in failed)} ({reasons.pop()})"
+        else:
+            details = "; ".join(f"{url} ({err})" for _, url, err in failed)
         raise ConnectionError(
             f"Could not download Multi30k: {details}. Put the files "
             f"{', '.join(name for name, _, _ in failed)} (from {base_url}) into {root}, or set "

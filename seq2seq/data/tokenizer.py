@@ -263,6 +263,11 @@ class Tokenizer:
         return UNK_ID
 
     @property
+    def space_id(self) -> int:
+        """Id of the bare word-boundary piece ``"▁"`` (``unk_id`` if the model has none)."""
+        return self._sp.piece_to_id("\u2581")
+
+    @property
     def bos_id(self) -> int:
         """Id of the begin-of-sentence piece (2)."""
         return BOS_ID
