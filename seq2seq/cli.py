@@ -276,6 +276,17 @@ class Seq2SeqCLI(LightningCLI):
     def before_fit(self) -> None:
         _check_writable(self.trainer)
 
+    def _run_subcommand(self, subcommand: str) -> None:
+        try:
+            super()._run_subcommand(subcommand)
+        except SystemExit as stop:
+            # After Ctrl-C, Lightning shuts down gracefully (LastCheckpoint saves last.ckpt) and
+            # calls sys.exit(1); report it as the interruption it is (main: status 130).
+            interrupted = getattr(self.trainer, "interrupted", False)
+            if stop.code == 1 and interrupted and not isinstance(stop, SIGTERMException):
+                raise KeyboardInterrupt from None
+            raise
+
     def after_fit(self) -> None:
         """Say why a resumed run trained nothing when its ``max_time`` was already used up
         (Lightning restores the time a run has spent and stops at once, silently)."""

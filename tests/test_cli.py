@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import gzip
 import io
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
+import lightning as L
 import pytest
 import torch
 import yaml
@@ -503,3 +505,41 @@ def test_average_refuses_bad_counts(monkeypatch, capsys, tmp_path, argv, expecte
     monkeypatch.chdir(tmp_path)
     code, out = _exit_of_main(monkeypatch, capsys, "average", *argv, "--output", "avg.ckpt")
     assert code == 2 and expected in out.err
+
+
+class InterruptAtStep(L.Callback):
+    """Raises KeyboardInterrupt (as Ctrl-C would) before training batch ``step`` (test helper)."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if trainer.global_step == self.step:
+            raise KeyboardInterrupt
+
+
+def test_ctrl_c_during_fit_saves_last_checkpoint_and_exits_130(
+    tmp_path, multi30k_dir, monkeypatch, capsys
+):
+    from seq2seq.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(
+        "sys.argv",
+        [
+            "seq2seq", "fit",
+            "--config", str(CONFIGS / "tiny.yaml"),
+            "--data.data_dir", str(multi30k_dir),
+            "--trainer.callbacks+", "test_cli.InterruptAtStep",
+            "--trainer.callbacks.step", "3",
+        ],
+    )  # fmt: skip
+    sigint = signal.getsignal(signal.SIGINT)  # Lightning ignores SIGINT while shutting down
+    try:
+        code = main()
+    finally:
+        signal.signal(signal.SIGINT, sigint)
+    err = capsys.readouterr().err
+    assert code == 130, err[-2000:]
+    assert "seq2seq: interrupted" in err
+    assert load_checkpoint(tmp_path / "checkpoints/tiny/last.ckpt")["global_step"] == 3
