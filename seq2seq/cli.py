@@ -286,6 +286,22 @@ class Seq2SeqCLI(LightningCLI):
             if stop.code == 1 and interrupted and not isinstance(stop, SIGTERMException):
                 raise KeyboardInterrupt from None
             raise
+        except RuntimeError as err:
+            # Lightning's check that model and data module agree on shared settings: the
+            # checkpoint's model (its settings, see _parse_ckpt_path) against the config's data.
+            found = re.search(r"the keys \[([^\]]*)\]", str(err))
+            if not str(err).startswith(_HPARAMS_CLASH) or found is None:
+                raise
+            keys = re.findall(r"'([^']+)'", found[1])
+            model, data = self.model.hparams, self.datamodule.hparams
+            values = "; ".join(
+                f"{k}: checkpoint {model.get(k)!r}, config {data.get(k)!r}" for k in keys
+            )
+            hint = " ".join(f"--data.{k} {model.get(k)}" for k in keys)
+            raise ValueError(
+                f"the checkpoint was trained with other data settings than this config "
+                f"({values}); pass {hint} or the config it was trained with"
+            ) from err
 
     def after_fit(self) -> None:
         """Say why a resumed run trained nothing when its ``max_time`` was already used up

@@ -543,3 +543,29 @@ def test_ctrl_c_during_fit_saves_last_checkpoint_and_exits_130(
     assert code == 130, err[-2000:]
     assert "seq2seq: interrupted" in err
     assert load_checkpoint(tmp_path / "checkpoints/tiny/last.ckpt")["global_step"] == 3
+
+
+def test_data_settings_clash_names_the_checkpoint_values(
+    tiny_run, multi30k_dir, monkeypatch, capsys
+):
+    from seq2seq.cli import main
+
+    monkeypatch.delenv("SEQ2SEQ_TRACEBACK", raising=False)
+    monkeypatch.chdir(tiny_run)
+    trained = load_checkpoint(tiny_run / "checkpoints/tiny/last.ckpt")["hyper_parameters"]
+    other = trained["max_positions"] + 8
+    monkeypatch.setattr(
+        "sys.argv",
+        [
+            "seq2seq", "test",
+            "--config", str(CONFIGS / "tiny.yaml"),
+            "--data.data_dir", str(multi30k_dir),
+            "--data.max_positions", str(other),
+            "--ckpt_path", "last",
+        ],
+    )  # fmt: skip
+    assert main() == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert f"max_positions: checkpoint {trained['max_positions']}, config {other}" in err[0]
+    assert f"pass --data.max_positions {trained['max_positions']}" in err[0]
