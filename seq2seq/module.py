@@ -169,6 +169,7 @@ class TranslationModule(L.LightningModule):
         forward = self.model.forward
         self._forward = torch.compile(forward, dynamic=False) if compile else forward
         self.last_scores: dict[str, dict[str, Score]] = {}
+        self._checkpoint_step: int | None = None  # global step of a loaded checkpoint
         # (index, hypothesis, reference) of the last decoded held-out sets, in index order.
         self.last_hypotheses: dict[str, list[tuple[int, str, str]]] = {}
 
@@ -201,6 +202,7 @@ class TranslationModule(L.LightningModule):
         checkpoint[CHECKPOINT_KEY] = extra
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self._checkpoint_step = checkpoint.get("global_step")  # names validate/test outputs
         extra = checkpoint.get(CHECKPOINT_KEY, {})
         saved = extra.get("model_config", {})
         differing = [
@@ -509,8 +511,10 @@ class TranslationModule(L.LightningModule):
         if self.trainer.global_rank != 0:
             return
         log_dir = self._log_dir()
-        name = key.replace("/", "_")
+        name = key.replace("/", ".")  # val, test.<set>
         step = self.trainer.global_step
+        if self.trainer.state.fn != "fit" and self._checkpoint_step is not None:
+            step = self._checkpoint_step  # the step of the checkpoint being evaluated
         hyp_path = write_lines(log_dir / "hypotheses" / f"{name}.step{step}.txt", hyps)
         lines = [
             f"{key}: {score.text}\n  signature: {score.signature}" for score in scores.values()

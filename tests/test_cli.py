@@ -167,7 +167,10 @@ def test_test_from_best_checkpoint_matches_sacrebleu(tiny_run, multi30k_dir, mon
     logged = float(cli.trainer.callback_metrics["test/test_2016_flickr/bleu"])
     assert float(cli.trainer.callback_metrics["test/bleu"]) == logged
     log_dir = Path(cli.trainer.logger.log_dir)
-    hyp_file = next((log_dir / "hypotheses").glob("test_test_2016_flickr.step*.txt"))
+    (hyp_file,) = (log_dir / "hypotheses").glob("test.test_2016_flickr.step*.txt")
+    # Named after the evaluated checkpoint's step.
+    step = load_checkpoint(cli.trainer.ckpt_path)["global_step"]
+    assert step > 0 and hyp_file.name == f"test.test_2016_flickr.step{step}.txt"
     refs = gzip.open(multi30k_dir / "test_2016_flickr.en.gz", "rt", encoding="utf-8").read()
     ref_file = tiny_run / "refs.en"
     ref_file.write_text(refs, encoding="utf-8")
