@@ -168,3 +168,14 @@ def test_fully_masked_row_is_finite():
 def test_heads_must_divide_width():
     with pytest.raises(ValueError, match=r"d_model \(10\).*n_heads \(4\)"):
         MultiHeadAttention(10, 4)
+
+
+def test_cached_single_query_accepts_a_mask_broadcast_over_the_batch():
+    """The single-query path turns a ``(1, 1, 1, S)`` mask into its bias for every row."""
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(16, 4, self_attention=False).double().train()  # dropout 0
+    memory = torch.randn(3, 5, 16, dtype=torch.float64)
+    query = torch.randn(3, 1, 16, dtype=torch.float64)
+    mask = torch.tensor([True, True, True, False, False]).view(1, 1, 1, 5)
+    cached = mha(query, memory, mask=mask, cache=KVCache(True))
+    torch.testing.assert_close(cached, mha(query, memory, mask=mask.expand(3, 1, 1, 5)))

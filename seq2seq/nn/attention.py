@@ -71,7 +71,7 @@ def attend_first_if_empty(mask: Tensor) -> Tensor:
     return fixed
 
 
-def key_bias(mask: Tensor, n_heads: int, dtype: torch.dtype) -> Tensor:
+def key_bias(mask: Tensor, n_heads: int, dtype: torch.dtype, rows: int | None = None) -> Tensor:
     """A bool key mask as the additive bias of single-query attention.
 
     Args:
@@ -79,11 +79,12 @@ def key_bias(mask: Tensor, n_heads: int, dtype: torch.dtype) -> Tensor:
             ``(G, 1, 1, L)`` key padding mask).
         n_heads: number of heads ``H``.
         dtype: dtype of the scores.
+        rows: ``G`` (default: ``mask.size(0)``; give it for a mask broadcast over rows).
 
     Returns:
         ``(G * H, 1, L)`` tensor, ``0`` where ``mask`` allows the key and ``-inf`` elsewhere.
     """
-    g, length = mask.size(0), mask.size(-1)
+    g, length = mask.size(0) if rows is None else rows, mask.size(-1)
     bias = torch.zeros((g, n_heads, 1, length), dtype=dtype, device=mask.device)
     return bias.masked_fill_(~mask, float("-inf")).view(g * n_heads, 1, length)
 
@@ -484,7 +485,7 @@ class MultiHeadAttention(nn.Module):
             # mask, and two batched matrix products on the cache buffers beat the fused kernel
             # at this shape.
             keys = cache.keys
-            bias = None if mask is None else key_bias(mask, self.n_heads, keys.dtype)
+            bias = None if mask is None else key_bias(mask, self.n_heads, keys.dtype, len(keys))
             dropout = self.dropout if self.training else 0.0
             out = self._one_query(q, keys, cache.values, bias, dropout)
             return self.out(out.to(query.dtype).view(b, 1, self.d_model))
