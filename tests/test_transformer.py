@@ -473,3 +473,22 @@ def test_training_forward_compiles_without_graph_breaks(positional):
     explained = torch._dynamo.explain(model)(src, tgt, padding_mask(src, PAD))
     torch._dynamo.reset()
     assert explained.graph_break_count == 0, [r.reason for r in explained.break_reasons]
+
+
+def test_step_path_computes_the_source_bias_once_per_mask(monkeypatch):
+    import seq2seq.nn.attention as attention
+
+    calls = []
+    key_bias = attention.key_bias
+    monkeypatch.setattr(attention, "key_bias", lambda *a: calls.append(1) or key_bias(*a))
+    model = _model()
+    src, tgt = _batch()
+    mask = padding_mask(src, PAD)
+    memory = model.encode(src, mask)
+    cache = model.new_cache()
+    full = model(src, tgt[:, :4], mask)
+    steps = [model.decode(tgt[:, t : t + 1], memory, mask, cache) for t in range(3)]
+    assert len(calls) == 1  # the same mask at every step
+    steps.append(model.decode(tgt[:, 3:4], None, mask.clone(), cache))  # a new mask tensor
+    assert len(calls) == 2
+    torch.testing.assert_close(torch.cat(steps, dim=1), full)

@@ -255,6 +255,16 @@ class DecoderCache:
 
     def __init__(self, n_layers: int, capacity: int = 64) -> None:
         self.layers = [(KVCache(False, capacity), KVCache(True)) for _ in range(n_layers)]
+        self._bias: tuple[Tensor, Tensor] | None = None  # (source mask, its key bias)
+
+    def source_bias(self, src_mask: Tensor, n_heads: int, dtype: torch.dtype) -> Tensor:
+        """The cross-attention key bias of ``src_mask`` (:func:`key_bias` of
+        :func:`attend_first_if_empty`), computed once per mask tensor: a search passes the same
+        mask at every step until it drops sentences."""
+        if self._bias is None or self._bias[0] is not src_mask:
+            bias = key_bias(attend_first_if_empty(src_mask), n_heads, dtype)
+            self._bias = (src_mask, bias)
+        return self._bias[1]
 
     @property
     def length(self) -> int:

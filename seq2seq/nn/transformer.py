@@ -16,7 +16,6 @@ from seq2seq.nn.attention import (
     MultiHeadAttention,
     _storage_dtype,
     attend_first_if_empty,
-    key_bias,
 )
 from seq2seq.nn.layers import (
     DecoderLayer,
@@ -160,8 +159,7 @@ class Decoder(_Stack):
             tgt: ``(N, 1)`` ids of the new position of each row.
             memory: ``(B, S, D)`` encoder output (``None`` once the cache holds the
                 cross-attention keys/values).
-            src_mask: ``(B, 1, 1, S)`` bool source mask with at least one ``True`` per row, or
-                ``None``.
+            src_mask: ``(B, 1, 1, S)`` bool source mask or ``None``.
             cache: incremental-decoding state, updated in place.
 
         Returns:
@@ -171,7 +169,7 @@ class Decoder(_Stack):
         bias = None
         if src_mask is not None and self.layers:  # one additive key mask for all layers
             heads = self.layers[0].cross_attn.n_heads
-            bias = key_bias(src_mask, heads, _storage_dtype(x.dtype))
+            bias = cache.source_bias(src_mask, heads, _storage_dtype(x.dtype))
         for layer, layer_cache in zip(self.layers, cache.layers, strict=True):
             x = layer.step(x, memory, bias, layer_cache)
         return self.norm(x)
@@ -351,8 +349,7 @@ class Transformer(nn.Module):
         """
         if cache is not None and tgt.size(1) == 1 and output_index is None and not self.training:
             # One new position per row in inference: the decoder's step path (fewer operations).
-            mask = None if src_mask is None else attend_first_if_empty(src_mask)
-            h = self.decoder.step(tgt, memory, mask, cache).unsqueeze(1)
+            h = self.decoder.step(tgt, memory, src_mask, cache).unsqueeze(1)
         else:
             h = self._states(tgt, memory, src_mask, cache, output_index)
         logits = linear(h, self.output.weight, packed=self._packed_output)
