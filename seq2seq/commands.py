@@ -16,8 +16,9 @@ def translate(argv: Sequence[str]) -> None:
     """``seq2seq translate --ckpt_path model.ckpt [--input F] [--output F] [--beam_size K]``.
 
     Reads one sentence per line (stdin by default), writes one translation per line (stdout by
-    default) in input order; with ``--n_best N > 1`` writes ``index<TAB>score<TAB>text`` lines,
-    N per input sentence.
+    default) in input order; with ``--scores``, ``score<TAB>text`` lines; with ``--n_best N > 1``
+    ``index<TAB>score<TAB>text`` lines, N per input sentence (``index`` the 0-based input
+    line). A score is the hypothesis's length-penalised log-probability (higher is better).
     """
     parser = argparse.ArgumentParser(prog="seq2seq translate", description=translate.__doc__)
     parser.add_argument("--ckpt_path", required=True, help="checkpoint written by seq2seq fit")
@@ -27,6 +28,11 @@ def translate(argv: Sequence[str]) -> None:
     parser.add_argument("--output", default="-", help="output file (- = stdout)")
     parser.add_argument("--beam_size", type=int, default=None, help="beam size (1 = greedy)")
     parser.add_argument("--n_best", type=int, default=1, help="hypotheses per sentence")
+    parser.add_argument(
+        "--scores",
+        action="store_true",
+        help="write score<TAB>text lines (--n_best above 1 always writes scores)",
+    )
     parser.add_argument("--length_penalty", type=float, default=None, help="length penalty alpha")
     parser.add_argument("--max_tokens", type=int, default=4096, help="source tokens per batch")
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: auto)")
@@ -69,9 +75,11 @@ def translate(argv: Sequence[str]) -> None:
         lines = decode_lines(sys.stdin.buffer.read(), "<stdin>")
     else:
         lines = read_lines(args.input)
-    results = translator.translate(lines, n_best=args.n_best)
-    if args.n_best == 1:
+    results = translator.translate(lines, n_best=args.n_best, return_scores=args.scores)
+    if args.n_best == 1 and not args.scores:
         out_lines = list(results)
+    elif args.n_best == 1:
+        out_lines = [f"{hyps[0][1]:.4f}\t{hyps[0][0]}" for hyps in results]
     else:
         out_lines = [
             f"{i}\t{score:.4f}\t{hyp}" for i, hyps in enumerate(results) for hyp, score in hyps

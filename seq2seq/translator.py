@@ -106,7 +106,11 @@ class Translator:
         return encoded
 
     def translate(
-        self, sentences: Sequence[str], beam_size: int | None = None, n_best: int = 1
+        self,
+        sentences: Sequence[str],
+        beam_size: int | None = None,
+        n_best: int = 1,
+        return_scores: bool = False,
     ) -> list[str] | list[list[tuple[str, float]]]:
         """Translate sentences, keeping their order.
 
@@ -114,7 +118,11 @@ class Translator:
             sentences: source sentences, one per entry (newlines inside are not allowed).
             beam_size: ``None`` uses the module's ``beam_size``; 1 is greedy search.
             n_best: with 1, return one string per sentence; with more, a list of
-                ``(text, score)`` pairs per sentence, best first.
+                ``(text, score)`` pairs per sentence, best first (the score is the
+                length-penalised log-probability; a sentence with no token gets one pair
+                ``("", 0.0)``).
+            return_scores: with ``n_best`` 1, return a one-pair list ``[(text, score)]`` per
+                sentence instead of the string.
 
         Returns:
             One translation (or n-best list) per input sentence, in input order.
@@ -140,6 +148,6 @@ class Translator:
             batch = {k: v.to(self.device) if torch.is_tensor(v) else v for k, v in batch.items()}
             hyps = self.module.translate_batch(batch, beam_size=beam_size, n_best=n_best)
             for i, h in zip(chunk, hyps, strict=True):
-                results[i] = h[0][0] if n_best == 1 else h
+                results[i] = h[0][0] if n_best == 1 and not return_scores else h
             start = end
         return results

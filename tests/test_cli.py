@@ -497,6 +497,35 @@ def test_resuming_a_run_whose_max_time_is_spent_says_why_nothing_trains(
     assert "seq2seq: nothing trained: the resumed run had already spent" in capsys.readouterr().err
 
 
+def test_translate_scores_flag(tiny_run, monkeypatch, capsys):
+    ckpt = str(tiny_run / "checkpoints/tiny/last.ckpt")
+    source = "Ein Hund läuft.\n\nEine Frau singt.\n".encode()
+    runs = {}
+    for name, extra in [
+        ("plain", []),
+        ("scores", ["--scores"]),
+        ("nbest", ["--n_best", "2"]),
+        ("nbest_scores", ["--n_best", "2", "--scores"]),
+    ]:
+        code, out, err = _translate_main(
+            monkeypatch, capsys, source, "--ckpt_path", ckpt, "--beam_size", "2", *extra
+        )
+        assert code == 0, (extra, err)
+        runs[name] = out.splitlines()
+    # Default: the text alone; --scores: score<TAB>text for the same text, one line per input.
+    assert len(runs["plain"]) == 3 and "\t" not in "".join(runs["plain"])
+    assert len(runs["scores"]) == 3
+    rows = [line.split("\t") for line in runs["scores"]]
+    assert [text for _, text in rows] == runs["plain"]
+    assert rows[1] == ["0.0000", ""]  # an empty line: an empty translation, scored 0
+    # The score is that of the best of the n-best rows.
+    nbest = [line.split("\t") for line in runs["nbest"]]
+    assert rows[0][0] == nbest[0][1] and float(rows[0][0]) < 0
+    # --n_best above 1 keeps its index<TAB>score<TAB>text rows, with or without --scores.
+    assert runs["nbest_scores"] == runs["nbest"]
+    assert [row[0] for row in nbest] == ["0", "0", "1", "2", "2"]
+
+
 @pytest.mark.parametrize(
     ("argv", "expected"),
     [
