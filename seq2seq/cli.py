@@ -37,7 +37,9 @@ from seq2seq.checkpoint import (
     load_checkpoint,
     resolve_ckpt_path,
 )
+from seq2seq.data.corpus import iter_lines
 from seq2seq.data.datamodule import TranslationDataModule
+from seq2seq.evaluation import write_lines
 from seq2seq.module import CHECKPOINT_KEY, TranslationModule, tokenizer_from_checkpoint
 
 
@@ -303,6 +305,22 @@ class Seq2SeqCLI(LightningCLI):
                 f"({values}); pass {hint} or the config it was trained with"
             ) from err
 
+    def predict(self, **kwargs):
+        """``trainer.predict``, except for a ``predict_file`` without lines: then an empty
+        output file and a notice on stderr, as ``translate`` gives no lines for no input."""
+        writer = next((c for c in self.trainer.callbacks if isinstance(c, TranslationWriter)), None)
+        predict_file = getattr(self.datamodule, "predict_file", None)
+        if writer is None or predict_file is None or not _has_no_lines(predict_file):
+            return self.trainer.predict(**kwargs)
+        if self.trainer.is_global_zero:
+            write_lines(writer.output_path, [])
+            print(
+                f"seq2seq: the predict file {predict_file} has no lines; wrote an empty "
+                f"{writer.output_path}",
+                file=sys.stderr,
+            )
+        return []
+
     def after_fit(self) -> None:
         """Say why a resumed run trained nothing when its ``max_time`` was already used up
         (Lightning restores the time a run has spent and stops at once, silently)."""
@@ -356,6 +374,19 @@ def _check_writable(trainer: L.Trainer) -> None:
                 f"cannot write to {folder} ({setting}): {err.strerror or err}; choose a "
                 "writable folder before training",
             ) from err
+
+
+def _has_no_lines(path: str | Path) -> bool:
+    """Whether ``path`` is a text file (plain or gzip) without a line; ``False`` when it
+    cannot be read (the data module reports why)."""
+    try:
+        lines = iter_lines(path)
+        try:
+            return next(lines, None) is None
+        finally:
+            lines.close()
+    except (OSError, ValueError):
+        return False
 
 
 def _checkpoint_dirs(config) -> list[Path]:

@@ -216,6 +216,28 @@ def test_predict_writes_one_line_per_input(tiny_run, monkeypatch, tmp_path):
     assert written[1] == "" and written[0] != ""  # an empty line is translated as an empty line
 
 
+def test_predict_on_an_empty_file_writes_an_empty_output(tiny_run, monkeypatch, tmp_path, capsys):
+    """As translate on empty input: no lines in, no lines out (and a notice), not an error."""
+    monkeypatch.chdir(tiny_run)
+    empty, gzipped = tmp_path / "empty.de", tmp_path / "empty.de.gz"
+    empty.write_bytes(b"")
+    gzipped.write_bytes(gzip.compress(b"\xef\xbb\xbf"))  # a byte-order mark only: no line
+    for source in (empty, gzipped):
+        output = tmp_path / "out" / f"{source.name}.en"
+        cli_main(
+            [
+                "predict",
+                "--config", str(CONFIGS / "tiny.yaml"),
+                "--data.predict_file", str(source),
+                "--ckpt_path", str(tiny_run / "checkpoints/tiny/last.ckpt"),
+                "--prediction_writer.output_path", str(output),
+            ]
+        )  # fmt: skip
+        assert output.read_bytes() == b""
+        err = capsys.readouterr().err.splitlines()
+        assert f"seq2seq: the predict file {source} has no lines; wrote an empty {output}" in err
+
+
 def test_translate_from_checkpoint_alone(tiny_run, tmp_path):
     ckpt = tmp_path / "model.ckpt"
     ckpt.write_bytes((tiny_run / "checkpoints/tiny/last.ckpt").read_bytes())
