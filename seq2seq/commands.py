@@ -20,7 +20,9 @@ def translate(argv: Sequence[str]) -> None:
     ``index<TAB>score<TAB>text`` lines, N per input sentence (``index`` the 0-based input
     line). A score is the hypothesis's length-penalised log-probability (higher is better).
     """
-    parser = argparse.ArgumentParser(prog="seq2seq translate", description=translate.__doc__)
+    parser = argparse.ArgumentParser(
+        prog="seq2seq translate", description=translate.__doc__, allow_abbrev=False
+    )
     parser.add_argument("--ckpt_path", required=True, help="checkpoint written by seq2seq fit")
     parser.add_argument(
         "--input", default="-", help="source file, one sentence per line (- = stdin)"
@@ -114,7 +116,9 @@ def average(argv: Sequence[str]) -> None:
 
     Writes the element-wise mean of the checkpoints' parameters.
     """
-    parser = argparse.ArgumentParser(prog="seq2seq average", description=average.__doc__)
+    parser = argparse.ArgumentParser(
+        prog="seq2seq average", description=average.__doc__, allow_abbrev=False
+    )
     parser.add_argument("--inputs", nargs="+", default=None, help="checkpoints to average")
     parser.add_argument("--dir", default=None, help="folder whose newest checkpoints to average")
     parser.add_argument("--last", type=int, default=None, help="with --dir: how many (newest)")

@@ -306,6 +306,31 @@ def test_translate_refuses_bad_input_and_settings_before_decoding(
         assert expected in err[-1], (extra, err)
 
 
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        # Abbreviations are refused (a typo must not pick an option by its prefix).
+        (["translate", "--ckpt_path", "m.ckpt", "--n_b", "2"], "unrecognized arguments: --n_b 2"),
+        (["translate", "--ckpt", "m.ckpt"], "the following arguments are required: --ckpt_path"),
+        (
+            ["average", "--in", "a.ckpt", "--output", "o.ckpt"],
+            "unrecognized arguments: --in a.ckpt",
+        ),
+        # argparse's own errors: the usage, then one line naming the option.
+        (
+            ["translate", "--ckpt_path", "m.ckpt", "--n_best", "x"],
+            "argument --n_best: invalid int value: 'x'",
+        ),
+    ],
+)
+def test_translate_and_average_options_are_not_abbreviated(monkeypatch, capsys, argv, expected):
+    code, out = _exit_of_main(monkeypatch, capsys, *argv)
+    err = out.err.strip().splitlines()
+    assert code == 2 and out.out == ""
+    assert err[0].startswith(f"usage: seq2seq {argv[0]}")
+    assert err[-1] == f"seq2seq {argv[0]}: error: {expected}", err
+
+
 def test_translator_api_and_n_best(tiny_run):
     from seq2seq.translator import Translator
 
