@@ -24,7 +24,7 @@ from typing import NoReturn
 
 import lightning as L
 import yaml
-from lightning.pytorch.callbacks import ModelCheckpoint, Timer
+from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar, Timer
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities.exceptions import MisconfigurationException, SIGTERMException
@@ -270,10 +270,28 @@ class Seq2SeqCLI(LightningCLI):
             data["vocab_size"] = saved["vocab_size"]
 
     def instantiate_trainer(self, **kwargs) -> L.Trainer:
+        if self._progress_bar_unwanted():
+            kwargs.setdefault("enable_progress_bar", False)
         trainer = super().instantiate_trainer(**kwargs)
         if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
             trainer.strategy.checkpoint_io = AtomicCheckpointIO()
         return trainer
+
+    def _progress_bar_unwanted(self) -> bool:
+        """Whether ``validate``, ``test`` or ``predict`` runs with stdout not a terminal (a log
+        file, a pipe) and neither ``trainer.enable_progress_bar`` nor a progress-bar callback is
+        configured: then no progress bar, whose redraws (carriage returns) would otherwise
+        surround the score lines in the log. ``fit`` keeps its bar (``tail -f`` shows it)."""
+        if self.subcommand not in ("validate", "test", "predict"):
+            return False
+        trainer = self.config_init[self.subcommand].get("trainer", {})
+        if trainer.get("enable_progress_bar") is not None:
+            return False
+        callbacks = trainer.get("callbacks") or []
+        callbacks = callbacks if isinstance(callbacks, list) else [callbacks]
+        if any(isinstance(c, ProgressBar) for c in callbacks):
+            return False
+        return not (hasattr(sys.stdout, "isatty") and sys.stdout.isatty())
 
     def before_fit(self) -> None:
         _check_writable(self.trainer)

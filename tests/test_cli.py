@@ -195,6 +195,38 @@ def test_validate_from_last_checkpoint(tiny_run, multi30k_dir, monkeypatch):
     assert "val/bleu" in cli.trainer.callback_metrics
 
 
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_evaluation_has_no_progress_bar_when_stdout_is_not_a_terminal(
+    tiny_run, multi30k_dir, monkeypatch, capsys
+):
+    """validate/test/predict into a log or pipe: score lines without progress-bar redraws
+    (Lightning's bar is tqdm when rich is not installed; it writes carriage returns)."""
+    from lightning.pytorch.callbacks import TQDMProgressBar
+    from lightning.pytorch.trainer.connectors import callback_connector
+
+    from seq2seq.cli import Seq2SeqCLI
+
+    monkeypatch.setattr(callback_connector, "_RICH_AVAILABLE", False)
+    monkeypatch.chdir(tiny_run)
+    common = ["--config", str(CONFIGS / "tiny.yaml"), "--data.data_dir", str(multi30k_dir)]
+    argv = ["validate", *common, "--ckpt_path", "last", "--trainer.enable_progress_bar", "null"]
+    cli = cli_main(argv)
+    assert cli.trainer.progress_bar_callback is None
+    out = capsys.readouterr().out
+    assert "val: BLEU = " in out and "\r" not in out
+    # The bar is kept on a terminal, when asked for, and in fit (only instantiated here).
+    monkeypatch.setattr(Seq2SeqCLI, "_run_subcommand", lambda self, subcommand: None)
+    assert cli_main([*argv[:-1], "true"]).trainer.progress_bar_callback is not None
+    fit = cli_main(["fit", *common, "--trainer.enable_progress_bar", "null"])
+    assert isinstance(fit.trainer.progress_bar_callback, TQDMProgressBar)
+    monkeypatch.setattr("sys.stdout", _Terminal())
+    assert cli_main(argv).trainer.progress_bar_callback is not None
+
+
 def test_predict_writes_one_line_per_input(tiny_run, monkeypatch, tmp_path):
     monkeypatch.chdir(tiny_run)
     source = tmp_path / "input.de"
