@@ -176,6 +176,37 @@ def restore_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state(state["cuda"].cpu())
 
 
+def keep_cut_epoch_unfinished(checkpoint: dict[str, Any], epoch: int) -> None:
+    """Record training epoch ``epoch``, which a stop ended before its last batch, as unfinished
+    in ``checkpoint``, so resuming trains the rest of it.
+
+    When ``max_time``, ``max_steps`` or early stopping ends training before an epoch's last
+    batch, Lightning still runs the epoch-end steps and counts the epoch processed, then
+    completed; a checkpoint written then (``ModelCheckpoint(save_last=True)`` saves at the end
+    of a training epoch when it validates once per epoch, and at the end of training) would make
+    a resumed run start the next epoch and skip the untrained batches. This writes the epoch
+    progress of an uninterrupted run in the middle of ``epoch`` (the state Lightning restarts
+    mid-epoch from), and the epoch of the data module's saved position (``"train_sampler"`` or
+    ``"train_stream"``, see :class:`seq2seq.data.TranslationDataModule`), so the resumed epoch
+    continues after the batches trained.
+
+    Args:
+        checkpoint: the dictionary Lightning is about to write (edited in place).
+        epoch: 0-based index of the cut epoch.
+    """
+    fit_loop = checkpoint.get("loops", {}).get("fit_loop")
+    if not fit_loop:
+        return
+    for progress in fit_loop["epoch_progress"].values():  # "total" and "current"
+        progress.update(ready=epoch + 1, started=epoch + 1, processed=epoch, completed=epoch)
+    checkpoint["epoch"] = epoch
+    for state in checkpoint.values():
+        if isinstance(state, dict):
+            for key in ("train_sampler", "train_stream"):
+                if isinstance(state.get(key), dict) and "epoch" in state[key]:
+                    state[key]["epoch"] = epoch
+
+
 def resolve_ckpt_path(alias: str, checkpoint_dirs: Sequence[str | Path]) -> Path:
     """Turn ``"best"`` or ``"last"`` into a file, looking in the configured checkpoint folders.
 

@@ -11,7 +11,7 @@ import lightning as L
 import torch
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 
-from seq2seq.checkpoint import capture_rng_state, restore_rng_state
+from seq2seq.checkpoint import capture_rng_state, keep_cut_epoch_unfinished, restore_rng_state
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.evaluation import METRICS, Score, corpus_scores, gather_in_order, write_lines
 from seq2seq.nn import (
@@ -170,6 +170,7 @@ class TranslationModule(L.LightningModule):
         self._forward = torch.compile(forward, dynamic=False) if compile else forward
         self.last_scores: dict[str, dict[str, Score]] = {}
         self._checkpoint_step: int | None = None  # global step of a loaded checkpoint
+        self._training_epoch: int | None = None  # epoch under way in fit (on_train_epoch_start)
         # (index, hypothesis, reference) of the last decoded held-out sets, in index order.
         self.last_hypotheses: dict[str, list[tuple[int, str, str]]] = {}
 
@@ -200,6 +201,22 @@ class TranslationModule(L.LightningModule):
             data = self.tokenizer.to_bytes()
             extra["tokenizer"] = torch.frombuffer(bytearray(data), dtype=torch.uint8).clone()
         checkpoint[CHECKPOINT_KEY] = extra
+        if self._trainer is not None and self._epoch_cut_short():
+            keep_cut_epoch_unfinished(checkpoint, self._training_epoch)
+
+    def _epoch_cut_short(self) -> bool:
+        """Whether fit is stopping (``max_time``, ``max_steps``, early stopping) inside the
+        current training epoch, after some of its batches and before its last one."""
+        trainer = self.trainer
+        if not trainer.training or self._training_epoch is None:
+            return False
+        batches = trainer.fit_loop.epoch_loop.batch_progress
+        if batches.current.completed == 0:
+            return False
+        if batches.is_last_batch or batches.current.ready >= trainer.num_training_batches:
+            return False  # the epoch reached its end (or limit_train_batches)
+        max_steps = trainer.max_steps
+        return trainer.should_stop or (max_steps != -1 and trainer.global_step >= max_steps)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self._checkpoint_step = checkpoint.get("global_step")  # names validate/test outputs
@@ -309,8 +326,13 @@ class TranslationModule(L.LightningModule):
         if optimizer is not None:
             self.log("train/lr", optimizer.param_groups[0]["lr"], prog_bar=True)
 
+    def on_train_start(self) -> None:
+        # A run resumed mid-epoch continues its epoch without on_train_epoch_start.
+        self._training_epoch = self.current_epoch  # see _epoch_cut_short
+
     def on_train_epoch_start(self) -> None:
         self._last_batch_time = None
+        self._training_epoch = self.current_epoch
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         # Gradients hold d(sum of token losses); turn them into d(mean over the real target

@@ -51,6 +51,18 @@ class SignalAtStep(KillAtStep):
             os.kill(os.getpid(), signal.SIGTERM)
 
 
+class StopAtStep(Callback):
+    """Asks the trainer to stop after training batch ``step``, as ``max_time``'s timer does
+    (test helper)."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_step == self.step:
+            trainer.should_stop = True
+
+
 def _write_corpus(multi30k_dir: Path, folder: Path, sizes: dict[str, int]) -> Path:
     """Writes the first ``n`` lines of each Multi30k split ``{split: n}`` as plain files."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -203,3 +215,74 @@ def test_failed_write_keeps_previous_checkpoint(tmp_path, monkeypatch):
     monkeypatch.setattr(torch, "save", real_save)
     assert load_checkpoint(path)["global_step"] == 1
     assert [p.name for p in path.parent.iterdir()] == ["last.ckpt"]
+
+
+@pytest.mark.parametrize("stop", ["max_steps", "should_stop"])
+def test_run_stopped_mid_epoch_resumes_that_epoch(tmp_path, multi30k_dir, stop):
+    """A run that max_steps or max_time (a stop request mid-epoch) ended before the end of an
+    epoch resumes with the rest of that epoch, not the next one: Lightning counts the cut
+    epoch as finished when it writes last.ckpt at the end of the epoch or of training, and the
+    checkpoint is saved as mid-epoch instead (seq2seq.checkpoint.keep_cut_epoch_unfinished).
+    With validation once per epoch, ModelCheckpoint(save_last=True) writes last.ckpt at the
+    end of the (cut) training epoch, as in the Multi30k configs. Same batches in the same order
+    give the uninterrupted run's losses and weights."""
+    data = _write_corpus(multi30k_dir, tmp_path / "data", {"train": 600, "val": 20})
+
+    def config(name: str, stop_at: int | None = None) -> Path:
+        path = _config(tmp_path, data, name)
+        config = yaml.safe_load(path.read_text())
+        config["trainer"]["val_check_interval"] = 1.0
+        # Without dropout the losses depend on the batches alone: the stopped run validates at
+        # the stop (drawing loader seeds from the global generator) and the reference does not.
+        config["model"].update(dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)
+        config["trainer"]["callbacks"] = [
+            {
+                "class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+                "init_args": {
+                    "dirpath": str(tmp_path / name / "checkpoints"),
+                    "monitor": "val/bleu",
+                    "mode": "max",
+                    "save_last": True,
+                },
+            }
+        ]
+        if stop_at is not None:
+            config["trainer"]["callbacks"].append(
+                {"class_path": "test_resume.StopAtStep", "init_args": {"step": stop_at}}
+            )
+        path.write_text(yaml.safe_dump(config))
+        return path
+
+    reference = _fit(config("reference"))
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    if stop == "max_steps":
+        first = _fit(config("resumed"), "--trainer.max_steps", "5")
+    else:
+        first = _fit(config("resumed", stop_at=5))
+    assert first.returncode == 0, first.stderr[-3000:]
+    last = tmp_path / "resumed" / "checkpoints" / "last.ckpt"
+    saved = load_checkpoint(last)
+    assert saved["global_step"] == 5
+    assert saved["epoch"] == 0
+    assert saved["TranslationDataModule"]["train_sampler"]["epoch"] == 0
+
+    resumed = _fit(config("resumed"), "--ckpt_path", "last")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    expected = _logged(tmp_path / "reference", "train/loss")
+    got = _logged(tmp_path / "resumed", "train/loss")
+    assert sorted(expected) == list(range(MAX_STEPS))
+    assert {s: got[s] for s in range(5, MAX_STEPS)} == {s: expected[s] for s in range(5, MAX_STEPS)}
+    final = load_checkpoint(last)
+    reference_final = load_checkpoint(tmp_path / "reference" / "checkpoints" / "last.ckpt")
+    assert final["global_step"] == reference_final["global_step"] == MAX_STEPS
+    # Still epoch 0 (its 12 first batches), as in the uninterrupted run: the resumed run did
+    # not count an extra epoch.
+    epochs = final["loops"]["fit_loop"]["epoch_progress"]
+    assert epochs == reference_final["loops"]["fit_loop"]["epoch_progress"]
+    assert epochs["total"]["completed"] == 0 and final["epoch"] == 0
+    assert (
+        final["TranslationDataModule"]["train_sampler"]
+        == (reference_final["TranslationDataModule"]["train_sampler"])
+    )
+    for key, value in reference_final["state_dict"].items():
+        assert torch.equal(final["state_dict"][key], value), key
