@@ -307,15 +307,27 @@ class LastCheckpoint(L.Callback):
     file holds the full training state (the ``ModelCheckpoint`` state included, so ``best`` still
     resolves). An interrupted run's state goes to ``last.ckpt`` only, not among the scored
     checkpoints (``ModelCheckpoint(save_on_exception=True)`` would add an unscored file there,
-    which ``seq2seq average --last`` would then pick). Needs a ``ModelCheckpoint`` with a
-    ``dirpath``; does nothing otherwise.
+    which ``seq2seq average --last`` would then pick). When training ends after steps that no
+    validation followed (``max_steps`` reached between validations), their state is written to
+    ``last.ckpt`` too, so the file always holds the final step. Needs a ``ModelCheckpoint`` with
+    a ``dirpath``; does nothing otherwise, nor in a ``fast_dev_run`` (which writes no
+    checkpoint, as Lightning's own callbacks do there).
     """
+
+    def __init__(self) -> None:
+        self._saved_step: int | None = None  # global step of the last state written
 
     def _path(self, trainer: L.Trainer) -> Path | None:
         checkpoint = trainer.checkpoint_callback
-        if trainer.state.fn != "fit" or not getattr(checkpoint, "dirpath", None):
+        if trainer.state.fn != "fit" or trainer.fast_dev_run:
+            return None
+        if not getattr(checkpoint, "dirpath", None):
             return None
         return Path(checkpoint.dirpath) / "last.ckpt"
+
+    def _save(self, trainer: L.Trainer, path: Path) -> None:
+        trainer.save_checkpoint(path, weights_only=False)
+        self._saved_step = trainer.global_step
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         path = self._path(trainer)
@@ -323,7 +335,13 @@ class LastCheckpoint(L.Callback):
             return
         # Runs before ModelCheckpoint's own hook (Lightning calls checkpoint callbacks last),
         # which overwrites this file with its updated record when it keeps this validation.
-        trainer.save_checkpoint(path, weights_only=False)
+        self._save(trainer, path)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        path = self._path(trainer)
+        if path is None or trainer.global_step in (0, self._saved_step):
+            return
+        self._save(trainer, path)
 
     def on_exception(
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
@@ -331,7 +349,7 @@ class LastCheckpoint(L.Callback):
         path = self._path(trainer)
         if path is None or trainer.global_step == 0:
             return  # nothing trained yet: an earlier last.ckpt is worth more
-        trainer.save_checkpoint(path, weights_only=False)
+        self._save(trainer, path)
         rank_zero_info(
             f"{type(exception).__name__}: saved the training state at step "
             f"{trainer.global_step} to {path}; resume with --ckpt_path last"

@@ -295,6 +295,11 @@ class Seq2SeqCLI(LightningCLI):
 
     def before_fit(self) -> None:
         _check_writable(self.trainer)
+        if self.trainer.fast_dev_run:
+            # A smoke run writes no checkpoint; Lightning's ModelCheckpoint(save_last=True)
+            # still writes last.ckpt when training ends, over the real run's.
+            for callback in self.trainer.checkpoint_callbacks:
+                callback.save_last = False
 
     def _run_subcommand(self, subcommand: str) -> None:
         try:

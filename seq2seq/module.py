@@ -532,15 +532,18 @@ class TranslationModule(L.LightningModule):
     def _report(self, key: str, hyps: list[str], scores: dict[str, Score]) -> None:
         if self.trainer.global_rank != 0:
             return
+        lines = [
+            f"{key}: {score.text}\n  signature: {score.signature}" for score in scores.values()
+        ]
+        if self.trainer.fast_dev_run:  # a smoke run writes no files (no logs, no checkpoints)
+            self.print("\n".join(lines))
+            return
         log_dir = self._log_dir()
         name = key.replace("/", ".")  # val, test.<set>
         step = self.trainer.global_step
         if self.trainer.state.fn != "fit" and self._checkpoint_step is not None:
             step = self._checkpoint_step  # the step of the checkpoint being evaluated
         hyp_path = write_lines(log_dir / "hypotheses" / f"{name}.step{step}.txt", hyps)
-        lines = [
-            f"{key}: {score.text}\n  signature: {score.signature}" for score in scores.values()
-        ]
         # Through the progress bar (LightningModule.print): on lines of their own, not appended
         # to the bar's line.
         self.print("\n".join(lines) + f"\n  hypotheses: {hyp_path}")

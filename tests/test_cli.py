@@ -19,6 +19,7 @@ from seq2seq.checkpoint import (
     UnsafeCheckpointError,
     average_checkpoints,
     load_checkpoint,
+    resolve_ckpt_path,
 )
 from seq2seq.cli import cli_main
 
@@ -680,3 +681,43 @@ def test_data_settings_clash_names_the_checkpoint_values(
     assert len(err) == 1, err
     assert f"max_positions: checkpoint {trained['max_positions']}, config {other}" in err[0]
     assert f"pass --data.max_positions {trained['max_positions']}" in err[0]
+
+
+def test_last_checkpoint_holds_the_final_step_when_max_steps_ends_between_validations(
+    tmp_path, multi30k_dir, monkeypatch
+):
+    """Training that stops at max_steps after its last validation still writes those steps to
+    last.ckpt (LastCheckpoint.on_train_end), so resuming or testing `last` does not go back."""
+    monkeypatch.chdir(tmp_path)
+    argv = [
+        "fit",
+        "--config", str(CONFIGS / "tiny.yaml"),
+        "--data.data_dir", str(multi30k_dir),
+        "--trainer.max_steps", "7",
+        "--trainer.val_check_interval", "5",
+        "--trainer.limit_val_batches", "1",
+    ]  # fmt: skip
+    cli = cli_main(argv)
+    assert cli.trainer.global_step == 7
+    last = load_checkpoint(tmp_path / "checkpoints/tiny/last.ckpt")
+    assert last["global_step"] == 7
+    assert last["loops"]["fit_loop"]["epoch_progress"]["total"]["completed"] == 0  # mid-epoch
+    assert sorted(p.name for p in (tmp_path / "checkpoints/tiny").iterdir()) == [
+        "epoch=0-step=5.ckpt",
+        "last.ckpt",
+    ]
+
+
+def test_fast_dev_run_writes_no_checkpoint_or_hypotheses(tmp_path, multi30k_dir, monkeypatch):
+    """A smoke run (--trainer.fast_dev_run) in a folder that holds a real run leaves its
+    last.ckpt alone (so `best` and `last` still resolve) and writes no hypothesis files."""
+    monkeypatch.chdir(tmp_path)
+    base = ["fit", "--config", str(CONFIGS / "tiny.yaml"), "--data.data_dir", str(multi30k_dir)]
+    cli_main([*base, "--trainer.max_steps", "5", "--trainer.val_check_interval", "5"])
+    last = tmp_path / "checkpoints/tiny/last.ckpt"
+    before = last.read_bytes()
+    files = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.is_file())
+    cli_main([*base, "--trainer.fast_dev_run", "true"])
+    assert last.read_bytes() == before
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.is_file()) == files
+    assert load_checkpoint(resolve_ckpt_path("best", [tmp_path / "checkpoints/tiny"]))
