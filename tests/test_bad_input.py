@@ -184,10 +184,13 @@ def test_missing_file(tmp_path, pairs, spm_file):
         _datamodule(data, spm_file).prepare_data()
 
 
-def test_empty_training_split(tmp_path, pairs):
+@pytest.mark.parametrize("lines", [0, 50], ids=["no lines", "blank lines"])
+def test_empty_training_split(tmp_path, pairs, lines):
     """ValueError: "The training split 'train' is empty: .../train.de + .../train.en has no
-    sentence pairs, so no SentencePiece model can be trained."."""
-    data = _corpus(tmp_path, pairs, train=([], []))
+    sentence pairs with text (no lines, or blank ones only), so no SentencePiece model can be
+    trained."."""
+    blank = [" " * (i % 3) for i in range(lines)]
+    data = _corpus(tmp_path, pairs, train=(blank, blank))
     with pytest.raises(ValueError, match=r"training split 'train' is empty: .*train\.de"):
         _datamodule(data, None).prepare_data()
 

@@ -347,16 +347,16 @@ class TranslationDataModule(L.LightningDataModule):
                 if self.streaming:  # the head of the stream, every sentence of it
                     src, tgt = self._stream_head(train)
                     sentences, sample = src + tgt, 0
+                    has_text = any(s.strip() for s in sentences)
                 else:  # the whole split, read twice; SentencePiece samples as it reads
-                    sentences, sample = self._spm_sentences(train), self.spm_input_sentence_size
-                    if next(sentences, None) is not None:
-                        sentences = self._spm_sentences(train)
-                    else:
-                        sentences = []
-                if not sentences:
+                    has_text = any(s.strip() for s in self._spm_sentences(train))
+                    sentences = self._spm_sentences(train)
+                    sample = self.spm_input_sentence_size
+                if not has_text:
                     raise ValueError(
                         f"The training split {train.split!r} is empty: {train.describe()} has "
-                        "no sentence pairs, so no SentencePiece model can be trained."
+                        "no sentence pairs with text (no lines, or blank ones only), so no "
+                        "SentencePiece model can be trained."
                     )
                 rank_zero_info(
                     f"Training a {self.spm_model_type} SentencePiece model with "
