@@ -236,14 +236,19 @@ def resolve_ckpt_path(alias: str, checkpoint_dirs: Sequence[str | Path]) -> Path
     )
 
 
+AVERAGED_FROM = "averaged_from"
+"""Key that :func:`average_checkpoints` writes into its result: the list of averaged files."""
+
+
 def average_checkpoints(paths: Sequence[str | Path], output: str | Path) -> Path:
     """Average the model parameters of several checkpoints into a new checkpoint.
 
     Floating-point tensors of ``state_dict`` are averaged element-wise (in float64, then cast
     back); everything else (tokenizer, model configuration, hyperparameters) is taken from the
     last checkpoint. Optimizer and loop states are dropped: the result is for evaluation and
-    translation, not for resuming training. Averaging the last checkpoints of a run is the
-    practice of Vaswani et al. (2017), Section 6.1.
+    translation, not for resuming training; its :data:`AVERAGED_FROM` key lists the inputs
+    (``seq2seq average --dir`` leaves such files out). Averaging the last checkpoints of a run
+    is the practice of Vaswani et al. (2017), Section 6.1.
 
     Args:
         paths: two or more checkpoints of the same model.
@@ -291,7 +296,7 @@ def average_checkpoints(paths: Sequence[str | Path], output: str | Path) -> Path
         if key not in ("optimizer_states", "lr_schedulers", "loops", "callbacks")
     }
     result["state_dict"] = averaged
-    result["averaged_from"] = [str(p) for p in paths]
+    result[AVERAGED_FROM] = [str(p) for p in paths]
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     tmp = output.with_name(output.name + ".tmp")

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from seq2seq.checkpoint import average_checkpoints
+from seq2seq.checkpoint import AVERAGED_FROM, average_checkpoints, load_checkpoint
 from seq2seq.data.corpus import decode_lines, read_lines
 
 
@@ -114,13 +115,20 @@ def _check_device(parser: argparse.ArgumentParser, name: str) -> None:
 def average(argv: Sequence[str]) -> None:
     """``seq2seq average --inputs a.ckpt b.ckpt ... --output avg.ckpt`` or ``--dir D --last N``.
 
-    Writes the element-wise mean of the checkpoints' parameters.
+    Writes the element-wise mean of the checkpoints' parameters. ``--output`` must not be one
+    of the inputs. With ``--dir``, ``last.ckpt``, the ``--output`` file and checkpoints written
+    by ``seq2seq average`` (weights only) are not counted among the newest.
     """
     parser = argparse.ArgumentParser(
         prog="seq2seq average", description=average.__doc__, allow_abbrev=False
     )
     parser.add_argument("--inputs", nargs="+", default=None, help="checkpoints to average")
-    parser.add_argument("--dir", default=None, help="folder whose newest checkpoints to average")
+    parser.add_argument(
+        "--dir",
+        default=None,
+        help="folder whose newest checkpoints to average (last.ckpt, the --output file and "
+        "averaged checkpoints excluded)",
+    )
     parser.add_argument("--last", type=int, default=None, help="with --dir: how many (newest)")
     parser.add_argument("--output", required=True, help="averaged checkpoint to write")
     args = parser.parse_args(list(argv))
@@ -128,19 +136,57 @@ def average(argv: Sequence[str]) -> None:
         parser.error("give either --inputs or --dir with --last, not both")
     if args.last is not None and args.last < 1:
         parser.error(f"--last must be >= 1, got {args.last}")
+    output = Path(args.output)
     if args.inputs:
         paths = [Path(p) for p in args.inputs]
+        for path in paths:
+            if _same_file(path, output):
+                parser.error(
+                    f"--output {args.output} is one of the --inputs ({path}); averaging would "
+                    "overwrite it: give another file name"
+                )
     elif args.dir and args.last:
         if not Path(args.dir).is_dir():
             parser.error(f"--dir {args.dir} is not a folder")
-        candidates = [p for p in Path(args.dir).glob("*.ckpt") if p.name != "last.ckpt"]
-        if len(candidates) < args.last:
-            parser.error(
-                f"--last {args.last}: {args.dir} holds {len(candidates)} checkpoint file(s) "
-                "besides last.ckpt (which is never averaged: it holds the latest training state)"
-            )
-        paths = sorted(candidates, key=lambda p: p.stat().st_mtime)[-args.last :]
+        paths = _newest_checkpoints(parser, Path(args.dir), args.last, output)
     else:
         parser.error("give --inputs, or --dir with --last")
-    output = average_checkpoints(paths, args.output)
-    print(f"averaged {len(paths)} checkpoints into {output}: " + ", ".join(map(str, paths)))
+    written = average_checkpoints(paths, output)
+    noun = "checkpoint" if len(paths) == 1 else "checkpoints"
+    print(f"averaged {len(paths)} {noun} into {written}: " + ", ".join(map(str, paths)))
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether ``a`` and ``b`` name the same file (through links too, when both exist)."""
+    if a.exists() and b.exists():
+        return os.path.samefile(a, b)
+    return a.resolve() == b.resolve()
+
+
+def _newest_checkpoints(
+    parser: argparse.ArgumentParser, directory: Path, count: int, output: Path
+) -> list[Path]:
+    """The ``count`` newest ``*.ckpt`` files of ``directory``, oldest first, leaving out
+    ``last.ckpt``, ``output`` and checkpoints that ``seq2seq average`` wrote (found by the
+    :data:`~seq2seq.checkpoint.AVERAGED_FROM` key; files are opened memory-mapped, newest
+    first, only until ``count`` are found)."""
+    candidates = [
+        p for p in directory.glob("*.ckpt") if p.name != "last.ckpt" and not _same_file(p, output)
+    ]
+    chosen: list[Path] = []
+    averaged: list[Path] = []
+    for path in sorted(candidates, key=lambda p: p.stat().st_mtime, reverse=True):
+        if len(chosen) == count:
+            break
+        if AVERAGED_FROM in load_checkpoint(path, mmap=True):
+            averaged.append(path)
+        else:
+            chosen.append(path)
+    if len(chosen) < count:
+        skipped = f" ({', '.join(p.name for p in averaged)})" if averaged else ""
+        parser.error(
+            f"--last {count}: {directory} holds {len(chosen)} checkpoint file(s) to average; "
+            "last.ckpt (the latest training state), the --output file and checkpoints written "
+            f"by seq2seq average{skipped} are never averaged"
+        )
+    return chosen[::-1]

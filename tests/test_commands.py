@@ -1,0 +1,109 @@
+"""``seq2seq average`` and ``seq2seq translate`` edge cases, the ``SEQ2SEQ_TRACEBACK`` switch
+and the ``Translator`` API's argument check."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from seq2seq.checkpoint import load_checkpoint
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _main(monkeypatch, capsys, *argv: str) -> tuple[int, str, list[str]]:
+    """``seq2seq ARGV`` in this process: (exit status, stdout, stderr lines)."""
+    from seq2seq.cli import main
+
+    monkeypatch.setattr("sys.argv", ["seq2seq", *argv])
+    try:
+        code = main()
+    except SystemExit as exit_info:
+        code = exit_info.code
+    out = capsys.readouterr()
+    return code, out.out, out.err.strip().splitlines()
+
+
+def _training_checkpoint(path: Path, value: float, mtime: float) -> Path:
+    """A small checkpoint shaped like one of ``seq2seq fit`` (weights and training state)."""
+    checkpoint = {
+        "state_dict": {"w": torch.full((3,), value), "steps": torch.tensor([7])},
+        "optimizer_states": [{"state": {}}],
+        "loops": {},
+        "global_step": int(value),
+    }
+    torch.save(checkpoint, path)
+    os.utime(path, (mtime, mtime))
+    return path
+
+
+@pytest.fixture
+def run_dir(tmp_path, monkeypatch) -> Path:
+    """A checkpoint folder: four scored checkpoints (w = 1, 2, 3, 4, oldest first) and
+    last.ckpt (w = 100, newest); the test runs in ``tmp_path``."""
+    monkeypatch.delenv("SEQ2SEQ_TRACEBACK", raising=False)
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / "ckpts"
+    folder.mkdir()
+    for i in range(1, 5):
+        _training_checkpoint(folder / f"epoch={i}.ckpt", float(i), 1_000_000 + i)
+    _training_checkpoint(folder / "last.ckpt", 100.0, 1_000_010)
+    return folder
+
+
+def test_average_refuses_an_output_that_is_an_input(run_dir, monkeypatch, capsys):
+    first = run_dir / "epoch=1.ckpt"
+    before = first.read_bytes()
+    link = run_dir.parent / "link.ckpt"
+    link.symlink_to(first)
+    for inputs, output in [
+        ([str(first), str(first)], str(first)),
+        (["ckpts/epoch=2.ckpt", str(first)], "ckpts/../ckpts/epoch=1.ckpt"),  # another spelling
+        ([str(link)], str(first)),  # the same file through a link
+    ]:
+        code, out, err = _main(
+            monkeypatch, capsys, "average", "--inputs", *inputs, "--output", output
+        )
+        assert code == 2 and out == "", (inputs, output)
+        assert err[0].startswith("usage: seq2seq average")
+        assert "is one of the --inputs" in err[-1] and "give another file name" in err[-1]
+    assert first.read_bytes() == before
+    assert "optimizer_states" in load_checkpoint(first)
+
+
+def test_average_dir_skips_its_output_and_averaged_checkpoints(run_dir, monkeypatch, capsys):
+    argv = ["average", "--dir", str(run_dir), "--last", "3"]
+    output = run_dir / "avg.ckpt"
+    newest = [str(run_dir / f"epoch={i}.ckpt") for i in (2, 3, 4)]
+    # Run twice with the same --output, then into another file beside it: each time the
+    # three newest training checkpoints, never avg.ckpt (the output, or an averaged one).
+    for target in (output, output, run_dir / "avg2.ckpt"):
+        code, out, err = _main(monkeypatch, capsys, *argv, "--output", str(target))
+        assert code == 0, err
+        assert out.startswith(f"averaged 3 checkpoints into {target}: ")
+        averaged = load_checkpoint(target)
+        assert averaged["averaged_from"] == newest
+        torch.testing.assert_close(averaged["state_dict"]["w"], torch.full((3,), 3.0))
+        assert "optimizer_states" not in averaged
+    # Too few left once last.ckpt and the averaged files are set aside: the error names them.
+    code, out, err = _main(monkeypatch, capsys, *argv[:-1], "5", "--output", "other.ckpt")
+    assert code == 2 and out == ""
+    assert "holds 4 checkpoint file(s) to average" in err[-1]
+    assert "(avg2.ckpt, avg.ckpt)" in err[-1] or "(avg.ckpt, avg2.ckpt)" in err[-1]
+
+
+def test_average_help_says_what_dir_leaves_out(monkeypatch, capsys):
+    code, out, _ = _main(monkeypatch, capsys, "average", "--help")
+    assert code == 0
+    assert "averaged checkpoints excluded" in " ".join(out.split())
+
+
+def test_average_of_one_checkpoint_says_checkpoint(run_dir, monkeypatch, capsys):
+    code, out, err = _main(
+        monkeypatch, capsys, "average", "--inputs", "ckpts/epoch=1.ckpt", "--output", "one.ckpt"
+    )
+    assert code == 0, err
+    assert out == "averaged 1 checkpoint into one.ckpt: ckpts/epoch=1.ckpt\n"
