@@ -94,7 +94,17 @@ class Translator:
         return cls(module, device=device, max_tokens=max_tokens)
 
     def encode(self, sentences: Sequence[str]) -> list[list[int]]:
-        """Source token ids ending with EOS, truncated to ``max_positions``."""
+        """Source token ids ending with EOS, truncated to ``max_positions``.
+
+        Raises:
+            TypeError: if ``sentences`` is a single string, not a list of sentences.
+        """
+        if isinstance(sentences, str | bytes):
+            raise TypeError(
+                f"sentences must be a list of sentences, not a {type(sentences).__name__} "
+                "(a string would be translated character by character); pass a one-item list: "
+                "translate([text])"
+            )
         tokenizer = self.module.tokenizer
         limit = self.module.model_config["max_positions"]
         encoded = []
@@ -128,6 +138,7 @@ class Translator:
             One translation (or n-best list) per input sentence, in input order.
 
         Raises:
+            TypeError: if ``sentences`` is a single string (pass ``[text]``).
             ValueError: if ``n_best`` exceeds the beam size.
         """
         encoded = self.encode(sentences)

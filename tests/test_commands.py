@@ -107,3 +107,15 @@ def test_average_of_one_checkpoint_says_checkpoint(run_dir, monkeypatch, capsys)
     )
     assert code == 0, err
     assert out == "averaged 1 checkpoint into one.ckpt: ckpts/epoch=1.ckpt\n"
+
+
+def test_translator_refuses_a_single_string(tiny_run):
+    from seq2seq.translator import Translator
+
+    translator = Translator.from_checkpoint(tiny_run / "checkpoints/tiny/last.ckpt", device="cpu")
+    text = "Ein Mann fährt Fahrrad."
+    for call in (translator.translate, translator.encode):
+        with pytest.raises(TypeError, match=r"list of sentences.*translate\(\[text\]\)"):
+            call(text)
+    assert len(translator.translate([text], beam_size=1)) == 1
+    assert len(translator.translate((text, text), beam_size=1)) == 2
