@@ -42,6 +42,14 @@ from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.evaluation import write_lines
 from seq2seq.module import CHECKPOINT_KEY, TranslationModule, tokenizer_from_checkpoint
 
+_OFF_VALUES = ("", "0", "false", "no", "off")
+
+
+def _traceback_wanted() -> bool:
+    """Whether ``SEQ2SEQ_TRACEBACK`` asks for tracebacks: set to anything but an off value
+    (empty, ``0``, ``false``, ``no``, ``off``, in any case)."""
+    return os.environ.get("SEQ2SEQ_TRACEBACK", "").strip().lower() not in _OFF_VALUES
+
 
 class Seq2SeqArgumentParser(LightningArgumentParser):
     """The parser of ``fit``/``validate``/``test``/``predict``: argument errors in a few lines.
@@ -56,7 +64,7 @@ class Seq2SeqArgumentParser(LightningArgumentParser):
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:
         if (
             not self.exit_on_error  # a nested parser: the caller handles the exception
-            or os.environ.get("SEQ2SEQ_TRACEBACK")
+            or _traceback_wanted()
             or os.environ.get("JSONARGPARSE_DEBUG")
         ):
             super().error(message, ex)
@@ -520,7 +528,7 @@ def main() -> int:
         print("seq2seq: terminated (SIGTERM)", file=sys.stderr)
         return 128 + signal.SIGTERM
     except (*USER_ERRORS, RuntimeError) as err:
-        if os.environ.get("SEQ2SEQ_TRACEBACK"):
+        if _traceback_wanted():
             raise
         message = " ".join(str(err).split()) or type(err).__name__
         if isinstance(err, RuntimeError) and not isinstance(err, USER_ERRORS):

@@ -119,3 +119,34 @@ def test_translator_refuses_a_single_string(tiny_run):
             call(text)
     assert len(translator.translate([text], beam_size=1)) == 1
     assert len(translator.translate((text, text), beam_size=1)) == 2
+
+
+@pytest.mark.parametrize("value", ["", "0", "false", "False", "no", "OFF", " off "])
+def test_traceback_switch_off_values_keep_errors_to_one_line(value, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SEQ2SEQ_TRACEBACK", value)
+    code, _, err = _main(monkeypatch, capsys, "translate", "--ckpt_path", "nope.ckpt")
+    assert code == 1
+    assert err == [
+        "seq2seq: error: checkpoint not found: nope.ckpt (SEQ2SEQ_TRACEBACK=1 shows where)"
+    ]
+
+
+@pytest.mark.parametrize("value", ["1", "true", "yes", "on", "2"])
+def test_traceback_switch_on_values_raise(value, tmp_path, monkeypatch, capsys):
+    from seq2seq.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SEQ2SEQ_TRACEBACK", value)
+    monkeypatch.setattr("sys.argv", ["seq2seq", "translate", "--ckpt_path", "nope.ckpt"])
+    with pytest.raises(FileNotFoundError, match="nope.ckpt"):
+        main()
+
+
+def test_traceback_switch_off_keeps_argument_errors_brief(monkeypatch, capsys):
+    monkeypatch.setenv("SEQ2SEQ_TRACEBACK", "0")
+    config = str(REPO / "configs" / "tiny.yaml")
+    code, _, err = _main(monkeypatch, capsys, "fit", "--config", config, "--model.d_modle", "6")
+    assert code == 2
+    assert err[-1].startswith("For the full list of options run: seq2seq fit --help"), err
+    assert "usage:" not in "\n".join(err), err
