@@ -64,6 +64,12 @@ def translate(argv: Sequence[str]) -> None:
             parser.error(f"--output {args.output}: folder {output.parent} does not exist")
         if args.input != "-" and output.exists() and output.samefile(args.input):
             parser.error(f"--output {args.output} is the input file; give another file name")
+    if args.ckpt_path in ("best", "last") and not Path(args.ckpt_path).exists():
+        raise FileNotFoundError(
+            f"checkpoint not found: {args.ckpt_path}; the aliases best and last work with "
+            "--config in seq2seq fit/validate/test/predict, translate needs the path of a "
+            "checkpoint file (e.g. checkpoints/multi30k_de_en/last.ckpt)"
+        )
     translator = Translator.from_checkpoint(
         args.ckpt_path, device=args.device, max_tokens=args.max_tokens, **decoding
     )

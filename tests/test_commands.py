@@ -150,3 +150,24 @@ def test_traceback_switch_off_keeps_argument_errors_brief(monkeypatch, capsys):
     assert code == 2
     assert err[-1].startswith("For the full list of options run: seq2seq fit --help"), err
     assert "usage:" not in "\n".join(err), err
+
+
+@pytest.mark.parametrize("alias", ["best", "last"])
+def test_translate_with_an_alias_says_it_needs_a_file(alias, tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("SEQ2SEQ_TRACEBACK", raising=False)
+    monkeypatch.chdir(tmp_path)
+    code, out, err = _main(monkeypatch, capsys, "translate", "--ckpt_path", alias)
+    assert code == 1 and out == ""
+    assert len(err) == 1, err
+    assert err[0].startswith(f"seq2seq: error: checkpoint not found: {alias}; ")
+    assert "--config in seq2seq fit/validate/test/predict" in err[0]
+    assert "checkpoints/multi30k_de_en/last.ckpt" in err[0]
+
+
+def test_translate_with_a_file_named_like_an_alias_reads_it(tmp_path, monkeypatch, capsys):
+    """A file called ``best`` in the working folder is a checkpoint path, not an alias."""
+    monkeypatch.delenv("SEQ2SEQ_TRACEBACK", raising=False)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "best").write_text("not a checkpoint\n")
+    code, _, err = _main(monkeypatch, capsys, "translate", "--ckpt_path", "best")
+    assert code == 1 and "best is not a PyTorch checkpoint" in err[0]
