@@ -171,3 +171,16 @@ def test_translate_with_a_file_named_like_an_alias_reads_it(tmp_path, monkeypatc
     (tmp_path / "best").write_text("not a checkpoint\n")
     code, _, err = _main(monkeypatch, capsys, "translate", "--ckpt_path", "best")
     assert code == 1 and "best is not a PyTorch checkpoint" in err[0]
+
+
+def test_cpu_trainer_piece_names_the_cpus_where_bf16_pays_off():
+    """configs/trainer/cpu.yaml and README agree: AVX512-BF16 or AMX."""
+    comment = " ".join(
+        line.lstrip("# ")
+        for line in (REPO / "configs/trainer/cpu.yaml").read_text().splitlines()
+        if line.startswith("#")
+    )
+    readme = (REPO / "README.md").read_text()
+    for name in ("AVX512-BF16", "AMX"):
+        assert name in readme and name in comment, name
+    assert "only with AMX" not in comment
