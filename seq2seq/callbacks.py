@@ -326,7 +326,18 @@ class LastCheckpoint(L.Callback):
         return Path(checkpoint.dirpath) / "last.ckpt"
 
     def _save(self, trainer: L.Trainer, path: Path) -> None:
-        trainer.save_checkpoint(path, weights_only=False)
+        loop = trainer.fit_loop.epoch_loop
+        logged_steps = loop._batches_that_stepped  # the step Lightning's loggers use
+        batches = loop.batch_progress.current
+        if batches.ready > batches.processed and logged_steps > 0:
+            # Stopped inside a batch (Ctrl-C): the resumed run trains that batch again, and
+            # Lightning, which adds one to this count when it resumes, would log it (and every
+            # later value) one step late.
+            loop._batches_that_stepped -= 1
+        try:
+            trainer.save_checkpoint(path, weights_only=False)
+        finally:
+            loop._batches_that_stepped = logged_steps
         self._saved_step = trainer.global_step
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

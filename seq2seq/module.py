@@ -165,6 +165,7 @@ class TranslationModule(L.LightningModule):
         )
         self._window_batches: list[tuple[int, torch.Tensor, torch.Tensor]] = []
         self._resume_rng_state: dict[str, Any] | None = None
+        self._step_rng: dict[str, Any] | None = None  # at the start of the last training_step
         # A bound method, not a module attribute, so the state dict keeps one copy of weights.
         forward = self.model.forward
         self._forward = torch.compile(forward, dynamic=False) if compile else forward
@@ -193,9 +194,12 @@ class TranslationModule(L.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         # The random generators' states let a resumed run draw the same dropout masks as an
         # uninterrupted one (Lightning restores optimizer, scheduler and loop state only).
+        # Written inside a training batch (Ctrl-C): the resumed run trains that batch again,
+        # with the generators' states from the start of its training_step.
+        rng = self._step_rng if self._batch_under_way() else None
         extra: dict[str, Any] = {
             "model_config": dict(self.model_config),
-            "rng": capture_rng_state(),
+            "rng": rng or capture_rng_state(),
         }
         if self.tokenizer is not None:
             data = self.tokenizer.to_bytes()
@@ -203,6 +207,13 @@ class TranslationModule(L.LightningModule):
         checkpoint[CHECKPOINT_KEY] = extra
         if self._trainer is not None and self._epoch_cut_short():
             keep_cut_epoch_unfinished(checkpoint, self._training_epoch)
+
+    def _batch_under_way(self) -> bool:
+        """Whether fit is inside a training batch (begun, not processed yet)."""
+        if self._trainer is None or not self.trainer.training:
+            return False
+        batches = self.trainer.fit_loop.epoch_loop.batch_progress.current
+        return batches.ready > batches.processed
 
     def _epoch_cut_short(self) -> bool:
         """Whether fit is stopping (``max_time``, ``max_steps``, early stopping) inside the
@@ -290,6 +301,7 @@ class TranslationModule(L.LightningModule):
             # checkpointed run left them.
             restore_rng_state(self._resume_rng_state)
             self._resume_rng_state = None
+        self._step_rng = capture_rng_state()  # for a checkpoint written inside this batch
         loss_sum, nll_sum, n_tokens = self._loss_sums(batch)
         # A device-side flag (no synchronisation here); on_before_optimizer_step reads it
         # once per optimizer step and stops before non-finite gradients reach the weights.

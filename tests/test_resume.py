@@ -43,6 +43,18 @@ class KillAtStep(Callback):
             os.kill(os.getpid(), signal.SIGKILL)
 
 
+class InterruptAtStep(KillAtStep):
+    """Sends SIGINT (Ctrl-C) to its own process before the backward pass of training batch
+    ``step``, inside the batch (test helper)."""
+
+    def on_before_backward(self, trainer, pl_module, loss) -> None:
+        if trainer.global_step == self.step:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        pass
+
+
 class SignalAtStep(KillAtStep):
     """Sends SIGTERM to its own process before training batch ``step`` (test helper)."""
 
@@ -169,6 +181,55 @@ def test_sigkill_mid_epoch_then_resume_matches_uninterrupted_run(tmp_path, multi
     assert final["global_step"] == reference_final["global_step"] == MAX_STEPS
     for key, value in reference_final["state_dict"].items():
         assert torch.equal(final["state_dict"][key], value), key
+
+
+@pytest.mark.parametrize("stop", ["sigterm", "sigint", "max_steps"])
+def test_resume_after_a_stop_logs_at_the_uninterrupted_steps(tmp_path, multi30k_dir, stop):
+    """last.ckpt written when fit stops between batches (SIGTERM, max_steps after the last
+    validation) or inside one (Ctrl-C) resumes with the uninterrupted run's losses logged at
+    the same steps (Lightning shifts its logging step by one when it resumes from a
+    checkpoint written inside a batch, unless the checkpoint allows for it)."""
+    data = _write_corpus(multi30k_dir, tmp_path / "data", {"train": 600, "val": 20})
+
+    def config(name: str, signal_at: int | None = None, sigint: bool = False) -> Path:
+        config = yaml.safe_load(_config(tmp_path, data, name).read_text())
+        config["trainer"]["callbacks"] = [
+            {
+                "class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+                "init_args": {"dirpath": str(tmp_path / name / "checkpoints")},
+            },
+            {"class_path": "seq2seq.callbacks.LastCheckpoint"},
+        ]
+        if signal_at is not None:
+            helper = "InterruptAtStep" if sigint else "SignalAtStep"
+            config["trainer"]["callbacks"].append(
+                {"class_path": f"test_resume.{helper}", "init_args": {"step": signal_at}}
+            )
+        path = tmp_path / f"{name}.{signal_at}.yaml"
+        path.write_text(yaml.safe_dump(config))
+        return path
+
+    reference = _fit(config("reference"))
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    if stop == "sigterm":  # acted on once the batch under way has finished: step 8
+        first = _fit(config("resumed", signal_at=7))
+        assert first.returncode == 128 + signal.SIGTERM, first.stderr[-3000:]
+    elif stop == "sigint":  # interrupts batch 8 before its optimizer step
+        first = _fit(config("resumed", signal_at=8, sigint=True))
+        assert first.returncode == 128 + signal.SIGINT, first.stderr[-3000:]
+    else:
+        first = _fit(config("resumed"), "--trainer.max_steps", "8")
+        assert first.returncode == 0, first.stderr[-3000:]
+    start = load_checkpoint(tmp_path / "resumed" / "checkpoints" / "last.ckpt")["global_step"]
+    assert start == 8  # after the validation at step 5
+    resumed = _fit(config("resumed"), "--ckpt_path", "last")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    expected = _logged(tmp_path / "reference", "train/loss")
+    got = _logged(tmp_path / "resumed", "train/loss")
+    assert sorted(got) == sorted(expected) == list(range(MAX_STEPS))
+    assert {s: got[s] for s in range(start, MAX_STEPS)} == {
+        s: expected[s] for s in range(start, MAX_STEPS)
+    }
 
 
 def test_sigterm_exits_143_and_saves_last_checkpoint_only(tmp_path, multi30k_dir):
