@@ -11,12 +11,14 @@ Examples::
 from __future__ import annotations
 
 import difflib
+import logging
 import os
 import pickle
 import re
 import signal
 import sys
 import tempfile
+import warnings
 from collections.abc import Iterable, Sequence
 from datetime import timedelta
 from pathlib import Path
@@ -303,6 +305,9 @@ class Seq2SeqCLI(LightningCLI):
 
     def before_fit(self) -> None:
         _check_writable(self.trainer)
+        if self.config[self.subcommand].get("ckpt_path"):
+            # Resuming into the run's own checkpoint folder is the point, not a warning.
+            warnings.filterwarnings("ignore", message="Checkpoint directory .* is not empty")
         if self.trainer.fast_dev_run:
             # A smoke run writes no checkpoint; Lightning's ModelCheckpoint(save_last=True)
             # still writes last.ckpt when training ends, over the real run's.
@@ -459,6 +464,23 @@ def _check_config_syntax(argv: Sequence[str]) -> None:
             raise SystemExit(2) from None
 
 
+class _DropAdvertisement(logging.Filter):
+    """Drops Lightning's "💡 Tip: ... try installing litlogger" notice (not about the run)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("💡 Tip")
+
+
+_DROP_ADVERTISEMENT = _DropAdvertisement()
+
+
+def _silence_lightning_notices() -> None:
+    """Keep the output to what concerns the run: no litlogger advertisement, and no PyTorch
+    deprecation warning raised inside Lightning's own code on every command."""
+    logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_DROP_ADVERTISEMENT)
+    warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
+
+
 def cli_main(args: Sequence[str] | None = None) -> Seq2SeqCLI | None:
     """Entry point of the ``seq2seq`` console script.
 
@@ -471,6 +493,7 @@ def cli_main(args: Sequence[str] | None = None) -> Seq2SeqCLI | None:
     """
     argv = list(sys.argv[1:] if args is None else args)
     _check_config_syntax(argv)
+    _silence_lightning_notices()
     if argv and argv[0] in ("translate", "average"):
         from seq2seq import commands
 

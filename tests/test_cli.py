@@ -7,6 +7,7 @@ import io
 import signal
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import lightning as L
@@ -721,3 +722,19 @@ def test_fast_dev_run_writes_no_checkpoint_or_hypotheses(tmp_path, multi30k_dir,
     assert last.read_bytes() == before
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.is_file()) == files
     assert load_checkpoint(resolve_ckpt_path("best", [tmp_path / "checkpoints/tiny"]))
+
+
+def test_fit_prints_no_lightning_advertisement_or_internal_deprecation(
+    tmp_path, multi30k_dir, monkeypatch, caplog
+):
+    """No litlogger "💡 Tip", no PyTorch deprecation raised inside Lightning, and no
+    "Checkpoint directory ... is not empty" when resuming into the run's own folder."""
+    monkeypatch.chdir(tmp_path)
+    base = ["fit", "--config", str(CONFIGS / "tiny.yaml"), "--data.data_dir", str(multi30k_dir)]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cli_main([*base, "--trainer.max_steps", "2"])
+        cli_main([*base, "--trainer.max_steps", "3", "--ckpt_path", "last"])
+    messages = [str(w.message) for w in caught]
+    assert not [m for m in messages if "LeafSpec" in m or "is not empty" in m]
+    assert not [r for r in caplog.records if "Tip" in r.getMessage()]
