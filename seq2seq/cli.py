@@ -504,6 +504,7 @@ def cli_main(args: Sequence[str] | None = None) -> Seq2SeqCLI | None:
         TranslationDataModule,
         args=None if args is None else argv,
         parser_class=Seq2SeqArgumentParser,
+        parser_kwargs={"allow_abbrev": False},  # --trainer.max_ep is a typo, not max_epochs
         save_config_kwargs={"overwrite": True},
         seed_everything_default=1,
     )

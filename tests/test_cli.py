@@ -61,6 +61,15 @@ def test_unknown_config_key_is_named(capsys):
     assert "d_modle" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("option", ["--trainer.max_ep", "--data.vocab"])
+def test_abbreviated_options_are_refused(option, capsys):
+    """An unambiguous prefix of an option is a typo to report, not the option itself."""
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(["fit", "--config", str(CONFIGS / "tiny.yaml"), option, "7", "--print_config"])
+    assert exit_info.value.code == 2
+    assert f"unrecognized option {option}" in capsys.readouterr().err
+
+
 def _exit_of_main(monkeypatch, capsys, *argv):
     """Runs the console script's ``main`` on ``argv``; its exit status and captured output."""
     from seq2seq.cli import main
