@@ -3,6 +3,8 @@ best score in TensorBoard."""
 
 from __future__ import annotations
 
+import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -365,3 +367,54 @@ class LastCheckpoint(L.Callback):
             f"{type(exception).__name__}: saved the training state at step "
             f"{trainer.global_step} to {path}; resume with --ckpt_path last"
         )
+
+
+class TextProgress(L.Callback):
+    """One plain line of training progress every ``every_n_steps`` optimizer steps, for a log
+    written to a file or a pipe (where a progress bar's redraws would fill it with carriage
+    returns; fairseq switches to its ``simple`` log format there in the same way)::
+
+        epoch 3 | step 350 | loss 3.214 | lr 8.93e-04 | tok/s 2,950 | 0:05:12
+
+    The values are the progress bar's (logged with ``prog_bar=True``), the time is the
+    wall-clock time since this process started training. ``seq2seq fit`` adds it, with
+    ``trainer.log_every_n_steps``, when stdout is not a terminal and no progress bar is asked
+    for.
+
+    Args:
+        every_n_steps: optimizer steps between lines.
+    """
+
+    FIELDS = (
+        ("train/loss", "loss", "{:.3f}"),
+        ("train/lr", "lr", "{:.2e}"),
+        ("train/tokens_per_s", "tok/s", "{:,.0f}"),
+    )
+
+    def __init__(self, every_n_steps: int = 50) -> None:
+        if every_n_steps < 1:
+            raise ValueError(f"every_n_steps must be >= 1, got {every_n_steps}")
+        self.every_n_steps = every_n_steps
+        self._start = time.monotonic()
+        self._printed: int | None = None
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._start = time.monotonic()
+        self._printed = trainer.global_step
+
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx: int
+    ) -> None:
+        step = trainer.global_step
+        if step == self._printed or step % self.every_n_steps or not trainer.is_global_zero:
+            return
+        self._printed = step
+        metrics = trainer.progress_bar_metrics
+        parts = [f"epoch {trainer.current_epoch}", f"step {step}"]
+        parts += [
+            f"{label} {form.format(float(metrics[key]))}"
+            for key, label, form in self.FIELDS
+            if key in metrics
+        ]
+        parts.append(str(timedelta(seconds=int(time.monotonic() - self._start))))
+        print(" | ".join(parts), flush=True)

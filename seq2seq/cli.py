@@ -32,7 +32,7 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities.exceptions import MisconfigurationException, SIGTERMException
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
-from seq2seq.callbacks import TranslationWriter
+from seq2seq.callbacks import TextProgress, TranslationWriter
 from seq2seq.checkpoint import (
     AtomicCheckpointIO,
     CheckpointError,
@@ -280,19 +280,23 @@ class Seq2SeqCLI(LightningCLI):
             data["vocab_size"] = saved["vocab_size"]
 
     def instantiate_trainer(self, **kwargs) -> L.Trainer:
-        if self._progress_bar_unwanted():
+        no_bar = self._progress_bar_unwanted()
+        if no_bar:
             kwargs.setdefault("enable_progress_bar", False)
         trainer = super().instantiate_trainer(**kwargs)
+        if no_bar and self.subcommand == "fit":
+            trainer.callbacks.append(TextProgress(trainer.log_every_n_steps))
         if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
             trainer.strategy.checkpoint_io = AtomicCheckpointIO()
         return trainer
 
     def _progress_bar_unwanted(self) -> bool:
-        """Whether ``validate``, ``test`` or ``predict`` runs with stdout not a terminal (a log
-        file, a pipe) and neither ``trainer.enable_progress_bar`` nor a progress-bar callback is
-        configured: then no progress bar, whose redraws (carriage returns) would otherwise
-        surround the score lines in the log. ``fit`` keeps its bar (``tail -f`` shows it)."""
-        if self.subcommand not in ("validate", "test", "predict"):
+        """Whether a subcommand runs with stdout not a terminal (a log file, a pipe) and neither
+        ``trainer.enable_progress_bar`` nor a progress-bar callback is configured: then no
+        progress bar, whose redraws (carriage returns) would otherwise surround the score lines
+        in the log; ``fit`` prints a line of progress every ``log_every_n_steps`` steps
+        instead (:class:`seq2seq.callbacks.TextProgress`)."""
+        if self.subcommand not in ("fit", "validate", "test", "predict"):
             return False
         trainer = self.config_init[self.subcommand].get("trainer", {})
         if trainer.get("enable_progress_bar") is not None:

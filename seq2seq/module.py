@@ -499,6 +499,7 @@ class TranslationModule(L.LightningModule):
     # ------------------------------------------------------------------ scoring
     def on_validation_epoch_start(self) -> None:
         self._outputs, self._heldout_sums = {}, {}
+        self._last_batch_time = None  # train/tokens_per_s: not over a validation's time
 
     def on_test_epoch_start(self) -> None:
         self._outputs, self._heldout_sums = {}, {}

@@ -212,13 +212,15 @@ class _Terminal(io.StringIO):
 
 
 def test_evaluation_has_no_progress_bar_when_stdout_is_not_a_terminal(
-    tiny_run, multi30k_dir, monkeypatch, capsys
+    tiny_run, multi30k_dir, monkeypatch, capsys, tmp_path
 ):
     """validate/test/predict into a log or pipe: score lines without progress-bar redraws
-    (Lightning's bar is tqdm when rich is not installed; it writes carriage returns)."""
+    (Lightning's bar is tqdm when rich is not installed; it writes carriage returns); fit:
+    a plain line of progress every log_every_n_steps steps instead."""
     from lightning.pytorch.callbacks import TQDMProgressBar
     from lightning.pytorch.trainer.connectors import callback_connector
 
+    from seq2seq.callbacks import TextProgress
     from seq2seq.cli import Seq2SeqCLI
 
     monkeypatch.setattr(callback_connector, "_RICH_AVAILABLE", False)
@@ -229,13 +231,28 @@ def test_evaluation_has_no_progress_bar_when_stdout_is_not_a_terminal(
     assert cli.trainer.progress_bar_callback is None
     out = capsys.readouterr().out
     assert "val: BLEU = " in out and "\r" not in out
-    # The bar is kept on a terminal, when asked for, and in fit (only instantiated here).
+    # fit prints plain progress lines instead (TextProgress, every log_every_n_steps steps).
+    monkeypatch.chdir(tmp_path)  # a run of its own, beside the shared tiny_run
+    fit_argv = ["fit", *common, "--trainer.enable_progress_bar", "null"]
+    fit = cli_main([*fit_argv, "--trainer.max_steps", "10", "--trainer.log_every_n_steps", "5"])
+    assert fit.trainer.progress_bar_callback is None
+    out = capsys.readouterr().out
+    assert "\r" not in out
+    lines = [line for line in out.splitlines() if line.startswith("epoch ")]
+    assert [line.split(" | ")[:2] for line in lines] == [
+        ["epoch 0", "step 5"],
+        ["epoch 0", "step 10"],
+    ]
+    assert all(" | loss " in line and " | lr " in line for line in lines)
+    # The bar is kept on a terminal and when asked for (only instantiated here).
     monkeypatch.setattr(Seq2SeqCLI, "_run_subcommand", lambda self, subcommand: None)
     assert cli_main([*argv[:-1], "true"]).trainer.progress_bar_callback is not None
-    fit = cli_main(["fit", *common, "--trainer.enable_progress_bar", "null"])
-    assert isinstance(fit.trainer.progress_bar_callback, TQDMProgressBar)
+    assert cli_main([*fit_argv[:-1], "true"]).trainer.progress_bar_callback is not None
     monkeypatch.setattr("sys.stdout", _Terminal())
     assert cli_main(argv).trainer.progress_bar_callback is not None
+    fit = cli_main(fit_argv)
+    assert isinstance(fit.trainer.progress_bar_callback, TQDMProgressBar)
+    assert not [c for c in fit.trainer.callbacks if isinstance(c, TextProgress)]
 
 
 def test_predict_writes_one_line_per_input(tiny_run, monkeypatch, tmp_path):

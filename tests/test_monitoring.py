@@ -153,3 +153,14 @@ def test_invalid_settings():
         AttentionHeatmaps(sentence=-1)
     with pytest.raises(ValueError, match="mode"):
         BestScoreHparams(mode="largest")
+
+
+def test_tokens_per_s_does_not_count_validation_time():
+    """train/tokens_per_s divides a batch's tokens by the time since the previous batch ended;
+    after a validation that previous batch is unknown, so the next batch logs no rate."""
+    from seq2seq.module import TranslationModule
+
+    module = TranslationModule(vocab_size=16, d_model=8, n_heads=2, d_ff=16)
+    module._last_batch_time = 123.0  # set by on_train_batch_end
+    module.on_validation_epoch_start()
+    assert module._last_batch_time is None
