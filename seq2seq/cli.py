@@ -347,9 +347,25 @@ class Seq2SeqCLI(LightningCLI):
 
     def predict(self, **kwargs):
         """``trainer.predict``, except for a ``predict_file`` without lines: then an empty
-        output file and a notice on stderr, as ``translate`` gives no lines for no input."""
+        output file and a notice on stderr, as ``translate`` gives no lines for no input.
+
+        Raises:
+            ValueError: if the output file is the ``predict_file`` or the checkpoint (which
+                writing the translations would destroy).
+        """
         writer = next((c for c in self.trainer.callbacks if isinstance(c, TranslationWriter)), None)
         predict_file = getattr(self.datamodule, "predict_file", None)
+        if writer is not None and writer.output_path.exists():
+            for name, path in (
+                ("--data.predict_file", predict_file),
+                ("--ckpt_path", kwargs.get("ckpt_path")),
+            ):
+                if path is not None and Path(path).exists():
+                    if writer.output_path.samefile(path):
+                        raise ValueError(
+                            f"--prediction_writer.output_path {writer.output_path} is the "
+                            f"{name} file; give another file name"
+                        )
         if writer is None or predict_file is None or not _has_no_lines(predict_file):
             return self.trainer.predict(**kwargs)
         if self.trainer.is_global_zero:

@@ -64,6 +64,8 @@ def translate(argv: Sequence[str]) -> None:
             parser.error(f"--output {args.output}: folder {output.parent} does not exist")
         if args.input != "-" and output.exists() and output.samefile(args.input):
             parser.error(f"--output {args.output} is the input file; give another file name")
+        if output.exists() and Path(args.ckpt_path).exists() and output.samefile(args.ckpt_path):
+            parser.error(f"--output {args.output} is the checkpoint; give another file name")
     if args.ckpt_path in ("best", "last") and not Path(args.ckpt_path).exists():
         raise FileNotFoundError(
             f"checkpoint not found: {args.ckpt_path}; the aliases best and last work with "

@@ -276,6 +276,35 @@ def test_predict_writes_one_line_per_input(tiny_run, monkeypatch, tmp_path):
     assert written[1] == "" and written[0] != ""  # an empty line is translated as an empty line
 
 
+def test_predict_refuses_to_write_over_its_input_or_checkpoint(
+    tiny_run, monkeypatch, tmp_path, capsys
+):
+    """--prediction_writer.output_path equal to the predict file or the checkpoint is refused
+    (exit 1, one line) before anything is written; both files stay as they were."""
+    from seq2seq.cli import main
+
+    monkeypatch.chdir(tiny_run)
+    monkeypatch.delenv("SEQ2SEQ_TRACEBACK", raising=False)
+    source = tmp_path / "input.de"
+    source.write_text("Ein Mann fährt Fahrrad.\n", encoding="utf-8")
+    ckpt = tmp_path / "copy.ckpt"
+    ckpt.write_bytes((tiny_run / "checkpoints/tiny/last.ckpt").read_bytes())
+    for output, name in ((source, "--data.predict_file"), (ckpt, "--ckpt_path")):
+        before = output.read_bytes()
+        argv = [
+            "seq2seq", "predict",
+            "--config", str(CONFIGS / "tiny.yaml"),
+            "--data.predict_file", str(source),
+            "--ckpt_path", str(ckpt),
+            "--prediction_writer.output_path", str(output),
+        ]  # fmt: skip
+        monkeypatch.setattr("sys.argv", argv)
+        assert main() == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert f"is the {name} file; give another file name" in err[-1], err
+        assert output.read_bytes() == before
+
+
 def test_predict_on_an_empty_file_writes_an_empty_output(tiny_run, monkeypatch, tmp_path, capsys):
     """As translate on empty input: no lines in, no lines out (and a notice), not an error."""
     monkeypatch.chdir(tiny_run)
@@ -354,6 +383,7 @@ def test_translate_refuses_bad_input_and_settings_before_decoding(
         (["--output", str(tmp_path / "missing" / "out.en")], "does not exist"),
         (["--output", str(tmp_path)], "is a folder"),
         (["--input", str(source), "--output", str(source)], "is the input file"),
+        (["--input", str(source), "--output", ckpt], "is the checkpoint"),
         (["--length_penalty", "nan"], "--length_penalty must be a finite number"),
     ]
     if not torch.cuda.is_available():
