@@ -55,6 +55,15 @@ class InterruptAtStep(KillAtStep):
         pass
 
 
+class SignalAtEpochEndValidation(Callback):
+    """Sends SIGTERM to its own process as the validation at the end of epoch 0 starts (test
+    helper)."""
+
+    def on_validation_start(self, trainer, pl_module) -> None:
+        if trainer.current_epoch == 0 and trainer.fit_loop.epoch_loop.batch_progress.is_last_batch:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
 class SignalAtStep(KillAtStep):
     """Sends SIGTERM to its own process before training batch ``step`` (test helper)."""
 
@@ -347,3 +356,43 @@ def test_run_stopped_mid_epoch_resumes_that_epoch(tmp_path, multi30k_dir, stop):
     )
     for key, value in reference_final["state_dict"].items():
         assert torch.equal(final["state_dict"][key], value), key
+
+
+def test_sigterm_at_the_end_of_an_epoch_resumes_with_the_next_epoch_in_order(
+    tmp_path, multi30k_dir
+):
+    """SIGTERM during the validation that ends epoch 0: the resumed run trains epoch 1 with
+    epoch 1's batches (not epoch 2's shuffle), as the uninterrupted run does."""
+    data = _write_corpus(multi30k_dir, tmp_path / "data", {"train": 300, "val": 20})
+
+    def config(name: str, stop: bool = False) -> Path:
+        config = yaml.safe_load(_config(tmp_path, data, name).read_text())
+        config["trainer"].update(val_check_interval=1.0, max_steps=-1, max_epochs=2)
+        config["model"].update(dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)
+        config["trainer"]["callbacks"] = [
+            {
+                "class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+                "init_args": {"dirpath": str(tmp_path / name / "checkpoints")},
+            },
+            {"class_path": "seq2seq.callbacks.LastCheckpoint"},
+        ]
+        if stop:
+            config["trainer"]["callbacks"].append(
+                {"class_path": "test_resume.SignalAtEpochEndValidation"}
+            )
+        path = tmp_path / f"{name}.{stop}.yaml"
+        path.write_text(yaml.safe_dump(config))
+        return path
+
+    reference = _fit(config("reference"))
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    first = _fit(config("resumed", stop=True))
+    assert first.returncode == 128 + signal.SIGTERM, first.stderr[-3000:]
+    start = load_checkpoint(tmp_path / "resumed" / "checkpoints" / "last.ckpt")["global_step"]
+    resumed = _fit(config("resumed"), "--ckpt_path", "last")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    expected = _logged(tmp_path / "reference", "train/padding")
+    got = _logged(tmp_path / "resumed", "train/padding")
+    end = max(expected) + 1
+    assert start < end
+    assert {s: got[s] for s in range(start, end)} == {s: expected[s] for s in range(start, end)}

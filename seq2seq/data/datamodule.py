@@ -738,9 +738,10 @@ class TranslationDataModule(L.LightningDataModule):
         if self._train_sampler is None:
             pending = self._pending_sampler_state
             return {"train_sampler": pending} if pending else {}
-        state = self._train_sampler.state_dict()
+        state = self._train_sampler.state_dict()  # its own epoch: the batches' epoch
         if processed is not None:
-            state["epoch"] = trainer.current_epoch
+            # Lightning's current_epoch is one ahead once an epoch has ended (e.g. a checkpoint
+            # written at SIGTERM during the validation at the end of an epoch).
             state["batches_yielded"] = processed
         return {"train_sampler": state}
 
