@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 from pathlib import Path
 
@@ -88,3 +89,19 @@ def in_tmp(tmp_path, monkeypatch) -> Path:
     """Run the test inside an empty temporary folder."""
     monkeypatch.chdir(tmp_path)
     return tmp_path
+
+
+def run_main(monkeypatch, capsys, *argv: str, stdin: bytes | None = None):
+    """``seq2seq ARGV`` (the console script's ``main``) in this process, optionally reading
+    ``stdin``: (exit status, stdout, stderr lines)."""
+    from seq2seq.cli import main
+
+    monkeypatch.setattr("sys.argv", ["seq2seq", *argv])
+    if stdin is not None:
+        monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8"))
+    try:
+        code = main()
+    except SystemExit as exit_info:
+        code = exit_info.code
+    out = capsys.readouterr()
+    return code, out.out, out.err.strip().splitlines()

@@ -14,6 +14,7 @@ import lightning as L
 import pytest
 import torch
 import yaml
+from conftest import run_main
 
 from seq2seq.checkpoint import (
     CheckpointError,
@@ -255,21 +256,24 @@ def test_evaluation_has_no_progress_bar_when_stdout_is_not_a_terminal(
     assert not [c for c in fit.trainer.callbacks if isinstance(c, TextProgress)]
 
 
+def _predict_argv(source: Path, ckpt: Path, output: Path) -> list[str]:
+    """``predict`` with the tiny config: translate ``source`` with ``ckpt`` into ``output``."""
+    return [
+        "predict",
+        "--config", str(CONFIGS / "tiny.yaml"),
+        "--data.predict_file", str(source),
+        "--ckpt_path", str(ckpt),
+        "--prediction_writer.output_path", str(output),
+    ]  # fmt: skip
+
+
 def test_predict_writes_one_line_per_input(tiny_run, monkeypatch, tmp_path):
     monkeypatch.chdir(tiny_run)
     source = tmp_path / "input.de"
     lines = ["Ein Mann fährt Fahrrad.", "", "Hund " * 300, "Zwei Frauen\u2028lachen."]
     source.write_text("\n".join(lines) + "\n", encoding="utf-8")
     output = tmp_path / "output.en"
-    cli_main(
-        [
-            "predict",
-            "--config", str(CONFIGS / "tiny.yaml"),
-            "--data.predict_file", str(source),
-            "--ckpt_path", str(tiny_run / "checkpoints/tiny/last.ckpt"),
-            "--prediction_writer.output_path", str(output),
-        ]
-    )  # fmt: skip
+    cli_main(_predict_argv(source, tiny_run / "checkpoints/tiny/last.ckpt", output))
     written = output.read_text(encoding="utf-8").split("\n")
     assert written[-1] == ""
     assert len(written) - 1 == len(lines)
@@ -281,8 +285,6 @@ def test_predict_refuses_to_write_over_its_input_or_checkpoint(
 ):
     """--prediction_writer.output_path equal to the predict file or the checkpoint is refused
     (exit 1, one line) before anything is written; both files stay as they were."""
-    from seq2seq.cli import main
-
     monkeypatch.chdir(tiny_run)
     monkeypatch.delenv("SEQ2SEQ_TRACEBACK", raising=False)
     source = tmp_path / "input.de"
@@ -291,16 +293,8 @@ def test_predict_refuses_to_write_over_its_input_or_checkpoint(
     ckpt.write_bytes((tiny_run / "checkpoints/tiny/last.ckpt").read_bytes())
     for output, name in ((source, "--data.predict_file"), (ckpt, "--ckpt_path")):
         before = output.read_bytes()
-        argv = [
-            "seq2seq", "predict",
-            "--config", str(CONFIGS / "tiny.yaml"),
-            "--data.predict_file", str(source),
-            "--ckpt_path", str(ckpt),
-            "--prediction_writer.output_path", str(output),
-        ]  # fmt: skip
-        monkeypatch.setattr("sys.argv", argv)
-        assert main() == 1
-        err = capsys.readouterr().err.strip().splitlines()
+        code, _, err = run_main(monkeypatch, capsys, *_predict_argv(source, ckpt, output))
+        assert code == 1
         assert f"is the {name} file; give another file name" in err[-1], err
         assert output.read_bytes() == before
 
@@ -313,15 +307,7 @@ def test_predict_on_an_empty_file_writes_an_empty_output(tiny_run, monkeypatch, 
     gzipped.write_bytes(gzip.compress(b"\xef\xbb\xbf"))  # a byte-order mark only: no line
     for source in (empty, gzipped):
         output = tmp_path / "out" / f"{source.name}.en"
-        cli_main(
-            [
-                "predict",
-                "--config", str(CONFIGS / "tiny.yaml"),
-                "--data.predict_file", str(source),
-                "--ckpt_path", str(tiny_run / "checkpoints/tiny/last.ckpt"),
-                "--prediction_writer.output_path", str(output),
-            ]
-        )  # fmt: skip
+        cli_main(_predict_argv(source, tiny_run / "checkpoints/tiny/last.ckpt", output))
         assert output.read_bytes() == b""
         err = capsys.readouterr().err.splitlines()
         assert f"seq2seq: the predict file {source} has no lines; wrote an empty {output}" in err
@@ -343,17 +329,8 @@ def test_translate_from_checkpoint_alone(tiny_run, tmp_path):
 
 def _translate_main(monkeypatch, capsys, stdin: bytes, *argv: str):
     """``seq2seq translate ARGV`` in this process with ``stdin``: (exit status, stdout, stderr)."""
-    from seq2seq.cli import main
-
     monkeypatch.delenv("SEQ2SEQ_TRACEBACK", raising=False)
-    monkeypatch.setattr("sys.argv", ["seq2seq", "translate", *argv])
-    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8"))
-    try:
-        code = main()
-    except SystemExit as exit_info:
-        code = exit_info.code
-    out = capsys.readouterr()
-    return code, out.out, out.err.strip().splitlines()
+    return run_main(monkeypatch, capsys, "translate", *argv, stdin=stdin)
 
 
 def test_translate_refuses_bad_input_and_settings_before_decoding(

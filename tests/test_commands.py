@@ -8,23 +8,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import run_main
 
 from seq2seq.checkpoint import load_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def _main(monkeypatch, capsys, *argv: str) -> tuple[int, str, list[str]]:
-    """``seq2seq ARGV`` in this process: (exit status, stdout, stderr lines)."""
-    from seq2seq.cli import main
-
-    monkeypatch.setattr("sys.argv", ["seq2seq", *argv])
-    try:
-        code = main()
-    except SystemExit as exit_info:
-        code = exit_info.code
-    out = capsys.readouterr()
-    return code, out.out, out.err.strip().splitlines()
 
 
 def _training_checkpoint(path: Path, value: float, mtime: float) -> Path:
@@ -64,7 +52,7 @@ def test_average_refuses_an_output_that_is_an_input(run_dir, monkeypatch, capsys
         (["ckpts/epoch=2.ckpt", str(first)], "ckpts/../ckpts/epoch=1.ckpt"),  # another spelling
         ([str(link)], str(first)),  # the same file through a link
     ]:
-        code, out, err = _main(
+        code, out, err = run_main(
             monkeypatch, capsys, "average", "--inputs", *inputs, "--output", output
         )
         assert code == 2 and out == "", (inputs, output)
@@ -81,7 +69,7 @@ def test_average_dir_skips_its_output_and_averaged_checkpoints(run_dir, monkeypa
     # Run twice with the same --output, then into another file beside it: each time the
     # three newest training checkpoints, never avg.ckpt (the output, or an averaged one).
     for target in (output, output, run_dir / "avg2.ckpt"):
-        code, out, err = _main(monkeypatch, capsys, *argv, "--output", str(target))
+        code, out, err = run_main(monkeypatch, capsys, *argv, "--output", str(target))
         assert code == 0, err
         assert out.startswith(f"averaged 3 checkpoints into {target}: ")
         averaged = load_checkpoint(target)
@@ -89,20 +77,20 @@ def test_average_dir_skips_its_output_and_averaged_checkpoints(run_dir, monkeypa
         torch.testing.assert_close(averaged["state_dict"]["w"], torch.full((3,), 3.0))
         assert "optimizer_states" not in averaged
     # Too few left once last.ckpt and the averaged files are set aside: the error names them.
-    code, out, err = _main(monkeypatch, capsys, *argv[:-1], "5", "--output", "other.ckpt")
+    code, out, err = run_main(monkeypatch, capsys, *argv[:-1], "5", "--output", "other.ckpt")
     assert code == 2 and out == ""
     assert "holds 4 checkpoint file(s) to average" in err[-1]
     assert "(avg2.ckpt, avg.ckpt)" in err[-1] or "(avg.ckpt, avg2.ckpt)" in err[-1]
 
 
 def test_average_help_says_what_dir_leaves_out(monkeypatch, capsys):
-    code, out, _ = _main(monkeypatch, capsys, "average", "--help")
+    code, out, _ = run_main(monkeypatch, capsys, "average", "--help")
     assert code == 0
     assert "averaged checkpoints excluded" in " ".join(out.split())
 
 
 def test_average_of_one_checkpoint_says_checkpoint(run_dir, monkeypatch, capsys):
-    code, out, err = _main(
+    code, out, err = run_main(
         monkeypatch, capsys, "average", "--inputs", "ckpts/epoch=1.ckpt", "--output", "one.ckpt"
     )
     assert code == 0, err
@@ -125,7 +113,7 @@ def test_translator_refuses_a_single_string(tiny_run):
 def test_traceback_switch_off_values_keep_errors_to_one_line(value, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("SEQ2SEQ_TRACEBACK", value)
-    code, _, err = _main(monkeypatch, capsys, "translate", "--ckpt_path", "nope.ckpt")
+    code, _, err = run_main(monkeypatch, capsys, "translate", "--ckpt_path", "nope.ckpt")
     assert code == 1
     assert err == [
         "seq2seq: error: checkpoint not found: nope.ckpt (SEQ2SEQ_TRACEBACK=1 shows where)"
@@ -146,7 +134,7 @@ def test_traceback_switch_on_values_raise(value, tmp_path, monkeypatch, capsys):
 def test_traceback_switch_off_keeps_argument_errors_brief(monkeypatch, capsys):
     monkeypatch.setenv("SEQ2SEQ_TRACEBACK", "0")
     config = str(REPO / "configs" / "tiny.yaml")
-    code, _, err = _main(monkeypatch, capsys, "fit", "--config", config, "--model.d_modle", "6")
+    code, _, err = run_main(monkeypatch, capsys, "fit", "--config", config, "--model.d_modle", "6")
     assert code == 2
     assert err[-1].startswith("For the full list of options run: seq2seq fit --help"), err
     assert "usage:" not in "\n".join(err), err
@@ -156,7 +144,7 @@ def test_traceback_switch_off_keeps_argument_errors_brief(monkeypatch, capsys):
 def test_translate_with_an_alias_says_it_needs_a_file(alias, tmp_path, monkeypatch, capsys):
     monkeypatch.delenv("SEQ2SEQ_TRACEBACK", raising=False)
     monkeypatch.chdir(tmp_path)
-    code, out, err = _main(monkeypatch, capsys, "translate", "--ckpt_path", alias)
+    code, out, err = run_main(monkeypatch, capsys, "translate", "--ckpt_path", alias)
     assert code == 1 and out == ""
     assert len(err) == 1, err
     assert err[0].startswith(f"seq2seq: error: checkpoint not found: {alias}; ")
@@ -169,7 +157,7 @@ def test_translate_with_a_file_named_like_an_alias_reads_it(tmp_path, monkeypatc
     monkeypatch.delenv("SEQ2SEQ_TRACEBACK", raising=False)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "best").write_text("not a checkpoint\n")
-    code, _, err = _main(monkeypatch, capsys, "translate", "--ckpt_path", "best")
+    code, _, err = run_main(monkeypatch, capsys, "translate", "--ckpt_path", "best")
     assert code == 1 and "best is not a PyTorch checkpoint" in err[0]
 
 
