@@ -250,6 +250,12 @@ def average_checkpoints(paths: Sequence[str | Path], output: str | Path) -> Path
     (``seq2seq average --dir`` leaves such files out). Averaging the last checkpoints of a run
     is the practice of Vaswani et al. (2017), Section 6.1.
 
+    The checkpoints must hold the same model: besides equal parameter names and shapes, the
+    same SentencePiece model (the joint source/target vocabulary: two vocabularies of one size
+    give equal shapes, but each id stands for another piece) and the same model settings
+    (``checkpoint["seq2seq"]["model_config"]``, e.g. ``activation``, ``n_heads`` or
+    ``norm_first``; the dropout rates, which only act in training, may differ).
+
     Args:
         paths: two or more checkpoints of the same model.
         output: file to write; written to a temporary name, then renamed into place.
@@ -258,28 +264,37 @@ def average_checkpoints(paths: Sequence[str | Path], output: str | Path) -> Path
         The output path.
 
     Raises:
-        ValueError: if fewer than one path is given or the checkpoints hold different
-            parameter names or shapes (naming the first difference).
+        ValueError: if no path is given.
+        CheckpointError: (a ``ValueError``) naming both files, if a checkpoint holds no
+            ``state_dict``, or its model settings, SentencePiece model (or whether it carries
+            one), parameter names or shapes differ from the first checkpoint's (naming the
+            first difference); nothing is written then. Also raised by
+            :func:`load_checkpoint` for a file that is no checkpoint.
     """
     if not paths:
         raise ValueError("average_checkpoints needs at least one checkpoint")
     total: dict[str, torch.Tensor] = {}
     last: dict[str, Any] = {}
+    first: dict[str, Any] = {}
     for i, path in enumerate(paths):
         last = load_checkpoint(path)
+        if not isinstance(last.get("state_dict"), dict):
+            raise CheckpointError(f"{path} holds no model weights (no state_dict) to average")
         state = last["state_dict"]
         if i == 0:
             total = {
                 k: v.double() if v.is_floating_point() else v.clone() for k, v in state.items()
             }
             names = set(state)
+            first = last
             continue
+        _check_same_model(paths[0], first, path, last)
         if set(state) != names:
             diff = sorted(set(state) ^ names)[:3]
-            raise ValueError(f"{path} has other parameters than {paths[0]}: {diff}")
+            raise CheckpointError(f"{path} has other parameters than {paths[0]}: {diff}")
         for key, value in state.items():
             if value.shape != total[key].shape:
-                raise ValueError(
+                raise CheckpointError(
                     f"{path}: parameter {key} has shape {tuple(value.shape)}, "
                     f"but {paths[0]} has {tuple(total[key].shape)}"
                 )
@@ -303,3 +318,77 @@ def average_checkpoints(paths: Sequence[str | Path], output: str | Path) -> Path
     torch.save(result, tmp)
     tmp.replace(output)
     return output
+
+
+def _check_same_model(
+    first_path: str | Path, first: dict[str, Any], path: str | Path, checkpoint: dict[str, Any]
+) -> None:
+    """Refuse to average ``checkpoint`` (from ``path``) with ``first`` (from ``first_path``)
+    when their model settings or SentencePiece models differ.
+
+    Model settings are compared where both checkpoints record them, leaving out the dropout
+    rates; a SentencePiece model must be carried by both checkpoints or by neither, and be
+    byte-for-byte the same.
+
+    Raises:
+        CheckpointError: naming both files and what differs.
+    """
+    from seq2seq.module import _NON_STRUCTURAL, CHECKPOINT_KEY
+
+    extra_a = first.get(CHECKPOINT_KEY) or {}
+    extra_b = checkpoint.get(CHECKPOINT_KEY) or {}
+    config_a = extra_a.get("model_config") or {}
+    config_b = extra_b.get("model_config") or {}
+    differing = [
+        f"{key}: {config_a[key]!r} in {first_path}, {config_b[key]!r} in {path}"
+        for key in config_a
+        if key in config_b and config_a[key] != config_b[key] and key not in _NON_STRUCTURAL
+    ]
+    if differing:
+        raise CheckpointError(
+            f"cannot average {path} with {first_path}: they were built with other model "
+            f"settings ({'; '.join(differing)}); average checkpoints of one model"
+        )
+    blob_a, blob_b = extra_a.get("tokenizer"), extra_b.get("tokenizer")
+    if blob_a is None and blob_b is None:
+        return
+    if blob_a is None or blob_b is None:
+        has, lacks = (path, first_path) if blob_a is None else (first_path, path)
+        raise CheckpointError(
+            f"cannot average {path} with {first_path}: {has} carries a SentencePiece model "
+            f"(the joint source/target tokenizer) and {lacks} carries none, so they cannot be "
+            "checked to share a vocabulary; average checkpoints of one run"
+        )
+    if torch.equal(blob_a.cpu(), blob_b.cpu()):
+        return
+    difference = _tokenizer_difference(first_path, blob_a, path, blob_b)
+    raise CheckpointError(
+        f"cannot average {path} with {first_path}: they carry different SentencePiece models "
+        f"(the joint source/target tokenizer): {difference}; average checkpoints trained with "
+        "the same tokenizer (data.* settings)"
+    )
+
+
+def _tokenizer_difference(
+    path_a: str | Path, blob_a: torch.Tensor, path_b: str | Path, blob_b: torch.Tensor
+) -> str:
+    """How two different serialized SentencePiece models (uint8 tensors) differ, in words:
+    their sizes, the first id whose piece differs, or else their segmentation settings."""
+    from seq2seq.data.tokenizer import Tokenizer
+
+    a = Tokenizer.from_bytes(blob_a.cpu().numpy().tobytes(), name=f"the tokenizer of {path_a}")
+    b = Tokenizer.from_bytes(blob_b.cpu().numpy().tobytes(), name=f"the tokenizer of {path_b}")
+    if a.vocab_size != b.vocab_size:
+        return f"{a.vocab_size} pieces in {path_a}, {b.vocab_size} in {path_b}"
+    ids = list(range(a.vocab_size))
+    for i, piece_a, piece_b in zip(ids, a.id_to_piece(ids), b.id_to_piece(ids), strict=True):
+        if piece_a != piece_b:
+            return (
+                f"both have {a.vocab_size} pieces, but id {i} is {piece_a!r} in {path_a} and "
+                f"{piece_b!r} in {path_b}, so the same ids stand for other pieces and the mean "
+                "of the weights is meaningless"
+            )
+    return (
+        f"both have the same {a.vocab_size} pieces, but other piece scores or normalization "
+        "settings, so they segment text differently"
+    )

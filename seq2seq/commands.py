@@ -19,7 +19,9 @@ def translate(argv: Sequence[str]) -> None:
     Reads one sentence per line (stdin by default), writes one translation per line (stdout by
     default) in input order; with ``--scores``, ``score<TAB>text`` lines; with ``--n_best N > 1``
     ``index<TAB>score<TAB>text`` lines, N per input sentence (``index`` the 0-based input
-    line). A score is the hypothesis's length-penalised log-probability (higher is better).
+    line). A score is the hypothesis's length-penalised log-probability (higher is better). A
+    line with no token the model knows (empty or blank) is translated as empty text scored
+    0.0000, in N rows with ``--n_best N`` like any other line.
     """
     parser = argparse.ArgumentParser(
         prog="seq2seq translate", description=translate.__doc__, allow_abbrev=False
@@ -123,9 +125,11 @@ def _check_device(parser: argparse.ArgumentParser, name: str) -> None:
 def average(argv: Sequence[str]) -> None:
     """``seq2seq average --inputs a.ckpt b.ckpt ... --output avg.ckpt`` or ``--dir D --last N``.
 
-    Writes the element-wise mean of the checkpoints' parameters. ``--output`` must not be one
-    of the inputs. With ``--dir``, ``last.ckpt``, the ``--output`` file and checkpoints written
-    by ``seq2seq average`` (weights only) are not counted among the newest.
+    Writes the element-wise mean of the checkpoints' parameters. The checkpoints must hold the
+    same model: the same SentencePiece model (tokenizer) and model settings (dropout aside),
+    parameter names and shapes. ``--output`` must not be one of the inputs. With ``--dir``,
+    ``last.ckpt``, the ``--output`` file and checkpoints written by ``seq2seq average``
+    (weights only) are not counted among the newest.
     """
     parser = argparse.ArgumentParser(
         prog="seq2seq average", description=average.__doc__, allow_abbrev=False

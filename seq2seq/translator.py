@@ -31,7 +31,9 @@ class Translator:
     Sentences are encoded with the module's SentencePiece model, sorted by length, cut into
     batches of at most ``max_tokens`` padded source tokens, decoded, and returned in input
     order. Sources longer than the model's ``max_positions`` are truncated (with a warning);
-    a sentence with no token (empty, or only spaces) is translated as an empty string.
+    a sentence with no token the model knows (empty, only spaces, or only characters outside
+    the vocabulary) is translated as an empty string, scored 0.0 (``n_best`` such pairs in an
+    n-best list).
 
     Args:
         module: a module with its tokenizer attached.
@@ -129,8 +131,8 @@ class Translator:
             beam_size: ``None`` uses the module's ``beam_size``; 1 is greedy search.
             n_best: with 1, return one string per sentence; with more, a list of
                 ``(text, score)`` pairs per sentence, best first (the score is the
-                length-penalised log-probability; a sentence with no token gets one pair
-                ``("", 0.0)``).
+                length-penalised log-probability; a sentence with no token the model knows
+                gets ``n_best`` pairs ``("", 0.0)``).
             return_scores: with ``n_best`` 1, return a one-pair list ``[(text, score)]`` per
                 sentence instead of the string.
 

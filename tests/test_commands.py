@@ -1,8 +1,10 @@
 """``seq2seq average`` and ``seq2seq translate`` edge cases, the ``SEQ2SEQ_TRACEBACK`` switch
-and the ``Translator`` API's argument check."""
+and the ``Translator`` API's argument check and n-best lists."""
 
 from __future__ import annotations
 
+import gzip
+import itertools
 import os
 from pathlib import Path
 
@@ -10,7 +12,7 @@ import pytest
 import torch
 from conftest import run_main
 
-from seq2seq.checkpoint import load_checkpoint
+from seq2seq.checkpoint import CheckpointError, average_checkpoints, load_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -95,6 +97,101 @@ def test_average_of_one_checkpoint_says_checkpoint(run_dir, monkeypatch, capsys)
     )
     assert code == 0, err
     assert out == "averaged 1 checkpoint into one.ckpt: ckpts/epoch=1.ckpt\n"
+
+
+@pytest.fixture(scope="module")
+def other_tokenizer_blob(multi30k_dir, tmp_path_factory) -> torch.Tensor:
+    """A SentencePiece model with as many pieces as the tiny run's (500), trained on English
+    lines only, as the uint8 tensor a checkpoint carries."""
+    from seq2seq.data.tokenizer import Tokenizer
+
+    with gzip.open(multi30k_dir / "train.en.gz", "rt", encoding="utf-8") as f:
+        lines = [line.rstrip("\n") for line in itertools.islice(f, 3000)]
+    path = tmp_path_factory.mktemp("spm_en") / "en.model"
+    data = Tokenizer.train(lines, path, vocab_size=500).to_bytes()
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8).clone()
+
+
+def _variant(checkpoint: dict, path: Path, **seq2seq_entries) -> Path:
+    """``checkpoint`` with some ``checkpoint["seq2seq"]`` entries replaced, saved to ``path``."""
+    variant = dict(checkpoint)
+    variant["seq2seq"] = {**checkpoint["seq2seq"], **seq2seq_entries}
+    torch.save(variant, path)
+    return path
+
+
+def test_average_refuses_checkpoints_with_other_tokenizers_or_settings(
+    tiny_run, other_tokenizer_blob, tmp_path, monkeypatch, capsys
+):
+    """Equal shapes are not enough: a vocabulary of the same size but other pieces, or another
+    activation, makes the mean of the weights meaningless. The error names both files."""
+    monkeypatch.delenv("SEQ2SEQ_TRACEBACK", raising=False)
+    monkeypatch.chdir(tmp_path)
+    last = tiny_run / "checkpoints/tiny/last.ckpt"
+    checkpoint = load_checkpoint(last)
+    assert not torch.equal(checkpoint["seq2seq"]["tokenizer"], other_tokenizer_blob)
+    config = checkpoint["seq2seq"]["model_config"]
+    other_vocab = _variant(checkpoint, tmp_path / "en_vocab.ckpt", tokenizer=other_tokenizer_blob)
+    gelu = _variant(
+        checkpoint, tmp_path / "gelu.ckpt", model_config={**config, "activation": "gelu"}
+    )
+    no_tokenizer = dict(checkpoint)
+    no_tokenizer["seq2seq"] = {k: v for k, v in checkpoint["seq2seq"].items() if k != "tokenizer"}
+    torch.save(no_tokenizer, tmp_path / "no_spm.ckpt")
+    cases = [
+        (other_vocab, ["en_vocab.ckpt", "different SentencePiece models", "500 pieces"]),
+        (gelu, ["gelu.ckpt", "other model settings", "activation: 'relu' in", "'gelu' in"]),
+        (tmp_path / "no_spm.ckpt", ["no_spm.ckpt carries none"]),
+    ]
+    for other, expected in cases:
+        with pytest.raises(CheckpointError) as info:
+            average_checkpoints([last, other], tmp_path / "avg.ckpt")
+        message = str(info.value)
+        for part in [str(last), *expected]:
+            assert part in message, (part, message)
+        # The command: one line on stderr, status 1, no output file.
+        code, out, err = run_main(
+            monkeypatch, capsys, "average", "--inputs", str(last), str(other), "--output", "a.ckpt"
+        )
+        assert code == 1 and out == "" and len(err) == 1, err
+        assert err[0].startswith("seq2seq: error: ") and str(other) in err[0], err
+        assert not (tmp_path / "a.ckpt").exists() and not (tmp_path / "avg.ckpt").exists()
+    # Dropout only acts in training: checkpoints that differ there average.
+    dropped = _variant(
+        checkpoint, tmp_path / "dropout.ckpt", model_config={**config, "dropout": 0.3}
+    )
+    assert average_checkpoints([last, dropped], tmp_path / "avg.ckpt").is_file()
+
+
+def test_translate_n_best_writes_n_rows_for_empty_lines(tiny_run, monkeypatch, capsys):
+    """An empty or blank input line gets n_best rows (empty text, score 0) like any other."""
+    monkeypatch.delenv("SEQ2SEQ_TRACEBACK", raising=False)
+    ckpt = str(tiny_run / "checkpoints/tiny/last.ckpt")
+    source = "Ein Hund läuft.\n\nEine Frau singt.\n   \n".encode()
+    for extra in ([], ["--scores"]):
+        code, out, err = run_main(
+            monkeypatch, capsys, "translate", "--ckpt_path", ckpt, "--beam_size", "3",
+            "--n_best", "3", *extra, stdin=source,
+        )  # fmt: skip
+        assert code == 0, err
+        rows = [line.split("\t") for line in out.splitlines()]
+        assert [row[0] for row in rows] == [str(i) for i in range(4) for _ in range(3)], rows
+        for blank in (1, 3):
+            assert rows[3 * blank : 3 * blank + 3] == [[str(blank), "0.0000", ""]] * 3
+
+
+def test_translator_n_best_lists_have_n_entries(tiny_run):
+    from seq2seq.translator import Translator
+
+    translator = Translator.from_checkpoint(tiny_run / "checkpoints/tiny/last.ckpt", device="cpu")
+    sentences = ["", "Ein Hund läuft.", " ", "\u2060"]
+    results = translator.translate(sentences, beam_size=3, n_best=3)
+    assert [len(hyps) for hyps in results] == [3, 3, 3, 3]
+    for i in (0, 2, 3):
+        assert results[i] == [("", 0.0)] * 3
+    assert translator.translate(sentences, beam_size=3) == ["", results[1][0][0], "", ""]
+    scored = translator.translate(sentences, beam_size=3, return_scores=True)
+    assert [hyps[0] for hyps in scored] == [hyps[0] for hyps in results]
 
 
 def test_translator_refuses_a_single_string(tiny_run):
