@@ -4,6 +4,7 @@ Examples::
 
     seq2seq fit  --config configs/multi30k_de_en.yaml --data.data_dir ../shared/data/multi30k
     seq2seq test --config configs/multi30k_de_en.yaml --ckpt_path best
+    seq2seq validate --config configs/tiny.yaml --ckpt_path untrained  # a smoke test
     seq2seq translate --ckpt_path model.ckpt < source.de > output.en
     seq2seq average --inputs a.ckpt b.ckpt --output averaged.ckpt
 """
@@ -28,6 +29,7 @@ import lightning as L
 import yaml
 from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar, Timer
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities.exceptions import MisconfigurationException, SIGTERMException
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
@@ -45,6 +47,17 @@ from seq2seq.evaluation import write_lines
 from seq2seq.module import CHECKPOINT_KEY, TranslationModule, tokenizer_from_checkpoint
 
 _OFF_VALUES = ("", "0", "false", "no", "off")
+
+#: ``--ckpt_path`` of ``validate``/``test``/``predict`` that asks for the model of the config
+#: with freshly initialised weights (without any ``--ckpt_path`` they refuse to run).
+UNTRAINED = "untrained"
+
+#: What ``validate``/``test``/``predict`` do with the checkpoint (for their error and help).
+_USES = {
+    "validate": ("score", "scores"),
+    "test": ("score", "scores"),
+    "predict": ("translate with", "translates with"),
+}
 
 
 def _traceback_wanted() -> bool:
@@ -223,9 +236,28 @@ class Seq2SeqCLI(LightningCLI):
     resumes with the config's architecture and stops with an error naming the settings that
     differ from the checkpoint's.
 
+    ``validate``, ``test`` and ``predict`` need ``--ckpt_path``: without one they stop with an
+    argument error (exit status 2) rather than score the untrained model of the config;
+    ``--ckpt_path untrained`` does that on purpose (a smoke test).
+
     ``fit`` checks that the log and checkpoint folders are writable before training starts,
-    and writes checkpoints atomically (:class:`~seq2seq.checkpoint.AtomicCheckpointIO`).
+    and writes checkpoints atomically (:class:`~seq2seq.checkpoint.AtomicCheckpointIO`). A
+    command that fails removes the log and checkpoint folders it created that are still empty.
     """
+
+    def _prepare_subcommand_parser(self, klass, subcommand: str, **kwargs):
+        parser = super()._prepare_subcommand_parser(klass, subcommand, **kwargs)
+        if subcommand in _USES:
+            for action in parser._actions:
+                if action.dest == "ckpt_path":
+                    verb, verbs = _USES[subcommand]
+                    action.help = (
+                        f"The checkpoint to {verb}: best or last (found in the dirpath of the "
+                        "config's ModelCheckpoint) or a checkpoint file. Required; --ckpt_path "
+                        f"{UNTRAINED} {verbs} the model of the config with freshly initialised "
+                        "weights instead (a smoke test)."
+                    )
+        return parser
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.link_arguments("data.vocab_size", "model.vocab_size", apply_on="parse")
@@ -240,6 +272,17 @@ class Seq2SeqCLI(LightningCLI):
             return
         config = self.config[subcommand]
         ckpt_path = config.get("ckpt_path")
+        self._resumed_step = None
+        if subcommand in _USES:
+            if not ckpt_path:
+                verb, verbs = _USES[subcommand]
+                self._subcommand_parsers[subcommand].error(
+                    f"{subcommand} needs --ckpt_path best, last or FILE, the checkpoint to "
+                    f"{verb}; --ckpt_path {UNTRAINED} {verbs} the model of the config with "
+                    "freshly initialised weights"
+                )
+            if str(ckpt_path) == UNTRAINED:
+                return
         if ckpt_path in ("best", "last") and not (subcommand == "fit" and ckpt_path == "last"):
             config["ckpt_path"] = str(resolve_ckpt_path(ckpt_path, _checkpoint_dirs(config)))
         elif ckpt_path == "last":
@@ -251,7 +294,6 @@ class Seq2SeqCLI(LightningCLI):
                 config["ckpt_path"] = None
                 where = ", ".join(str(d) for d in dirs) or "the configured checkpoint folder"
                 rank_zero_info(f"--ckpt_path last: no last.ckpt in {where}; training from scratch")
-        self._resumed_step = None
         if config.get("ckpt_path"):  # a bad checkpoint is reported before any data is read
             checkpoint = load_checkpoint(config["ckpt_path"], mmap=True)
             self._resumed_step = checkpoint.get("global_step")
@@ -268,7 +310,7 @@ class Seq2SeqCLI(LightningCLI):
         if not subcommand:
             return
         ckpt_path = self.config[subcommand].get("ckpt_path")
-        if subcommand == "fit" or not ckpt_path or not Path(ckpt_path).is_file():
+        if subcommand == "fit" or _untrained_or_none(ckpt_path) or not Path(ckpt_path).is_file():
             return
         checkpoint = load_checkpoint(ckpt_path)
         saved = checkpoint.get(CHECKPOINT_KEY, {}).get("model_config", {})
@@ -318,7 +360,26 @@ class Seq2SeqCLI(LightningCLI):
             for callback in self.trainer.checkpoint_callbacks:
                 callback.save_last = False
 
+    def _prepare_subcommand_kwargs(self, subcommand: str) -> dict:
+        kwargs = super()._prepare_subcommand_kwargs(subcommand)
+        if subcommand in _USES and str(kwargs.get("ckpt_path")) == UNTRAINED:
+            kwargs["ckpt_path"] = None  # Lightning: the model's current (fresh) weights
+        return kwargs
+
     def _run_subcommand(self, subcommand: str) -> None:
+        """Runs ``subcommand``; when it fails, removes the empty folders it created (on the
+        process of global rank 0 only)."""
+        new_folders = _missing_folders(self.trainer) if self.trainer.is_global_zero else []
+        try:
+            self._run_and_explain(subcommand)
+        except BaseException:
+            if new_folders:
+                _remove_empty_folders(new_folders, self.trainer)
+            raise
+
+    def _run_and_explain(self, subcommand: str) -> None:
+        """``LightningCLI._run_subcommand``, with Ctrl-C and Lightning's hparams clash
+        reported as what they are."""
         try:
             super()._run_subcommand(subcommand)
         except SystemExit as stop:
@@ -395,7 +456,11 @@ class Seq2SeqCLI(LightningCLI):
 
     def after_instantiate_classes(self) -> None:
         ckpt_path = self.config[self.subcommand].get("ckpt_path") if self.subcommand else None
-        if ckpt_path and self.subcommand != "fit" and Path(ckpt_path).is_file():
+        if (
+            self.subcommand != "fit"
+            and not _untrained_or_none(ckpt_path)
+            and Path(ckpt_path).is_file()
+        ):
             # Evaluate and predict with the tokenizer the checkpoint was trained with.
             checkpoint = load_checkpoint(ckpt_path)
             tokenizer = tokenizer_from_checkpoint(checkpoint)
@@ -430,6 +495,75 @@ def _check_writable(trainer: L.Trainer) -> None:
                 f"cannot write to {folder} ({setting}): {err.strerror or err}; choose a "
                 "writable folder before training",
             ) from err
+
+
+def _untrained_or_none(ckpt_path: str | Path | None) -> bool:
+    """Whether ``ckpt_path`` names no checkpoint file: not given, or ``untrained``."""
+    return not ckpt_path or str(ckpt_path) == UNTRAINED
+
+
+def _run_folders(trainer: L.Trainer) -> list[Path]:
+    """The local folders a run of ``trainer`` writes into (absolute, not necessarily existing):
+    each ``ModelCheckpoint``'s ``dirpath``, the ``save_dir`` of each logger, for a TensorBoard
+    or CSV logger its ``root_dir`` and, once that exists, its ``log_dir`` (which fixes the
+    run's version number, as the logger itself would; before, the logger would warn of a
+    missing folder), and ``default_root_dir``. Remote paths (``s3://...``) are left out."""
+    folders: list = [
+        callback.dirpath for callback in trainer.callbacks if isinstance(callback, ModelCheckpoint)
+    ]
+    for logger in trainer.loggers:
+        folders.append(getattr(logger, "save_dir", None))
+        if isinstance(logger, (TensorBoardLogger, CSVLogger)):
+            folders.append(logger.root_dir)
+            if os.path.isdir(logger.root_dir):
+                folders.append(logger.log_dir)
+    folders.append(trainer.default_root_dir)
+    return [
+        Path(os.path.realpath(os.path.expanduser(folder)))
+        for folder in folders
+        if isinstance(folder, (str, os.PathLike)) and str(folder) and "://" not in str(folder)
+    ]
+
+
+def _missing_folders(trainer: L.Trainer) -> list[Path]:
+    """The folders of :func:`_run_folders` and their parents that do not exist (yet); a path
+    that cannot be checked (e.g. no permission) counts as existing. Empty if the folders
+    cannot be listed."""
+    try:
+        folders = _run_folders(trainer)
+    except Exception:  # nothing is removed then; the command itself reports any real fault
+        return []
+    missing = []
+    for folder in folders:
+        for path in (folder, *folder.parents):
+            try:
+                os.lstat(path)
+                break
+            except FileNotFoundError:
+                missing.append(path)
+            except OSError:
+                break
+    return list(dict.fromkeys(missing))
+
+
+def _remove_empty_folders(new_folders: list[Path], trainer: L.Trainer) -> None:
+    """Removes each of ``new_folders`` (folders that did not exist when the command started)
+    that is now an empty folder, deepest first, so that a parent emptied by the removal of its
+    children goes too; also the empty folders of :func:`_run_folders` found only now (such as a
+    ``ModelCheckpoint`` folder inside the new ``log_dir``) that lie inside one of
+    ``new_folders``. A folder holding anything, or that existed before, is left alone; a folder
+    that cannot be removed is left as it is, silently."""
+    new = set(new_folders)
+    try:
+        found = [f for f in _run_folders(trainer) if new.intersection(f.parents)]
+    except Exception:  # cleaning up after an error must not replace that error
+        found = []
+    for folder in sorted(set(found) | new, key=lambda p: len(p.parts), reverse=True):
+        try:
+            if folder.is_dir() and not folder.is_symlink():
+                folder.rmdir()  # only ever removes an empty folder
+        except OSError:
+            pass
 
 
 def _has_no_lines(path: str | Path) -> bool:

@@ -278,6 +278,12 @@ def test_predict_writes_one_line_per_input(tiny_run, monkeypatch, tmp_path):
     assert written[-1] == ""
     assert len(written) - 1 == len(lines)
     assert written[1] == "" and written[0] != ""  # an empty line is translated as an empty line
+    # n-best rows: n_best of them for every line, the empty one included (empty text, score 0).
+    argv = _predict_argv(source, tiny_run / "checkpoints/tiny/last.ckpt", output)
+    cli_main([*argv, "--prediction_writer.n_best", "2", "--model.beam_size", "2"])
+    rows = [row.split("\t") for row in output.read_text(encoding="utf-8").splitlines()]
+    assert [row[0] for row in rows] == ["0", "0", "1", "1", "2", "2", "3", "3"]
+    assert rows[2] == rows[3] == ["1", "0.0000", ""]
 
 
 def test_predict_refuses_to_write_over_its_input_or_checkpoint(
@@ -637,7 +643,7 @@ def test_translate_scores_flag(tiny_run, monkeypatch, capsys):
     assert rows[0][0] == nbest[0][1] and float(rows[0][0]) < 0
     # --n_best above 1 keeps its index<TAB>score<TAB>text rows, with or without --scores.
     assert runs["nbest_scores"] == runs["nbest"]
-    assert [row[0] for row in nbest] == ["0", "0", "1", "2", "2"]
+    assert [row[0] for row in nbest] == ["0", "0", "1", "1", "2", "2"]
 
 
 @pytest.mark.parametrize(
@@ -771,3 +777,44 @@ def test_fit_prints_no_lightning_advertisement_or_internal_deprecation(
     messages = [str(w.message) for w in caught]
     assert not [m for m in messages if "LeafSpec" in m or "is not empty" in m]
     assert not [r for r in caplog.records if "Tip" in r.getMessage()]
+
+
+@pytest.mark.parametrize("command", ["validate", "test", "predict"])
+def test_evaluation_without_a_checkpoint_is_refused(command, in_tmp, monkeypatch, capsys):
+    """validate/test/predict without --ckpt_path would score (or translate with) the freshly
+    initialised model of the config: refused as an argument error before any data is read."""
+    monkeypatch.delenv("SEQ2SEQ_TRACEBACK", raising=False)
+    argv = [command, "--config", str(CONFIGS / "tiny.yaml"), "--data.data_dir", "nodata"]
+    if command == "predict":
+        argv += ["--data.predict_file", "in.de", "--prediction_writer.output_path", "out.en"]
+    code, out, err = run_main(monkeypatch, capsys, *argv)
+    assert code == 2 and out == ""
+    assert len(err) == 2, err
+    assert err[0].startswith(f"seq2seq: error: {command} needs --ckpt_path best, last or FILE")
+    assert "--ckpt_path untrained" in err[0]
+    assert err[1] == f"For the full list of options run: seq2seq {command} --help"
+    assert list(in_tmp.iterdir()) == []  # nothing read, downloaded or created
+    # The option's help says so.
+    code, out, _ = run_main(monkeypatch, capsys, command, "--help")
+    assert code == 0
+    help_text = " ".join(out.split())
+    assert "--ckpt_path untrained" in help_text and "Required" in help_text
+
+
+def test_untrained_model_is_scored_only_when_asked_for(tiny_run, multi30k_dir, monkeypatch):
+    """--ckpt_path untrained: the config's model with fresh weights, recorded as such in the
+    run's config.yaml (a smoke test of the evaluation, not a result)."""
+    monkeypatch.chdir(tiny_run)
+    cli = cli_main(
+        [
+            "validate",
+            "--config", str(CONFIGS / "tiny.yaml"),
+            "--data.data_dir", str(multi30k_dir),
+            "--ckpt_path", "untrained",
+            "--trainer.limit_val_batches", "1",
+        ]
+    )  # fmt: skip
+    assert "val/bleu" in cli.trainer.callback_metrics
+    assert cli.trainer.ckpt_path is None
+    saved = yaml.safe_load((Path(cli.trainer.log_dir) / "config.yaml").read_text("utf-8"))
+    assert saved["ckpt_path"] == "untrained"
