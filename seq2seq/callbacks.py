@@ -318,6 +318,7 @@ class LastCheckpoint(L.Callback):
 
     def __init__(self) -> None:
         self._saved_step: int | None = None  # global step of the last state written
+        self._start_step: int | None = None  # global step when this process started training
 
     def _path(self, trainer: L.Trainer) -> Path | None:
         checkpoint = trainer.checkpoint_callback
@@ -342,6 +343,9 @@ class LastCheckpoint(L.Callback):
             loop._batches_that_stepped = logged_steps
         self._saved_step = trainer.global_step
 
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._start_step = trainer.global_step
+
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         path = self._path(trainer)
         if path is None or trainer.sanity_checking:
@@ -360,8 +364,10 @@ class LastCheckpoint(L.Callback):
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
     ) -> None:
         path = self._path(trainer)
-        if path is None or trainer.global_step == 0:
-            return  # nothing trained yet: an earlier last.ckpt is worth more
+        if path is None or self._start_step is None or trainer.global_step == self._start_step:
+            # Nothing trained in this process (e.g. an error while resuming, before the first
+            # batch): the checkpoint it started from, or an earlier run's, is worth more.
+            return
         self._save(trainer, path)
         rank_zero_info(
             f"{type(exception).__name__}: saved the training state at step "

@@ -205,8 +205,17 @@ class TranslationModule(L.LightningModule):
             data = self.tokenizer.to_bytes()
             extra["tokenizer"] = torch.frombuffer(bytearray(data), dtype=torch.uint8).clone()
         checkpoint[CHECKPOINT_KEY] = extra
-        if self._trainer is not None and self._epoch_cut_short():
+        if self._trainer is None:
+            return
+        if self._epoch_cut_short():
             keep_cut_epoch_unfinished(checkpoint, self._training_epoch)
+        if self._in_validation_forced_by_stop() and "loops" in checkpoint:
+            # Written during the validation that a stop request added after the last batch,
+            # before Lightning counted that batch in its logging step. A resumed run counts it
+            # on its own only where this validation was due anyway (it then skips it);
+            # otherwise it would log every value one step early.
+            loop = checkpoint["loops"]["fit_loop"]["epoch_loop.state_dict"]
+            loop["_batches_that_stepped"] += 1
 
     def _batch_under_way(self) -> bool:
         """Whether fit is inside a training batch (begun, not processed yet)."""
@@ -228,6 +237,33 @@ class TranslationModule(L.LightningModule):
             return False  # the epoch reached its end (or limit_train_batches)
         max_steps = trainer.max_steps
         return trainer.should_stop or (max_steps != -1 and trainer.global_step >= max_steps)
+
+    def _in_validation_forced_by_stop(self) -> bool:
+        """Whether fit is in a validation that runs after a training batch only because a stop
+        was requested (``Trainer.should_stop``: ``max_time``, early stopping), not because the
+        ``val_check_interval`` / epoch schedule asks for one at this batch.
+
+        Mirrors Lightning's ``_TrainingEpochLoop._should_check_val_fx`` without its stop clause;
+        a time-based ``val_check_interval`` counts as not due.
+        """
+        trainer = self.trainer
+        if not (trainer.validating and trainer.state.fn == "fit" and trainer.should_stop):
+            return False
+        if trainer.sanity_checking:
+            return False
+        loop = trainer.fit_loop.epoch_loop
+        batches = loop.batch_progress
+        if batches.current.completed == 0 or batches.current.completed != batches.current.ready:
+            return False  # not after a finished training batch
+        if batches.is_last_batch:
+            return False
+        if getattr(trainer, "_val_check_time_interval", None) is not None:
+            return True
+        if trainer.val_check_batch == float("inf"):
+            return True
+        every_epoch = trainer.check_val_every_n_epoch is not None
+        iteration = loop.batch_idx if every_epoch else loop.total_batch_idx
+        return (iteration + 1) % trainer.val_check_batch != 0
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self._checkpoint_step = checkpoint.get("global_step")  # names validate/test outputs
@@ -423,7 +459,7 @@ class TranslationModule(L.LightningModule):
         Returns:
             For each sentence, ``n_best`` pairs of (text, score), best first; a source with no
             piece the model knows (an empty or blank line, or one made of characters outside
-            the vocabulary) gets the single pair ``("", 0.0)``.
+            the vocabulary) gets ``n_best`` pairs ``("", 0.0)``.
 
         Raises:
             RuntimeError: if no tokenizer is attached (none in the data module or checkpoint).
@@ -460,7 +496,7 @@ class TranslationModule(L.LightningModule):
         output = []
         for hyps, no_token in zip(results, self._nothing_known(batch["src"]), strict=True):
             if no_token:  # nothing to translate: an empty line, not an invented sentence
-                output.append([("", 0.0)])
+                output.append([("", 0.0)] * n_best)
                 continue
             texts = self.tokenizer.decode([h.tokens for h in hyps[:n_best]])
             output.append([(text, float(h.score)) for text, h in zip(texts, hyps, strict=False)])

@@ -292,6 +292,60 @@ def test_trainer_resume_mid_epoch(corpus, cache, tmp_path):
     assert resumed.seen == first.seen[3:]
     # The data module restores the position, so Lightning's "not resumable" warning is silenced.
     assert not [w for w in caught if "not resumable" in str(w.message)]
+    assert not [w for w in caught if "Resuming with" in str(w.message)]
+    # Resumed with another token budget: other batches, and a warning naming both budgets.
+    other = _Recorder()
+    with pytest.warns(UserWarning, match=r"--data\.max_tokens=2048, .*--data\.max_tokens=1024"):
+        trainer(max_steps=6).fit(
+            other,
+            datamodule=_dm(corpus, cache, max_tokens=2048),
+            ckpt_path=tmp_path / "ckpt/step=3.ckpt",
+        )
+    assert other.seen != first.seen[3:6]
+
+
+@pytest.mark.filterwarnings("error:Resuming with:UserWarning")
+def test_resume_with_other_batching_settings_warns_or_refuses(corpus, cache, dm):
+    """The settings that decide the batches are saved with the sampler's position: resuming
+    with another max_tokens, bucket_size, max_positions or max_length_ratio warns in one line
+    naming the option and both values; another seed cannot continue the epoch and is refused,
+    naming --data.seed and both values. Unchanged settings resume exactly, silently."""
+    full = [b["index"].tolist() for b in dm.train_dataloader()]
+    iterator = iter(dm.train_dataloader())
+    seen = [next(iterator)["index"].tolist() for _ in range(3)]
+    state = dm.state_dict()
+    assert state["batching"] == {
+        "streaming": False,
+        "max_tokens": 1024,
+        "bucket_size": None,
+        "max_positions": MAX_POSITIONS,
+        "max_length_ratio": 3.0,
+        "seed": 1,
+    }
+
+    def resumed(**kwargs) -> TranslationDataModule:
+        module = _dm(corpus, cache, **kwargs)
+        module.setup("fit")
+        return module
+
+    same = resumed()
+    same.load_state_dict(state)
+    assert seen + [b["index"].tolist() for b in same.train_dataloader()] == full
+    changes = {"max_tokens": 2048, "bucket_size": 50, "max_positions": 20, "max_length_ratio": 1.5}
+    for name, value in changes.items():
+        other = resumed(**{name: value})
+        saved = "null" if state["batching"][name] is None else state["batching"][name]
+        message = (
+            rf"^Resuming with --data\.{name}={value}, but the checkpoint was written with "
+            rf"--data\.{name}={saved}: training continues with other batches than the "
+            r"interrupted run would have had \(in the epoch under way, [^\n]*\)\.$"
+        )
+        with pytest.warns(UserWarning, match=message):
+            other.load_state_dict(state)
+        rest = [b["index"].tolist() for b in other.train_dataloader()]
+        assert seen + rest != full, name
+    with pytest.raises(ValueError, match=r"--data\.seed=1, but this run has --data\.seed=7"):
+        resumed(seed=7).load_state_dict(state)
 
 
 @pytest.mark.parametrize(("option", "value"), [("max_tokens", 0), ("eval_max_tokens", -1)])

@@ -145,10 +145,15 @@ def _fit(config: Path, *extra: str) -> subprocess.CompletedProcess:
     )  # fmt: skip
 
 
-def _logged(run_dir: Path, key: str) -> dict[int, float]:
-    """``{step: value}`` of one metric over every version of a CSVLogger run."""
+def _logged(run_dir: Path, key: str, last_version: bool = False) -> dict[int, float]:
+    """``{step: value}`` of one metric over every version of a CSVLogger run (or its newest
+    version only: the resumed run's own values)."""
     values = {}
-    for metrics in sorted((run_dir / "logs" / "run").glob("version_*/metrics.csv")):
+    versions = sorted(
+        (run_dir / "logs" / "run").glob("version_*/metrics.csv"),
+        key=lambda path: int(path.parent.name.split("_")[1]),
+    )
+    for metrics in versions[-1:] if last_version else versions:
         with open(metrics, newline="") as f:
             for row in csv.DictReader(f):
                 if row.get(key):
@@ -287,7 +292,7 @@ def test_failed_write_keeps_previous_checkpoint(tmp_path, monkeypatch):
     assert [p.name for p in path.parent.iterdir()] == ["last.ckpt"]
 
 
-@pytest.mark.parametrize("stop", ["max_steps", "should_stop"])
+@pytest.mark.parametrize("stop", ["max_steps", "should_stop", "should_stop+last"])
 def test_run_stopped_mid_epoch_resumes_that_epoch(tmp_path, multi30k_dir, stop):
     """A run that max_steps or max_time (a stop request mid-epoch) ended before the end of an
     epoch resumes with the rest of that epoch, not the next one: Lightning counts the cut
@@ -295,16 +300,20 @@ def test_run_stopped_mid_epoch_resumes_that_epoch(tmp_path, multi30k_dir, stop):
     checkpoint is saved as mid-epoch instead (seq2seq.checkpoint.keep_cut_epoch_unfinished).
     With validation once per epoch, ModelCheckpoint(save_last=True) writes last.ckpt at the
     end of the (cut) training epoch, as in the Multi30k configs. Same batches in the same order
-    give the uninterrupted run's losses and weights."""
+    give the uninterrupted run's losses (dropout on), logged at the same steps, and weights.
+    ``should_stop+last`` adds LastCheckpoint, which writes last.ckpt during the validation at
+    the stop, before the step counter Lightning's loggers use has counted the last batch."""
     data = _write_corpus(multi30k_dir, tmp_path / "data", {"train": 600, "val": 20})
+    last_checkpoint = stop.endswith("+last")
 
     def config(name: str, stop_at: int | None = None) -> Path:
         path = _config(tmp_path, data, name)
         config = yaml.safe_load(path.read_text())
-        config["trainer"]["val_check_interval"] = 1.0
-        # Without dropout the losses depend on the batches alone: the stopped run validates at
-        # the stop (drawing loader seeds from the global generator) and the reference does not.
-        config["model"].update(dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)
+        # Validation once per epoch; with LastCheckpoint every 4 steps (then no checkpoint is
+        # written at the end of the cut epoch, only at the validation the stop adds).
+        config["trainer"]["val_check_interval"] = 4 if last_checkpoint else 1.0
+        # Dropout on: the stopped run validates at the stop and the reference does not, so the
+        # validation must leave the random generators as it found them.
         config["trainer"]["callbacks"] = [
             {
                 "class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
@@ -313,9 +322,14 @@ def test_run_stopped_mid_epoch_resumes_that_epoch(tmp_path, multi30k_dir, stop):
                     "monitor": "val/bleu",
                     "mode": "max",
                     "save_last": True,
+                    "enable_version_counter": False,  # as the Multi30k configs
                 },
             }
         ]
+        if last_checkpoint:  # as the Multi30k configs: also writes last.ckpt at validations
+            config["trainer"]["callbacks"].append(
+                {"class_path": "seq2seq.callbacks.LastCheckpoint"}
+            )
         if stop_at is not None:
             config["trainer"]["callbacks"].append(
                 {"class_path": "test_resume.StopAtStep", "init_args": {"step": stop_at}}
@@ -339,9 +353,9 @@ def test_run_stopped_mid_epoch_resumes_that_epoch(tmp_path, multi30k_dir, stop):
     resumed = _fit(config("resumed"), "--ckpt_path", "last")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     expected = _logged(tmp_path / "reference", "train/loss")
-    got = _logged(tmp_path / "resumed", "train/loss")
+    got = _logged(tmp_path / "resumed", "train/loss", last_version=True)
     assert sorted(expected) == list(range(MAX_STEPS))
-    assert {s: got[s] for s in range(5, MAX_STEPS)} == {s: expected[s] for s in range(5, MAX_STEPS)}
+    assert got == {s: expected[s] for s in range(5, MAX_STEPS)}
     final = load_checkpoint(last)
     reference_final = load_checkpoint(tmp_path / "reference" / "checkpoints" / "last.ckpt")
     assert final["global_step"] == reference_final["global_step"] == MAX_STEPS
@@ -362,13 +376,13 @@ def test_sigterm_at_the_end_of_an_epoch_resumes_with_the_next_epoch_in_order(
     tmp_path, multi30k_dir
 ):
     """SIGTERM during the validation that ends epoch 0: the resumed run trains epoch 1 with
-    epoch 1's batches (not epoch 2's shuffle), as the uninterrupted run does."""
+    epoch 1's batches (not epoch 2's shuffle) and the same dropout masks, as the uninterrupted
+    run does."""
     data = _write_corpus(multi30k_dir, tmp_path / "data", {"train": 300, "val": 20})
 
     def config(name: str, stop: bool = False) -> Path:
         config = yaml.safe_load(_config(tmp_path, data, name).read_text())
         config["trainer"].update(val_check_interval=1.0, max_steps=-1, max_epochs=2)
-        config["model"].update(dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)
         config["trainer"]["callbacks"] = [
             {
                 "class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
@@ -391,8 +405,46 @@ def test_sigterm_at_the_end_of_an_epoch_resumes_with_the_next_epoch_in_order(
     start = load_checkpoint(tmp_path / "resumed" / "checkpoints" / "last.ckpt")["global_step"]
     resumed = _fit(config("resumed"), "--ckpt_path", "last")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    expected = _logged(tmp_path / "reference", "train/padding")
-    got = _logged(tmp_path / "resumed", "train/padding")
-    end = max(expected) + 1
-    assert start < end
-    assert {s: got[s] for s in range(start, end)} == {s: expected[s] for s in range(start, end)}
+    for key in ("train/padding", "train/loss"):  # the same batches, the same dropout masks
+        expected = _logged(tmp_path / "reference", key)
+        got = _logged(tmp_path / "resumed", key, last_version=True)
+        end = max(expected) + 1
+        assert start < end
+        assert got == {s: expected[s] for s in range(start, end)}, key
+
+
+class FailAtTrainStart(Callback):
+    """Raises as training starts, after Lightning restored a checkpoint (test helper)."""
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        raise RuntimeError("failed before the first batch")
+
+
+def test_error_before_the_first_batch_of_a_resumed_run_keeps_last_ckpt(tmp_path, multi30k_dir):
+    """A resumed run that fails before training a batch (a bad setting found after the
+    checkpoint was restored) leaves last.ckpt as it was and does not claim to have saved."""
+    data = _write_corpus(multi30k_dir, tmp_path / "data", {"train": 300, "val": 20})
+    config = yaml.safe_load(_config(tmp_path, data, "run").read_text())
+    config["trainer"].update(max_steps=3)
+    folder = tmp_path / "run" / "checkpoints"
+    config["trainer"]["callbacks"] = [
+        {
+            "class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+            "init_args": {"dirpath": str(folder)},
+        },
+        {"class_path": "seq2seq.callbacks.LastCheckpoint"},
+    ]
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(config))
+    first = _fit(path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    before = (folder / "last.ckpt").read_bytes()
+
+    config["trainer"]["max_steps"] = 6
+    config["trainer"]["callbacks"].insert(0, {"class_path": "test_resume.FailAtTrainStart"})
+    path.write_text(yaml.safe_dump(config))
+    failed = _fit(path, "--ckpt_path", "last")
+    assert failed.returncode == 1, failed.stderr[-3000:]
+    assert "failed before the first batch" in failed.stderr
+    assert "saved the training state" not in failed.stderr + failed.stdout
+    assert (folder / "last.ckpt").read_bytes() == before

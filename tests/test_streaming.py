@@ -20,6 +20,7 @@ import torch
 from conftest import quiet_cpu_trainer
 from test_datamodule import _Recorder
 
+from seq2seq.checkpoint import load_checkpoint
 from seq2seq.cli import cli_main
 from seq2seq.data.batching import filter_training_pairs
 from seq2seq.data.datamodule import TranslationDataModule
@@ -292,6 +293,174 @@ def test_trainer_epochs_and_resume(corpora, cache, spm_file, two_epochs, tmp_pat
     # A checkpoint of that resumed run, mid-epoch 1, resumes exactly too.
     resumed = fit(ckpt_path=tmp_path / f"again/step={n + 3}.ckpt")
     assert resumed.seen == first.seen[n + 3 :]
+
+
+class _BatchLog(L.Callback):
+    """Records ``(global step, example indices)`` of every training batch begun and
+    ``(global step, loss)`` of every one trained; with ``interrupt_at``, raises
+    KeyboardInterrupt (as Ctrl-C does) inside that step's batch, before its backward pass."""
+
+    def __init__(self, interrupt_at: int | None = None) -> None:
+        self.interrupt_at = interrupt_at
+        self.seen: list[tuple[int, list[int]]] = []
+        self.losses: list[tuple[int, float]] = []
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self.seen.append((trainer.global_step, batch["index"].tolist()))
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self.losses.append((trainer.global_step, float(outputs["loss"])))
+
+    def on_before_backward(self, trainer, pl_module, loss) -> None:
+        if trainer.global_step == self.interrupt_at:
+            raise KeyboardInterrupt
+
+
+def _fit_translation(
+    folder: Path,
+    cache: Path,
+    spm_file: Path,
+    checkpoints: Path,
+    max_steps: int,
+    ckpt_path: Path | None = None,
+    interrupt_at: int | None = None,
+    **data,
+) -> _BatchLog:
+    """Trains a tiny TranslationModule (dropout on) on the streamed corpus without validation,
+    with ``LastCheckpoint`` writing ``checkpoints/last.ckpt``; a Ctrl-C (``interrupt_at``)
+    ends it as Lightning does, with SystemExit."""
+    from seq2seq.callbacks import LastCheckpoint
+    from seq2seq.module import TranslationModule
+
+    L.seed_everything(1)
+    model = TranslationModule(
+        vocab_size=VOCAB,
+        d_model=16,
+        n_heads=2,
+        n_encoder_layers=1,
+        n_decoder_layers=1,
+        d_ff=32,
+        max_positions=MAX_POSITIONS,
+        dropout=0.1,
+    )
+    log = _BatchLog(interrupt_at)
+    callbacks = [L.pytorch.callbacks.ModelCheckpoint(dirpath=checkpoints), LastCheckpoint(), log]
+    trainer = quiet_cpu_trainer(checkpoints.parent, max_steps=max_steps, callbacks=callbacks)
+    dm = _dm(folder, cache, spm_file, **data)
+    handler = signal.getsignal(signal.SIGINT)  # Lightning ignores SIGINT after a Ctrl-C
+    try:
+        if interrupt_at is None:
+            trainer.fit(model, datamodule=dm, ckpt_path=ckpt_path)
+        else:
+            with pytest.raises(SystemExit):
+                trainer.fit(model, datamodule=dm, ckpt_path=ckpt_path)
+    finally:
+        signal.signal(signal.SIGINT, handler)
+    return log
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(corpora, cache, spm_file, tmp_path_factory) -> dict[int, _BatchLog]:
+    """12 steps of the tiny model, per number of DataLoader workers (0 and 2)."""
+    root = tmp_path_factory.mktemp("uninterrupted")
+    return {
+        workers: _fit_translation(
+            corpora["text"], cache, spm_file, root / str(workers), 12, num_workers=workers
+        )
+        for workers in (0, 2)
+    }
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_last_ckpt_of_a_max_steps_stop_continues_the_stream(
+    corpora, cache, spm_file, uninterrupted, tmp_path, num_workers
+):
+    """last.ckpt written when max_steps ends training between validations (Lightning has
+    counted the cut epoch complete by then) holds the stream position after the last trained
+    batch: resumed with a higher max_steps, the run trains the uninterrupted run's batches
+    with its losses."""
+    settings = dict(num_workers=num_workers)
+    checkpoints = tmp_path / "checkpoints"
+    _fit_translation(corpora["text"], cache, spm_file, checkpoints, 5, **settings)
+    saved = load_checkpoint(checkpoints / "last.ckpt")
+    assert saved["global_step"] == 5
+    assert saved["TranslationDataModule"]["train_stream"]["epoch"] == 0
+    assert saved["TranslationDataModule"]["train_stream"]["batches"] == 5
+    resumed = _fit_translation(
+        corpora["text"], cache, spm_file, checkpoints, 12, checkpoints / "last.ckpt", **settings
+    )
+    reference = uninterrupted[num_workers]
+    assert resumed.seen == reference.seen[5:]
+    assert resumed.losses == reference.losses[5:]
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_batch_cut_short_by_ctrl_c_is_trained_again(
+    corpora, cache, spm_file, uninterrupted, tmp_path, num_workers
+):
+    """Ctrl-C inside batch 7: last.ckpt holds the position before it, so the resumed run
+    trains it again, as without streaming, and then the uninterrupted run's batches."""
+    settings = dict(num_workers=num_workers)
+    checkpoints = tmp_path / "checkpoints"
+    reference = uninterrupted[num_workers]
+    stopped = _fit_translation(
+        corpora["text"], cache, spm_file, checkpoints, 12, interrupt_at=7, **settings
+    )
+    assert stopped.seen == reference.seen[:8] and stopped.losses == reference.losses[:7]
+    saved = load_checkpoint(checkpoints / "last.ckpt")
+    assert saved["global_step"] == 7
+    assert saved["TranslationDataModule"]["train_stream"]["batches"] == 7
+    resumed = _fit_translation(
+        corpora["text"], cache, spm_file, checkpoints, 12, checkpoints / "last.ckpt", **settings
+    )
+    assert resumed.seen == reference.seen[7:]
+    assert resumed.losses == reference.losses[7:]
+
+
+@pytest.mark.filterwarnings("error:Resuming with:UserWarning")
+def test_resume_with_other_batching_settings_warns_or_refuses(corpora, cache, spm_file):
+    """Settings that decide the batches are saved with the position: resuming with another
+    max_tokens, bucket_size, max_positions or max_length_ratio warns in one line naming the
+    option and both values; another seed or pool size cannot continue the epoch and is
+    refused, naming the option and both values. Unchanged settings resume exactly, silently."""
+    dm = _dm(corpora["text"], cache, spm_file)
+    loader = dm.train_dataloader()
+    full = _indices(loader)
+    loader.set_epoch(0)
+    iterator = iter(loader)
+    seen = [next(iterator)["index"].tolist() for _ in range(4)]
+    state = dm.state_dict()
+    assert state["batching"] == {
+        "streaming": True,
+        "max_tokens": MAX_TOKENS,
+        "bucket_size": None,
+        "max_positions": MAX_POSITIONS,
+        "max_length_ratio": 3.0,
+        "seed": 1,
+        "stream_pool_size": POOL,
+    }
+    same = _dm(corpora["text"], cache, spm_file)
+    same.load_state_dict(state)
+    assert seen + _indices(same.train_dataloader()) == full
+
+    changes = {"max_tokens": 800, "bucket_size": 50, "max_positions": 20, "max_length_ratio": 1.5}
+    for name, value in changes.items():
+        other = _dm(corpora["text"], cache, spm_file, **{name: value})
+        saved = "null" if state["batching"][name] is None else state["batching"][name]
+        message = (
+            rf"^Resuming with --data\.{name}={value}, but the checkpoint was written with "
+            rf"--data\.{name}={saved}: training continues with other batches than the "
+            r"interrupted run would have had \(in the epoch under way, [^\n]*\)\.$"
+        )
+        with pytest.warns(UserWarning, match=message):
+            other.load_state_dict(state)
+        assert seen + _indices(other.train_dataloader()) != full, name
+    for name, option, value in (("seed", "seed", 7), ("stream_pool_size", "pool_size", 300)):
+        other = _dm(corpora["text"], cache, spm_file, **{name: value})
+        saved = state["train_stream"][option]
+        message = rf"--data\.{name}={saved}, but this run has --data\.{name}={value}"
+        with pytest.raises(ValueError, match=message):
+            other.load_state_dict(state)
 
 
 def test_cli_fit_with_streaming(corpora, in_tmp):

@@ -17,6 +17,7 @@ import lightning as L
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import torch
 from datasets.arrow_writer import ArrowWriter
 from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_warn
 from lightning.pytorch.utilities.warnings import PossibleUserWarning
@@ -46,6 +47,15 @@ _STREAM_SPM_PAIRS = 500_000  # pairs SentencePiece trains on when streaming, by 
 _NOT_RESUMABLE = "You're resuming from a checkpoint that ended before the epoch ended"
 # Start of Lightning's warning about drop_last and custom batch samplers in prediction.
 _CUSTOM_SAMPLER = "You are using a custom batch sampler `TokenBudgetBatchSampler` for prediction"
+# End of the warning on resuming with other batching settings from mid-epoch.
+_MID_EPOCH = " (in the epoch under way, pairs may be skipped or trained twice)"
+
+
+def _cli_value(value: Any) -> str:
+    """``value`` as written on the command line: ``true``, ``null``, ``4096``."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    return "null" if value is None else str(value)
 
 
 def _arrow_lists(values: np.ndarray, offsets: np.ndarray) -> pa.ListArray:
@@ -155,8 +165,14 @@ class TranslationDataModule(L.LightningDataModule):
     workers, each of which also reads the whole stream. An epoch ends when the stream does,
     so the training loader has no length (use step-based schedules and an integer
     ``val_check_interval``). Held-out sets are cached as without streaming. Resuming
-    mid-epoch continues with exactly the batches not yet trained on, provided
-    ``num_workers`` is unchanged.
+    mid-epoch continues with exactly the batches not yet trained on (a batch that Ctrl-C cut
+    short included), provided ``num_workers`` is unchanged.
+
+    Resuming (either way) with batching settings other than the checkpoint's
+    (``max_tokens``, ``bucket_size``, ``max_positions``, ``max_length_ratio``,
+    ``streaming``) gives other batches than the interrupted run would have trained on and is
+    warned about; another ``seed`` or ``stream_pool_size`` is refused once a position is
+    saved (see :meth:`load_state_dict`).
 
     Args:
         data_dir: Folder of the corpus (see :func:`seq2seq.data.corpus.locate_split` for the
@@ -633,12 +649,16 @@ class TranslationDataModule(L.LightningDataModule):
         return self.trainer.current_epoch if self._fitting() else None
 
     def _loader(self, dataset: TokenizedDataset, sampler: TokenBudgetBatchSampler) -> DataLoader:
+        # A generator of its own: each new iterator draws its workers' base seed from it, not
+        # from the global generator, so starting an epoch or a validation leaves the global
+        # random state (dropout masks) as it was, and a resumed run draws the same masks.
         return DataLoader(
             dataset,
             batch_sampler=sampler,
             collate_fn=partial(collate, pad_id=PAD_ID, pad_to_multiple_of=self.pad_to_multiple_of),
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
+            generator=torch.Generator().manual_seed(self.seed),
         )
 
     def _sampler(self, split: str, train: bool) -> TokenBudgetBatchSampler:
@@ -705,15 +725,46 @@ class TranslationDataModule(L.LightningDataModule):
         return self._loader(dataset, self._sampler("predict", train=False))
 
     # ------------------------------------------------------------------ resume
+    def _batching(self) -> dict[str, Any]:
+        """The settings that decide which training batches are built, by ``data.*`` option.
+
+        Returns:
+            ``{"streaming", "max_tokens", "bucket_size", "max_positions",
+            "max_length_ratio", "seed"}``, and ``"stream_pool_size"`` with ``streaming``.
+        """
+        settings = {
+            "streaming": self.streaming,
+            "max_tokens": self.max_tokens,
+            "bucket_size": self.bucket_size,
+            "max_positions": self.max_positions,
+            "max_length_ratio": self.max_length_ratio,
+            "seed": self.seed,
+        }
+        if self.streaming:
+            settings["stream_pool_size"] = self.stream_pool_size
+        return settings
+
     def state_dict(self) -> dict[str, Any]:
         """The training position, so a run resumed mid-epoch skips the batches it has seen.
 
         While a Trainer is fitting, the position after the batches the training loop has
         processed in the current epoch is saved, not after those the loader has handed out
-        (which runs ahead by the DataLoader's prefetching). Without streaming this is the
-        sampler's state (``"train_sampler"``); with it, the stream position
-        (``"train_stream"``, see :meth:`StreamingPairs.state_dict`).
+        (which runs ahead by the DataLoader's prefetching), nor after a batch under way when
+        the run was interrupted (Ctrl-C), which the resumed run trains again. Without
+        streaming this is the sampler's state (``"train_sampler"``); with it, the stream
+        position (``"train_stream"``, see :meth:`StreamingPairs.state_dict`). The settings
+        that decide the batches are saved too (``"batching"``, see :meth:`load_state_dict`).
+
+        Returns:
+            ``{"batching": {...}}`` plus ``"train_sampler"`` or ``"train_stream"`` once a
+            position is known.
         """
+        position = self._position()
+        return {**position, "batching": self._batching()}
+
+    def _position(self) -> dict[str, Any]:
+        """``{"train_sampler": ...}``, ``{"train_stream": ...}`` or ``{}``: see
+        :meth:`state_dict`."""
         trainer = self.trainer
         processed = None
         if trainer is not None and self._fitting():
@@ -725,13 +776,19 @@ class TranslationDataModule(L.LightningDataModule):
             if processed is None:
                 state = self.train_set.state_dict()
             else:
-                # The loader's own count less the batches the trainer has prefetched; the
-                # trainer's count restarts in some resumed runs, the loader's never does.
+                # The loader's own count less the batches the trainer has prefetched and the
+                # one it was training when interrupted (Ctrl-C inside a batch); the trainer's
+                # count restarts in some resumed runs, the loader's never does. The trainer's
+                # epoch is one ahead of the pass after a stop (max_steps, a stop request)
+                # that cut the epoch short; the pass's position still applies then.
                 fetcher = getattr(trainer.fit_loop, "_data_fetcher", None)
                 buffered = getattr(fetcher, "batches", None)
                 epoch = trainer.current_epoch
                 if isinstance(buffered, list):
-                    state = self.train_set.state_dict(epoch=epoch, pending=len(buffered))
+                    progress = trainer.fit_loop.epoch_loop.batch_progress.current
+                    under_way = max(0, progress.ready - progress.processed)
+                    pending = len(buffered) + under_way
+                    state = self.train_set.state_dict(epoch=epoch, pending=pending)
                 else:
                     state = self.train_set.state_dict(processed, epoch)
             return {"train_stream": state} if state else {}
@@ -751,7 +808,22 @@ class TranslationDataModule(L.LightningDataModule):
         Lightning warns that a run resumed mid-epoch has a dataloader that "is not resumable"
         (it looks for a ``state_dict`` on the loader itself); the position restored here makes
         the resumed epoch continue with the unseen batches, so that warning is silenced.
+
+        When fitting (or without a trainer), the batching settings are compared with those
+        the checkpoint was written with: each one that differs (``max_tokens``,
+        ``bucket_size``, ``max_positions``, ``max_length_ratio``, ``streaming``; ``seed`` and
+        ``stream_pool_size`` when no position was saved) is warned about in one line naming
+        the option and both values, as the resumed run then trains on other batches than the
+        interrupted one would have.
+
+        Raises:
+            ValueError: If the saved position (``"train_sampler"``, or with ``streaming``
+                ``"train_stream"``) was saved with another ``data.seed`` or (streaming)
+                ``data.stream_pool_size``, naming the option and both values: the rest of
+                the epoch cannot be reproduced then.
         """
+        if self.trainer is None or self._fitting():
+            self._check_batching(state_dict)
         if state_dict.get("train_stream") or state_dict.get("train_sampler"):
             warnings.filterwarnings("ignore", message=_NOT_RESUMABLE, category=PossibleUserWarning)
         stream = state_dict.get("train_stream")
@@ -767,3 +839,34 @@ class TranslationDataModule(L.LightningDataModule):
             self._train_sampler.load_state_dict(state)
         else:
             self._pending_sampler_state = dict(state)
+
+    def _check_batching(self, state_dict: dict[str, Any]) -> None:
+        """Warns about (or refuses) batching settings that differ from the checkpoint's; see
+        :meth:`load_state_dict`."""
+        saved = dict(state_dict.get("batching") or {})
+        # A position carries the settings it cannot be reproduced without (also in
+        # checkpoints written before "batching" was saved).
+        position = state_dict.get("train_stream" if self.streaming else "train_sampler")
+        if position:
+            if "seed" in position:
+                saved["seed"] = position["seed"]
+            if self.streaming and "pool_size" in position:
+                saved["stream_pool_size"] = position["pool_size"]
+        mid_epoch = bool(position) and not position.get("complete")
+        mid_epoch = mid_epoch and bool(position.get("batches_yielded", position.get("batches")))
+        current = self._batching()
+        for name, value in saved.items():
+            if name not in current or current[name] == value:
+                continue
+            mine, value = _cli_value(current[name]), _cli_value(value)
+            if position and name in ("seed", "stream_pool_size"):
+                raise ValueError(
+                    f"The checkpoint was written with --data.{name}={value}, but this run has "
+                    f"--data.{name}={mine}: the rest of its epoch cannot be reproduced; resume "
+                    f"with --data.{name}={value}."
+                )
+            rank_zero_warn(
+                f"Resuming with --data.{name}={mine}, but the checkpoint was written with "
+                f"--data.{name}={value}: training continues with other batches than the "
+                f"interrupted run would have had{_MID_EPOCH if mid_epoch else ''}."
+            )

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import torch
 from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_warn
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
@@ -214,10 +215,14 @@ class StreamingPairs(IterableDataset):
                 which lags behind what the loader has handed out, counted from the start of
                 the epoch also when it was resumed); None: all handed out but ``pending``.
             epoch: The epoch being trained (a trainer's current epoch), if known: when the
-                current pass belongs to another one, the next epoch has not started and
-                ``{}`` (start from its beginning) is returned.
-            pending: With ``batches=None``: batches handed out but not consumed yet (held in
-                a trainer's prefetch buffer).
+                current pass has ended and belongs to another one, the next epoch has not
+                started and ``{}`` (start from its beginning) is returned. A pass that has not
+                ended is the one being trained whatever ``epoch`` says: a trainer stopped by
+                ``max_steps`` or a stop request counts the epoch it cut short as complete
+                before its last checkpoint, and a resumed trainer restarts the pass's epoch
+                (then its position applies) or a later one (then it is dropped).
+            pending: With ``batches=None``: batches handed out but not trained yet (held in a
+                trainer's prefetch buffer, or under way when the trainer was interrupted).
 
         Returns:
             ``{"epoch", "complete", "batches", "num_workers", "positions", "next_class",
@@ -227,7 +232,7 @@ class StreamingPairs(IterableDataset):
         plan = self._pass
         if plan is None:
             return dict(self._resume) if self._resume else {}
-        if epoch is not None and epoch != plan.epoch:
+        if epoch is not None and epoch != plan.epoch and plan.ended:
             return {}
         wanted = plan.batches - pending if batches is None else batches
         n, positions, next_class = plan.position(wanted)
@@ -471,6 +476,9 @@ class StreamingLoader(DataLoader):
         epoch_source: Callable[[], int | None] | None = None,
         **kwargs: Any,
     ) -> None:
+        # A generator of its own (unless given): starting a pass then draws the workers' base
+        # seed from it, leaving the global random state (dropout masks) untouched.
+        kwargs.setdefault("generator", torch.Generator().manual_seed(0))
         super().__init__(
             dataset,
             batch_size=None,
