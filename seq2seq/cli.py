@@ -350,7 +350,8 @@ class Seq2SeqCLI(LightningCLI):
         return not (hasattr(sys.stdout, "isatty") and sys.stdout.isatty())
 
     def before_fit(self) -> None:
-        _check_writable(self.trainer)
+        # A smoke run (fast_dev_run) writes no checkpoint: its folder is neither checked nor made.
+        _check_writable(self.trainer, checkpoints=not self.trainer.fast_dev_run)
         if self.config[self.subcommand].get("ckpt_path"):
             # Resuming into the run's own checkpoint folder is the point, not a warning.
             warnings.filterwarnings("ignore", message="Checkpoint directory .* is not empty")
@@ -469,8 +470,9 @@ class Seq2SeqCLI(LightningCLI):
                 self.model.tokenizer = tokenizer
 
 
-def _check_writable(trainer: L.Trainer) -> None:
-    """Fails before training if a log or checkpoint folder cannot be created or written.
+def _check_writable(trainer: L.Trainer, checkpoints: bool = True) -> None:
+    """Fails before training if a log or (with ``checkpoints``) a checkpoint folder cannot be
+    created or written.
 
     Raises:
         OSError: naming the setting and the folder, with the error number of the failure.
@@ -479,7 +481,7 @@ def _check_writable(trainer: L.Trainer) -> None:
     folders += [
         (callback.dirpath, "ModelCheckpoint's dirpath")
         for callback in trainer.callbacks
-        if isinstance(callback, ModelCheckpoint)
+        if checkpoints and isinstance(callback, ModelCheckpoint)
     ]
     folders.append((trainer.default_root_dir, "trainer.default_root_dir"))
     for folder, setting in folders:

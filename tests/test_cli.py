@@ -151,6 +151,7 @@ def test_fit_fast_dev_run(in_tmp, multi30k_dir, caplog):
     assert cli.trainer.global_step == 1
     assert torch.isfinite(cli.trainer.callback_metrics["train/loss"])
     assert "no last.ckpt in checkpoints/tiny; training from scratch" in caplog.text
+    assert not (in_tmp / "checkpoints").exists()  # a smoke run writes no checkpoint, nor its folder
 
 
 def test_tiny_run_outputs(tiny_run):
