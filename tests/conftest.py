@@ -105,3 +105,14 @@ def run_main(monkeypatch, capsys, *argv: str, stdin: bytes | None = None):
         code = exit_info.code
     out = capsys.readouterr()
     return code, out.out, out.err.strip().splitlines()
+
+
+def other_batching_warning(name: str, value, saved) -> str:
+    """Regular expression of the data module's warning on resuming mid-epoch with
+    ``--data.NAME=VALUE`` where the checkpoint has ``SAVED`` (``None`` written ``null``)."""
+    saved = "null" if saved is None else saved
+    return (
+        rf"^Resuming with --data\.{name}={value}, but the checkpoint was written with "
+        rf"--data\.{name}={saved}: training continues with other batches than the "
+        r"interrupted run would have had \(in the epoch under way, [^\n]*\)\.$"
+    )

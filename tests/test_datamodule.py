@@ -12,7 +12,11 @@ import lightning as L
 import numpy as np
 import pytest
 import torch
-from conftest import MULTI30K, quiet_cpu_trainer  # MULTI30K: SEQ2SEQ_MULTI30K or ../shared
+from conftest import (  # MULTI30K: SEQ2SEQ_MULTI30K or ../shared
+    MULTI30K,
+    other_batching_warning,
+    quiet_cpu_trainer,
+)
 
 from seq2seq.data import datamodule
 from seq2seq.data.corpus import read_lines
@@ -334,12 +338,7 @@ def test_resume_with_other_batching_settings_warns_or_refuses(corpus, cache, dm)
     changes = {"max_tokens": 2048, "bucket_size": 50, "max_positions": 20, "max_length_ratio": 1.5}
     for name, value in changes.items():
         other = resumed(**{name: value})
-        saved = "null" if state["batching"][name] is None else state["batching"][name]
-        message = (
-            rf"^Resuming with --data\.{name}={value}, but the checkpoint was written with "
-            rf"--data\.{name}={saved}: training continues with other batches than the "
-            r"interrupted run would have had \(in the epoch under way, [^\n]*\)\.$"
-        )
+        message = other_batching_warning(name, value, state["batching"][name])
         with pytest.warns(UserWarning, match=message):
             other.load_state_dict(state)
         rest = [b["index"].tolist() for b in other.train_dataloader()]

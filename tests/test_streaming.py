@@ -17,7 +17,7 @@ import lightning as L
 import numpy as np
 import pytest
 import torch
-from conftest import quiet_cpu_trainer
+from conftest import other_batching_warning, quiet_cpu_trainer
 from test_datamodule import _Recorder
 
 from seq2seq.checkpoint import load_checkpoint
@@ -446,12 +446,7 @@ def test_resume_with_other_batching_settings_warns_or_refuses(corpora, cache, sp
     changes = {"max_tokens": 800, "bucket_size": 50, "max_positions": 20, "max_length_ratio": 1.5}
     for name, value in changes.items():
         other = _dm(corpora["text"], cache, spm_file, **{name: value})
-        saved = "null" if state["batching"][name] is None else state["batching"][name]
-        message = (
-            rf"^Resuming with --data\.{name}={value}, but the checkpoint was written with "
-            rf"--data\.{name}={saved}: training continues with other batches than the "
-            r"interrupted run would have had \(in the epoch under way, [^\n]*\)\.$"
-        )
+        message = other_batching_warning(name, value, state["batching"][name])
         with pytest.warns(UserWarning, match=message):
             other.load_state_dict(state)
         assert seen + _indices(other.train_dataloader()) != full, name
