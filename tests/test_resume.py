@@ -448,3 +448,19 @@ def test_error_before_the_first_batch_of_a_resumed_run_keeps_last_ckpt(tmp_path,
     assert "failed before the first batch" in failed.stderr
     assert "saved the training state" not in failed.stderr + failed.stdout
     assert (folder / "last.ckpt").read_bytes() == before
+
+
+def test_multi30k_early_stopping_allows_a_stop_before_the_first_validation(tmp_path, multi30k_dir):
+    """The Multi30k config's EarlyStopping, in a run that max_steps ends before any validation
+    (a short smoke run), lets it end normally: Lightning's default checks the monitored
+    val/bleu at the end of the training epoch too, where there is none yet, and fails."""
+    data = _write_corpus(multi30k_dir, tmp_path / "data", {"train": 300, "val": 20})
+    config = yaml.safe_load(_config(tmp_path, data, "early").read_text())
+    main = yaml.safe_load((CONFIGS / "multi30k_de_en.yaml").read_text())
+    early = [c for c in main["trainer"]["callbacks"] if c["class_path"].endswith("EarlyStopping")]
+    assert len(early) == 1
+    config["trainer"].update(max_steps=2, val_check_interval=1.0, callbacks=early)
+    path = tmp_path / "early.yaml"
+    path.write_text(yaml.safe_dump(config))
+    run = _fit(path)
+    assert run.returncode == 0, run.stderr[-3000:]
