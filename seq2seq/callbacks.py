@@ -3,6 +3,8 @@ best score in TensorBoard."""
 
 from __future__ import annotations
 
+import signal
+import threading
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -314,11 +316,61 @@ class LastCheckpoint(L.Callback):
     ``last.ckpt`` too, so the file always holds the final step. Needs a ``ModelCheckpoint`` with
     a ``dirpath``; does nothing otherwise, nor in a ``fast_dev_run`` (which writes no
     checkpoint, as Lightning's own callbacks do there).
+
+    In a single-process run, Ctrl-C (SIGINT) inside a training batch lets that batch finish,
+    its optimizer update included, and stops at its end (a second Ctrl-C stops at once): an
+    update cut short half-way would leave weights and optimizer state that no step of an
+    uninterrupted run has. Outside a batch (e.g. during a validation) Ctrl-C stops at once.
     """
 
     def __init__(self) -> None:
         self._saved_step: int | None = None  # global step of the last state written
         self._start_step: int | None = None  # global step when this process started training
+        self._in_batch = False  # inside a training batch (or an accumulation window)
+        self._interrupt_pending = False
+        self.stopped_on_ctrl_c = False  # fit stopped at a batch's end after a Ctrl-C
+        self._previous_handler: Any = None  # the SIGINT handler replaced in on_train_start
+
+    def _on_sigint(self, signum: int, frame: Any) -> None:
+        if self._in_batch and not self._interrupt_pending:
+            self._interrupt_pending = True
+            print(
+                "Ctrl-C: stopping after the training batch under way (Ctrl-C again to stop now)",
+                flush=True,
+            )
+            return
+        raise KeyboardInterrupt
+
+    def _restore_sigint(self) -> None:
+        if self._previous_handler is not None:
+            if signal.getsignal(signal.SIGINT) == self._on_sigint:
+                signal.signal(signal.SIGINT, self._previous_handler)
+            self._previous_handler = None
+        self._in_batch = self._interrupt_pending = False
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, *args) -> None:
+        self._in_batch = True
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args) -> None:
+        if trainer.fit_loop.epoch_loop._should_accumulate():
+            return  # no optimizer update yet: the batch window goes on
+        self._in_batch = False
+        if self._interrupt_pending:
+            self._interrupt_pending = False
+            self.stopped_on_ctrl_c = True
+            connector = getattr(trainer, "_signal_connector", None)
+            if connector is None:
+                raise KeyboardInterrupt
+            # Lightning's graceful stop, as for SIGTERM: after this batch's logging (and a
+            # validation due here), with the batch counted as done.
+            connector.received_sigterm = True
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._restore_sigint()
+        path = self._path(trainer)
+        if path is None or trainer.global_step in (0, self._saved_step):
+            return
+        self._save(trainer, path)
 
     def _path(self, trainer: L.Trainer) -> Path | None:
         checkpoint = trainer.checkpoint_callback
@@ -345,6 +397,12 @@ class LastCheckpoint(L.Callback):
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._start_step = trainer.global_step
+        if (
+            trainer.world_size == 1
+            and threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        ):
+            self._previous_handler = signal.signal(signal.SIGINT, self._on_sigint)
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         path = self._path(trainer)
@@ -354,23 +412,19 @@ class LastCheckpoint(L.Callback):
         # which overwrites this file with its updated record when it keeps this validation.
         self._save(trainer, path)
 
-    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        path = self._path(trainer)
-        if path is None or trainer.global_step in (0, self._saved_step):
-            return
-        self._save(trainer, path)
-
     def on_exception(
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
     ) -> None:
+        self._restore_sigint()
         path = self._path(trainer)
         if path is None or self._start_step is None or trainer.global_step == self._start_step:
             # Nothing trained in this process (e.g. an error while resuming, before the first
             # batch): the checkpoint it started from, or an earlier run's, is worth more.
             return
         self._save(trainer, path)
+        cause = "KeyboardInterrupt" if self.stopped_on_ctrl_c else type(exception).__name__
         rank_zero_info(
-            f"{type(exception).__name__}: saved the training state at step "
+            f"{cause}: saved the training state at step "
             f"{trainer.global_step} to {path}; resume with --ckpt_path last"
         )
 

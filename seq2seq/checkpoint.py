@@ -207,6 +207,29 @@ def keep_cut_epoch_unfinished(checkpoint: dict[str, Any], epoch: int) -> None:
                     state[key]["epoch"] = epoch
 
 
+def run_validation_again(checkpoint: dict[str, Any]) -> None:
+    """Record the validation of ``fit`` under way in ``checkpoint`` so that a resumed run runs
+    it again from its first batch.
+
+    Lightning re-runs an interrupted validation only when the stop came inside a batch's
+    ``validation_step``; stopped elsewhere (between batches, as SIGTERM does, or while the
+    corpus scores are computed) the resumed run skips it, and that step's score, scored
+    checkpoint and early-stopping count are lost. This writes the validation's progress as
+    that case: one batch begun and none processed.
+
+    Args:
+        checkpoint: the dictionary Lightning is about to write (edited in place).
+    """
+    fit_loop = checkpoint.get("loops", {}).get("fit_loop")
+    progress = fit_loop.get("epoch_loop.val_loop.batch_progress") if fit_loop else None
+    if not progress:
+        return
+    before = progress["total"]["ready"] - progress["current"]["ready"]  # earlier validations
+    for key, done in (("total", before), ("current", 0)):
+        progress[key].update(ready=done + 1, started=done + 1, processed=done, completed=done)
+    progress["is_last_batch"] = False
+
+
 def resolve_ckpt_path(alias: str, checkpoint_dirs: Sequence[str | Path]) -> Path:
     """Turn ``"best"`` or ``"last"`` into a file, looking in the configured checkpoint folders.
 

@@ -11,7 +11,12 @@ import lightning as L
 import torch
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 
-from seq2seq.checkpoint import capture_rng_state, keep_cut_epoch_unfinished, restore_rng_state
+from seq2seq.checkpoint import (
+    capture_rng_state,
+    keep_cut_epoch_unfinished,
+    restore_rng_state,
+    run_validation_again,
+)
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.evaluation import METRICS, Score, corpus_scores, gather_in_order, write_lines
 from seq2seq.nn import (
@@ -172,6 +177,7 @@ class TranslationModule(L.LightningModule):
         self.last_scores: dict[str, dict[str, Score]] = {}
         self._checkpoint_step: int | None = None  # global step of a loaded checkpoint
         self._training_epoch: int | None = None  # epoch under way in fit (on_train_epoch_start)
+        self._validation_open = False  # a validation of fit under way, not yet scored
         # (index, hypothesis, reference) of the last decoded held-out sets, in index order.
         self.last_hypotheses: dict[str, list[tuple[int, str, str]]] = {}
 
@@ -209,6 +215,8 @@ class TranslationModule(L.LightningModule):
             return
         if self._epoch_cut_short():
             keep_cut_epoch_unfinished(checkpoint, self._training_epoch)
+        if self._validation_open:  # stopped (Ctrl-C, SIGTERM) before this validation's score
+            run_validation_again(checkpoint)
         if self._in_validation_forced_by_stop() and "loops" in checkpoint:
             # Written during the validation that a stop request added after the last batch,
             # before Lightning counted that batch in its logging step. A resumed run counts it
@@ -377,6 +385,7 @@ class TranslationModule(L.LightningModule):
     def on_train_start(self) -> None:
         # A run resumed mid-epoch continues its epoch without on_train_epoch_start.
         self._training_epoch = self.current_epoch  # see _epoch_cut_short
+        self._validation_open = False
 
     def on_train_epoch_start(self) -> None:
         self._last_batch_time = None
@@ -536,12 +545,15 @@ class TranslationModule(L.LightningModule):
     def on_validation_epoch_start(self) -> None:
         self._outputs, self._heldout_sums = {}, {}
         self._last_batch_time = None  # train/tokens_per_s: not over a validation's time
+        trainer = self.trainer
+        self._validation_open = trainer.state.fn == "fit" and not trainer.sanity_checking
 
     def on_test_epoch_start(self) -> None:
         self._outputs, self._heldout_sums = {}, {}
 
     def on_validation_epoch_end(self) -> None:
         self._score_outputs()
+        self._validation_open = False
 
     def on_test_epoch_end(self) -> None:
         scores = self._score_outputs()

@@ -44,12 +44,17 @@ class KillAtStep(Callback):
 
 
 class InterruptAtStep(KillAtStep):
-    """Sends SIGINT (Ctrl-C) to its own process before the backward pass of training batch
-    ``step``, inside the batch (test helper)."""
+    """Sends SIGINT (Ctrl-C) ``times`` times to its own process before the backward pass of
+    training batch ``step``, inside the batch (test helper)."""
+
+    def __init__(self, step: int, times: int = 1) -> None:
+        super().__init__(step)
+        self.times = times
 
     def on_before_backward(self, trainer, pl_module, loss) -> None:
         if trainer.global_step == self.step:
-            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(self.times):
+                os.kill(os.getpid(), signal.SIGINT)
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         pass
@@ -197,15 +202,16 @@ def test_sigkill_mid_epoch_then_resume_matches_uninterrupted_run(tmp_path, multi
         assert torch.equal(final["state_dict"][key], value), key
 
 
-@pytest.mark.parametrize("stop", ["sigterm", "sigint", "max_steps"])
+@pytest.mark.parametrize("stop", ["sigterm", "sigint", "sigint_twice", "max_steps"])
 def test_resume_after_a_stop_logs_at_the_uninterrupted_steps(tmp_path, multi30k_dir, stop):
     """last.ckpt written when fit stops between batches (SIGTERM, max_steps after the last
-    validation) or inside one (Ctrl-C) resumes with the uninterrupted run's losses logged at
-    the same steps (Lightning shifts its logging step by one when it resumes from a
-    checkpoint written inside a batch, unless the checkpoint allows for it)."""
+    validation, one Ctrl-C: the batch under way finishes first) or inside one (Ctrl-C twice)
+    resumes with the uninterrupted run's losses logged at the same steps (Lightning shifts its
+    logging step by one when it resumes from a checkpoint written inside a batch, unless the
+    checkpoint allows for it)."""
     data = _write_corpus(multi30k_dir, tmp_path / "data", {"train": 600, "val": 20})
 
-    def config(name: str, signal_at: int | None = None, sigint: bool = False) -> Path:
+    def config(name: str, signal_at: int | None = None, sigint: int = 0) -> Path:
         config = yaml.safe_load(_config(tmp_path, data, name).read_text())
         config["trainer"]["callbacks"] = [
             {
@@ -216,8 +222,9 @@ def test_resume_after_a_stop_logs_at_the_uninterrupted_steps(tmp_path, multi30k_
         ]
         if signal_at is not None:
             helper = "InterruptAtStep" if sigint else "SignalAtStep"
+            init = {"step": signal_at, **({"times": sigint} if sigint else {})}
             config["trainer"]["callbacks"].append(
-                {"class_path": f"test_resume.{helper}", "init_args": {"step": signal_at}}
+                {"class_path": f"test_resume.{helper}", "init_args": init}
             )
         path = tmp_path / f"{name}.{signal_at}.yaml"
         path.write_text(yaml.safe_dump(config))
@@ -228,8 +235,13 @@ def test_resume_after_a_stop_logs_at_the_uninterrupted_steps(tmp_path, multi30k_
     if stop == "sigterm":  # acted on once the batch under way has finished: step 8
         first = _fit(config("resumed", signal_at=7))
         assert first.returncode == 128 + signal.SIGTERM, first.stderr[-3000:]
-    elif stop == "sigint":  # interrupts batch 8 before its optimizer step
-        first = _fit(config("resumed", signal_at=8, sigint=True))
+    elif stop == "sigint":  # batch 8 (global step 7) finishes, then fit stops: step 8
+        first = _fit(config("resumed", signal_at=7, sigint=1))
+        assert first.returncode == 128 + signal.SIGINT, first.stderr[-3000:]
+        assert "stopping after the training batch under way" in first.stdout
+        assert "KeyboardInterrupt: saved the training state at step 8" in first.stderr
+    elif stop == "sigint_twice":  # interrupts batch 9 before its optimizer step
+        first = _fit(config("resumed", signal_at=8, sigint=2))
         assert first.returncode == 128 + signal.SIGINT, first.stderr[-3000:]
     else:
         first = _fit(config("resumed"), "--trainer.max_steps", "8")
@@ -464,3 +476,61 @@ def test_multi30k_early_stopping_allows_a_stop_before_the_first_validation(tmp_p
     path.write_text(yaml.safe_dump(config))
     run = _fit(path)
     assert run.returncode == 0, run.stderr[-3000:]
+
+
+class InterruptValidation(Callback):
+    """Sends SIGINT (Ctrl-C) to its own process inside the first validation of fit after
+    training step ``step`` (test helper)."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, *args) -> None:
+        if not trainer.sanity_checking and trainer.global_step == self.step:
+            os.kill(os.getpid(), signal.SIGINT)
+
+
+def test_validation_cut_short_by_ctrl_c_is_run_again_on_resume(tmp_path, multi30k_dir):
+    """Ctrl-C during a validation: the resumed run runs that validation again (its score is
+    logged at the uninterrupted run's step), then trains on."""
+    data = _write_corpus(multi30k_dir, tmp_path / "data", {"train": 600, "val": 20})
+
+    def config(name: str, interrupt: bool = False) -> Path:
+        config = yaml.safe_load(_config(tmp_path, data, name).read_text())
+        config["trainer"]["callbacks"] = [
+            {
+                "class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+                "init_args": {
+                    "dirpath": str(tmp_path / name / "checkpoints"),
+                    "monitor": "val/bleu",
+                    "mode": "max",
+                    "save_top_k": -1,
+                },
+            },
+            {"class_path": "seq2seq.callbacks.LastCheckpoint"},
+        ]
+        if interrupt:
+            config["trainer"]["callbacks"].append(
+                {"class_path": "test_resume.InterruptValidation", "init_args": {"step": 5}}
+            )
+        path = tmp_path / f"{name}.{interrupt}.yaml"
+        path.write_text(yaml.safe_dump(config))
+        return path
+
+    reference = _fit(config("reference"))
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    first = _fit(config("resumed", interrupt=True))
+    assert first.returncode == 128 + signal.SIGINT, first.stderr[-3000:]
+    resumed = _fit(config("resumed"), "--ckpt_path", "last")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    expected = _logged(tmp_path / "reference", "val/bleu")
+    got = _logged(tmp_path / "resumed", "val/bleu", last_version=True)
+    assert got == expected
+    names = sorted(p.name for p in (tmp_path / "resumed" / "checkpoints").glob("epoch*.ckpt"))
+    assert names == sorted(
+        p.name for p in (tmp_path / "reference" / "checkpoints").glob("epoch*.ckpt")
+    )
+    losses = _logged(tmp_path / "resumed", "train/loss", last_version=True)
+    assert losses == {
+        s: v for s, v in _logged(tmp_path / "reference", "train/loss").items() if s >= 5
+    }
