@@ -350,8 +350,16 @@ class Seq2SeqCLI(LightningCLI):
         return not (hasattr(sys.stdout, "isatty") and sys.stdout.isatty())
 
     def before_fit(self) -> None:
+        """Checks the run's folders and locks its checkpoint folders (see :class:`_FolderLock`).
+
+        Raises:
+            OSError: if a log or checkpoint folder cannot be written, or a checkpoint folder is
+                in use by another ``seq2seq fit``.
+        """
         # A smoke run (fast_dev_run) writes no checkpoint: its folder is neither checked nor made.
         _check_writable(self.trainer, checkpoints=not self.trainer.fast_dev_run)
+        if not self.trainer.fast_dev_run and self.trainer.is_global_zero:
+            self._lock_checkpoint_folders()
         if self.config[self.subcommand].get("ckpt_path"):
             # Resuming into the run's own checkpoint folder is the point, not a warning.
             warnings.filterwarnings("ignore", message="Checkpoint directory .* is not empty")
@@ -360,6 +368,49 @@ class Seq2SeqCLI(LightningCLI):
             # still writes last.ckpt when training ends, over the real run's.
             for callback in self.trainer.checkpoint_callbacks:
                 callback.save_last = False
+
+    def _lock_checkpoint_folders(self) -> None:
+        """Locks the ``dirpath`` of each ``ModelCheckpoint`` for this process (held until
+        :meth:`_unlock_checkpoint_folders` or the process ends).
+
+        Raises:
+            OSError: if another ``seq2seq fit`` holds the lock of one of the folders.
+        """
+        self._folder_locks = getattr(self, "_folder_locks", [])
+        folders = [
+            Path(callback.dirpath)
+            for callback in self.trainer.checkpoint_callbacks
+            if isinstance(callback, ModelCheckpoint)
+            and callback.dirpath
+            and "://" not in str(callback.dirpath)
+        ]
+        for folder in dict.fromkeys(Path(os.path.realpath(f)) for f in folders):
+            lock = _FolderLock(folder)
+            lock.acquire()
+            self._folder_locks.append(lock)
+            if [p for p in folder.iterdir() if p.name != _LOCK_NAME] == []:
+                # Lightning's warning of a non-empty checkpoint folder would be about the lock.
+                warnings.filterwarnings(
+                    "ignore", message=f"Checkpoint directory {re.escape(str(folder))} exists and"
+                )
+
+    def _unlock_checkpoint_folders(self) -> None:
+        """Releases the locks of :meth:`_lock_checkpoint_folders`, removing their files."""
+        for lock in getattr(self, "_folder_locks", []):
+            lock.release()
+        self._folder_locks = []
+
+    def before_test(self) -> None:
+        """Refuses a ``test`` without test splits before any data is read.
+
+        Raises:
+            ValueError: if ``--data.test_splits`` is empty.
+        """
+        if not getattr(self.datamodule, "test_set_names", True):
+            raise ValueError(
+                "test has nothing to score: --data.test_splits is empty; name the test "
+                "split(s), e.g. --data.test_splits '[test]'"
+            )
 
     def _prepare_subcommand_kwargs(self, subcommand: str) -> dict:
         kwargs = super()._prepare_subcommand_kwargs(subcommand)
@@ -372,7 +423,10 @@ class Seq2SeqCLI(LightningCLI):
         process of global rank 0 only)."""
         new_folders = _missing_folders(self.trainer) if self.trainer.is_global_zero else []
         try:
-            self._run_and_explain(subcommand)
+            try:
+                self._run_and_explain(subcommand)
+            finally:
+                self._unlock_checkpoint_folders()
         except BaseException:
             if new_folders:
                 _remove_empty_folders(new_folders, self.trainer)
@@ -388,6 +442,12 @@ class Seq2SeqCLI(LightningCLI):
             # calls sys.exit(1); report it as the interruption it is (main: status 130).
             interrupted = getattr(self.trainer, "interrupted", False)
             if stop.code == 1 and interrupted and not isinstance(stop, SIGTERMException):
+                raise KeyboardInterrupt from None
+            # A Ctrl-C inside a training batch stops at its end through Lightning's SIGTERM
+            # path (seq2seq.callbacks.LastCheckpoint): report the interruption it was.
+            if isinstance(stop, SIGTERMException) and any(
+                getattr(callback, "stopped_on_ctrl_c", False) for callback in self.trainer.callbacks
+            ):
                 raise KeyboardInterrupt from None
             raise
         except RuntimeError as err:
@@ -497,6 +557,88 @@ def _check_writable(trainer: L.Trainer, checkpoints: bool = True) -> None:
                 f"cannot write to {folder} ({setting}): {err.strerror or err}; choose a "
                 "writable folder before training",
             ) from err
+
+
+#: The lock file of a checkpoint folder in use by ``seq2seq fit`` (see :class:`_FolderLock`).
+_LOCK_NAME = ".seq2seq.lock"
+
+
+class _FolderLock:
+    """An exclusive lock on ``folder``: ``flock`` on the file :data:`_LOCK_NAME` in it, which
+    holds the process id of the holder. The operating system releases the lock when the
+    process ends, however it ends; :meth:`release` also removes the file. Without ``fcntl``
+    (not POSIX) nothing is locked."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.path = folder / _LOCK_NAME
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        """Takes the lock, without waiting.
+
+        Raises:
+            OSError: if another process holds it (naming the folder and that process's id),
+                or the lock file cannot be created.
+        """
+        try:
+            import fcntl
+        except ImportError:  # not POSIX
+            return
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = self._holder(fd)
+                os.close(fd)
+                pid = f" (pid {holder})" if holder else ""
+                raise OSError(
+                    f"{self.folder} is in use by another seq2seq fit{pid}, which writes its "
+                    "checkpoints there; wait for it to end, or give the ModelCheckpoint in "
+                    "trainer.callbacks of the config another dirpath"
+                ) from None
+            except BaseException:
+                os.close(fd)
+                raise
+            try:
+                current = os.stat(self.path)
+            except FileNotFoundError:
+                current = None
+            if _same_inode(current, os.fstat(fd)):
+                break
+            os.close(fd)  # the holder before removed the file meanwhile: lock the new one
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd = fd
+
+    @staticmethod
+    def _holder(fd: int) -> int | None:
+        """The process id written in the lock file ``fd``, if any."""
+        try:
+            return int(os.pread(fd, 32, 0).decode().strip())
+        except (OSError, ValueError):
+            return None
+
+    def release(self) -> None:
+        """Removes the lock file and releases the lock (nothing if not held)."""
+        if self._fd is None:
+            return
+        import fcntl
+
+        fd, self._fd = self._fd, None
+        try:
+            if _same_inode(os.stat(self.path), os.fstat(fd)):
+                self.path.unlink()
+        except OSError:
+            pass
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+
+def _same_inode(a: os.stat_result | None, b: os.stat_result) -> bool:
+    return a is not None and (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
 def _untrained_or_none(ckpt_path: str | Path | None) -> bool:
