@@ -545,8 +545,9 @@ class TranslationModule(L.LightningModule):
     def on_validation_epoch_start(self) -> None:
         self._outputs, self._heldout_sums = {}, {}
         self._last_batch_time = None  # train/tokens_per_s: not over a validation's time
-        trainer = self.trainer
-        self._validation_open = trainer.state.fn == "fit" and not trainer.sanity_checking
+        trainer = self._trainer
+        fitting = trainer is not None and trainer.state.fn == "fit"
+        self._validation_open = fitting and not trainer.sanity_checking
 
     def on_test_epoch_start(self) -> None:
         self._outputs, self._heldout_sums = {}, {}
