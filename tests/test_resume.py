@@ -150,6 +150,35 @@ def _fit(config: Path, *extra: str) -> subprocess.CompletedProcess:
     )  # fmt: skip
 
 
+def _last_checkpoint_config(
+    tmp_path: Path,
+    data: Path,
+    name: str,
+    tag: object = None,
+    checkpoint: dict | None = None,
+    helpers: list[dict] | None = None,
+    **trainer,
+) -> Path:
+    """:func:`_config`'s run ``name`` with a ``ModelCheckpoint`` in ``name/checkpoints``
+    (``checkpoint``: more of its arguments), ``LastCheckpoint`` and the callbacks ``helpers``
+    (this module's test helpers: ``{"class_path": ..., "init_args": ...}``), other trainer
+    settings from ``trainer``; written as ``name.tag.yaml``."""
+    config = yaml.safe_load(_config(tmp_path, data, name).read_text())
+    config["trainer"].update(trainer)
+    dirpath = str(tmp_path / name / "checkpoints")
+    config["trainer"]["callbacks"] = [
+        {
+            "class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+            "init_args": {"dirpath": dirpath, **(checkpoint or {})},
+        },
+        {"class_path": "seq2seq.callbacks.LastCheckpoint"},
+        *(helpers or []),
+    ]
+    path = tmp_path / f"{name}.{tag}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
 def _logged(run_dir: Path, key: str, last_version: bool = False) -> dict[int, float]:
     """``{step: value}`` of one metric over every version of a CSVLogger run (or its newest
     version only: the resumed run's own values)."""
@@ -212,23 +241,12 @@ def test_resume_after_a_stop_logs_at_the_uninterrupted_steps(tmp_path, multi30k_
     data = _write_corpus(multi30k_dir, tmp_path / "data", {"train": 600, "val": 20})
 
     def config(name: str, signal_at: int | None = None, sigint: int = 0) -> Path:
-        config = yaml.safe_load(_config(tmp_path, data, name).read_text())
-        config["trainer"]["callbacks"] = [
-            {
-                "class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
-                "init_args": {"dirpath": str(tmp_path / name / "checkpoints")},
-            },
-            {"class_path": "seq2seq.callbacks.LastCheckpoint"},
-        ]
+        helpers = []
         if signal_at is not None:
             helper = "InterruptAtStep" if sigint else "SignalAtStep"
             init = {"step": signal_at, **({"times": sigint} if sigint else {})}
-            config["trainer"]["callbacks"].append(
-                {"class_path": f"test_resume.{helper}", "init_args": init}
-            )
-        path = tmp_path / f"{name}.{signal_at}.yaml"
-        path.write_text(yaml.safe_dump(config))
-        return path
+            helpers.append({"class_path": f"test_resume.{helper}", "init_args": init})
+        return _last_checkpoint_config(tmp_path, data, name, signal_at, helpers=helpers)
 
     reference = _fit(config("reference"))
     assert reference.returncode == 0, reference.stderr[-3000:]
@@ -393,22 +411,11 @@ def test_sigterm_at_the_end_of_an_epoch_resumes_with_the_next_epoch_in_order(
     data = _write_corpus(multi30k_dir, tmp_path / "data", {"train": 300, "val": 20})
 
     def config(name: str, stop: bool = False) -> Path:
-        config = yaml.safe_load(_config(tmp_path, data, name).read_text())
-        config["trainer"].update(val_check_interval=1.0, max_steps=-1, max_epochs=2)
-        config["trainer"]["callbacks"] = [
-            {
-                "class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
-                "init_args": {"dirpath": str(tmp_path / name / "checkpoints")},
-            },
-            {"class_path": "seq2seq.callbacks.LastCheckpoint"},
-        ]
-        if stop:
-            config["trainer"]["callbacks"].append(
-                {"class_path": "test_resume.SignalAtEpochEndValidation"}
-            )
-        path = tmp_path / f"{name}.{stop}.yaml"
-        path.write_text(yaml.safe_dump(config))
-        return path
+        helpers = [{"class_path": "test_resume.SignalAtEpochEndValidation"}] if stop else []
+        return _last_checkpoint_config(
+            tmp_path, data, name, stop, helpers=helpers,
+            val_check_interval=1.0, max_steps=-1, max_epochs=2,
+        )  # fmt: skip
 
     reference = _fit(config("reference"))
     assert reference.returncode == 0, reference.stderr[-3000:]
@@ -436,18 +443,9 @@ def test_error_before_the_first_batch_of_a_resumed_run_keeps_last_ckpt(tmp_path,
     """A resumed run that fails before training a batch (a bad setting found after the
     checkpoint was restored) leaves last.ckpt as it was and does not claim to have saved."""
     data = _write_corpus(multi30k_dir, tmp_path / "data", {"train": 300, "val": 20})
-    config = yaml.safe_load(_config(tmp_path, data, "run").read_text())
-    config["trainer"].update(max_steps=3)
+    path = _last_checkpoint_config(tmp_path, data, "run", max_steps=3)
+    config = yaml.safe_load(path.read_text())
     folder = tmp_path / "run" / "checkpoints"
-    config["trainer"]["callbacks"] = [
-        {
-            "class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
-            "init_args": {"dirpath": str(folder)},
-        },
-        {"class_path": "seq2seq.callbacks.LastCheckpoint"},
-    ]
-    path = tmp_path / "run.yaml"
-    path.write_text(yaml.safe_dump(config))
     first = _fit(path)
     assert first.returncode == 0, first.stderr[-3000:]
     before = (folder / "last.ckpt").read_bytes()
@@ -496,26 +494,12 @@ def test_validation_cut_short_by_ctrl_c_is_run_again_on_resume(tmp_path, multi30
     data = _write_corpus(multi30k_dir, tmp_path / "data", {"train": 600, "val": 20})
 
     def config(name: str, interrupt: bool = False) -> Path:
-        config = yaml.safe_load(_config(tmp_path, data, name).read_text())
-        config["trainer"]["callbacks"] = [
-            {
-                "class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
-                "init_args": {
-                    "dirpath": str(tmp_path / name / "checkpoints"),
-                    "monitor": "val/bleu",
-                    "mode": "max",
-                    "save_top_k": -1,
-                },
-            },
-            {"class_path": "seq2seq.callbacks.LastCheckpoint"},
-        ]
-        if interrupt:
-            config["trainer"]["callbacks"].append(
-                {"class_path": "test_resume.InterruptValidation", "init_args": {"step": 5}}
-            )
-        path = tmp_path / f"{name}.{interrupt}.yaml"
-        path.write_text(yaml.safe_dump(config))
-        return path
+        helper = {"class_path": "test_resume.InterruptValidation", "init_args": {"step": 5}}
+        return _last_checkpoint_config(
+            tmp_path, data, name, interrupt,
+            checkpoint={"monitor": "val/bleu", "mode": "max", "save_top_k": -1},
+            helpers=[helper] if interrupt else [],
+        )  # fmt: skip
 
     reference = _fit(config("reference"))
     assert reference.returncode == 0, reference.stderr[-3000:]
