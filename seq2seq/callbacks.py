@@ -436,8 +436,13 @@ class TextProgress(L.Callback):
 
         epoch 3 | step 350 | loss 3.214 | lr 8.93e-04 | tok/s 2,950 | 0:05:12
 
-    The values are the progress bar's (logged with ``prog_bar=True``), the time is the
-    wall-clock time since this process started training. ``seq2seq fit`` adds it, with
+    ``loss`` is the progress bar's (the training loss of the last batch); ``lr`` the learning
+    rate of the optimizer step just taken (the first parameter group's, read from the
+    optimizer, so it is known from the first step of a process, also in a resumed run);
+    ``tok/s`` the real target tokens of the batches trained since the previous line (for the
+    first line: since this process started training) divided by the wall-clock seconds they
+    took, validations excluded, so it never reuses figures of an interrupted run; the time is
+    the wall-clock time since this process started training. ``seq2seq fit`` adds it, with
     ``trainer.log_every_n_steps``, when stdout is not a terminal and no progress bar is asked
     for.
 
@@ -445,36 +450,69 @@ class TextProgress(L.Callback):
         every_n_steps: optimizer steps between lines.
     """
 
-    FIELDS = (
-        ("train/loss", "loss", "{:.3f}"),
-        ("train/lr", "lr", "{:.2e}"),
-        ("train/tokens_per_s", "tok/s", "{:,.0f}"),
-    )
-
     def __init__(self, every_n_steps: int = 50) -> None:
         if every_n_steps < 1:
             raise ValueError(f"every_n_steps must be >= 1, got {every_n_steps}")
         self.every_n_steps = every_n_steps
         self._start = time.monotonic()
         self._printed: int | None = None
+        self._lr: float | None = None  # learning rate of the last optimizer step
+        self._tokens = 0  # real target tokens trained since the last line
+        self._seconds = 0.0  # training time, in seconds, of those tokens before `_since`
+        self._since: float | None = None  # when the clock last started; None while paused
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._start = time.monotonic()
         self._printed = trainer.global_step
+        self._lr = None
+        self._tokens, self._seconds, self._since = 0, 0.0, None
+
+    def _pause(self) -> None:
+        """Stops the clock of the tok/s window (a validation, the end of an epoch)."""
+        if self._since is not None:
+            self._seconds += time.monotonic() - self._since
+            self._since = None
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._pause()
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._pause()
+
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        if self._since is None:  # the first batch of this process, an epoch, or after a pause
+            self._since = time.monotonic()
+
+    def on_before_optimizer_step(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: torch.optim.Optimizer
+    ) -> None:
+        self._lr = float(optimizer.param_groups[0]["lr"])
 
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx: int
     ) -> None:
+        if isinstance(batch, dict):
+            self._tokens += int(batch.get("n_tokens", 0))
         step = trainer.global_step
-        if step == self._printed or step % self.every_n_steps or not trainer.is_global_zero:
+        if step == self._printed or step % self.every_n_steps:
             return
         self._printed = step
+        now = time.monotonic()
+        seconds = self._seconds + (now - self._since if self._since is not None else 0.0)
+        tokens = self._tokens
+        self._tokens, self._seconds, self._since = 0, 0.0, now
+        if not trainer.is_global_zero:
+            return
         metrics = trainer.progress_bar_metrics
         parts = [f"epoch {trainer.current_epoch}", f"step {step}"]
-        parts += [
-            f"{label} {form.format(float(metrics[key]))}"
-            for key, label, form in self.FIELDS
-            if key in metrics
-        ]
-        parts.append(str(timedelta(seconds=int(time.monotonic() - self._start))))
+        if "train/loss" in metrics:
+            parts.append(f"loss {float(metrics['train/loss']):.3f}")
+        lr = self._lr if self._lr is not None else metrics.get("train/lr")
+        if lr is not None:
+            parts.append(f"lr {float(lr):.2e}")
+        if tokens and seconds > 0:
+            parts.append(f"tok/s {tokens / seconds:,.0f}")
+        parts.append(str(timedelta(seconds=int(now - self._start))))
         print(" | ".join(parts), flush=True)

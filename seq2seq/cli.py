@@ -27,12 +27,13 @@ from typing import NoReturn
 
 import lightning as L
 import yaml
+from jsonargparse import Namespace
 from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar, Timer
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities.exceptions import MisconfigurationException, SIGTERMException
-from lightning.pytorch.utilities.rank_zero import rank_zero_info
+from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_only
 
 from seq2seq.callbacks import TextProgress, TranslationWriter
 from seq2seq.checkpoint import (
@@ -44,7 +45,12 @@ from seq2seq.checkpoint import (
 from seq2seq.data.corpus import iter_lines
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.evaluation import write_lines
-from seq2seq.module import CHECKPOINT_KEY, TranslationModule, tokenizer_from_checkpoint
+from seq2seq.module import (
+    _NON_STRUCTURAL,
+    CHECKPOINT_KEY,
+    TranslationModule,
+    tokenizer_from_checkpoint,
+)
 
 _OFF_VALUES = ("", "0", "false", "no", "off")
 
@@ -231,10 +237,13 @@ class Seq2SeqCLI(LightningCLI):
     ``--ckpt_path best`` and ``--ckpt_path last`` are resolved from the ``dirpath`` of the
     configured ``ModelCheckpoint`` (``last.ckpt`` there records the best checkpoint), so they
     also work in a new process after ``fit``. With a checkpoint, ``validate``, ``test`` and
-    ``predict`` take the model's architecture from the checkpoint, while decoding settings
-    (beam size, length penalty) come from the config and command line; ``fit --ckpt_path``
-    resumes with the config's architecture and stops with an error naming the settings that
-    differ from the checkpoint's.
+    ``predict`` take the model's architecture from the checkpoint (with a warning naming the
+    settings in which the config differs), while decoding settings (beam size, length penalty)
+    come from the config and command line; ``fit --ckpt_path`` resumes with the config's
+    architecture and stops with an error naming the settings that differ from the checkpoint's.
+    A ``fit`` that would start a new run (no ``--ckpt_path``, or ``--ckpt_path last`` without a
+    ``last.ckpt``) stops with an error when its checkpoint folder already holds checkpoints,
+    before any data is read; smoke runs (``--trainer.fast_dev_run``) write none and run anyway.
 
     ``validate``, ``test`` and ``predict`` need ``--ckpt_path``: without one they stop with an
     argument error (exit status 2) rather than score the untrained model of the config;
@@ -292,8 +301,14 @@ class Seq2SeqCLI(LightningCLI):
                 config["ckpt_path"] = str(resolve_ckpt_path("last", dirs))
             except FileNotFoundError:
                 config["ckpt_path"] = None
+                if not config.get("trainer", {}).get("fast_dev_run"):
+                    _refuse_earlier_checkpoints(dirs)
                 where = ", ".join(str(d) for d in dirs) or "the configured checkpoint folder"
                 rank_zero_info(f"--ckpt_path last: no last.ckpt in {where}; training from scratch")
+        elif subcommand == "fit" and not ckpt_path:
+            # A smoke run (fast_dev_run) writes no checkpoint, so it may run beside a real run's.
+            if not config.get("trainer", {}).get("fast_dev_run"):
+                _refuse_earlier_checkpoints(_checkpoint_dirs(config))
         if config.get("ckpt_path"):  # a bad checkpoint is reported before any data is read
             checkpoint = load_checkpoint(config["ckpt_path"], mmap=True)
             self._resumed_step = checkpoint.get("global_step")
@@ -316,6 +331,7 @@ class Seq2SeqCLI(LightningCLI):
         saved = checkpoint.get(CHECKPOINT_KEY, {}).get("model_config", {})
         if saved:
             model = self.config[subcommand]["model"]
+            _warn_other_architecture(subcommand, ckpt_path, saved, model)
             for key, value in saved.items():
                 model[key] = value
             data = self.config[subcommand]["data"]
@@ -592,12 +608,7 @@ class _FolderLock:
             except BlockingIOError:
                 holder = self._holder(fd)
                 os.close(fd)
-                pid = f" (pid {holder})" if holder else ""
-                raise OSError(
-                    f"{self.folder} is in use by another seq2seq fit{pid}, which writes its "
-                    "checkpoints there; wait for it to end, or give the ModelCheckpoint in "
-                    "trainer.callbacks of the config another dirpath"
-                ) from None
+                raise self._in_use(holder) from None
             except BaseException:
                 os.close(fd)
                 raise
@@ -611,6 +622,39 @@ class _FolderLock:
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
         self._fd = fd
+
+    def check_free(self) -> None:
+        """Checks, without taking the lock or creating its file, that no other process holds
+        it (a later :meth:`acquire` can still find it taken).
+
+        Raises:
+            OSError: if another process holds it, as :meth:`acquire` does.
+        """
+        try:
+            import fcntl
+        except ImportError:  # not POSIX
+            return
+        try:
+            fd = os.open(self.path, os.O_RDWR)
+        except OSError:  # no lock file, or one acquire reports on
+            return
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise self._in_use(self._holder(fd)) from None
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+    def _in_use(self, holder: int | None) -> OSError:
+        """The error that the lock is held by process ``holder`` (``None``: unknown)."""
+        pid = f" (pid {holder})" if holder else ""
+        return OSError(
+            f"{self.folder} is in use by another seq2seq fit{pid}, which writes its "
+            "checkpoints there; wait for it to end, or give the ModelCheckpoint in "
+            "trainer.callbacks of the config another dirpath"
+        )
 
     @staticmethod
     def _holder(fd: int) -> int | None:
@@ -738,6 +782,91 @@ def _checkpoint_dirs(config) -> list[Path]:
             if dirpath:
                 dirs.append(Path(dirpath))
     return dirs
+
+
+def _warn_other_architecture(
+    subcommand: str, ckpt_path: str | Path, saved: dict, model: dict | Namespace
+) -> None:
+    """Warns on stderr (one line, global rank 0 only) when the model settings saved in the
+    checkpoint ``ckpt_path`` differ from the config's ``model`` settings, which ``subcommand``
+    (``validate``, ``test`` or ``predict``) replaces by the checkpoint's. Dropout rates, which
+    do not act outside training, are left out, and so is ``max_positions``, which
+    ``data.max_positions`` sets (a difference there is an error naming it); decoding settings
+    (``beam_size``, ``length_penalty``, ...) are not saved as architecture: the config's apply.
+    """
+    differing = [
+        f"{'data' if key == 'vocab_size' else 'model'}.{key} {_yaml_value(value)} "
+        f"(config {_yaml_value(model.get(key))})"
+        for key, value in saved.items()
+        if key not in _NON_STRUCTURAL
+        and key != "max_positions"
+        and key in model
+        and model.get(key) != value
+    ]
+    if differing and rank_zero_only.rank == 0:
+        print(
+            f"seq2seq: warning: {ckpt_path} was trained with other model settings than the "
+            f"config: {', '.join(differing)}; {subcommand} uses the checkpoint's",
+            file=sys.stderr,
+        )
+
+
+def _yaml_value(value) -> str:
+    """``value`` as written in a config: ``true``/``false``/``null`` for booleans and None."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _refuse_earlier_checkpoints(checkpoint_dirs: Sequence[Path]) -> None:
+    """Refuses to start a new ``fit`` in a checkpoint folder that already holds checkpoints
+    (``*.ckpt`` files): the new run's ``last.ckpt`` would replace the earlier run's, and
+    ``--ckpt_path best`` or ``seq2seq average --dir`` would mix the two runs. Called before
+    anything is read or written. A folder that does not exist or cannot be listed passes
+    (``fit`` reports an unwritable folder later).
+
+    A folder in use by another ``seq2seq fit`` is reported as such (see :class:`_FolderLock`;
+    checked on global rank 0 only).
+
+    Raises:
+        OSError: if another ``seq2seq fit`` holds the lock of one of the folders.
+        FileExistsError: naming the folder, what it holds (``last.ckpt`` and its step, the
+            number of other checkpoints) and the ways out.
+    """
+    for folder in dict.fromkeys(checkpoint_dirs):
+        if rank_zero_only.rank == 0:  # the other processes of a DDP run find rank 0's lock
+            _FolderLock(Path(os.path.realpath(folder))).check_free()
+        try:
+            found = sorted(p.name for p in folder.iterdir() if p.suffix == ".ckpt" and p.is_file())
+        except OSError:
+            continue
+        if not found:
+            continue
+        others = len(found) - ("last.ckpt" in found)
+        plural = "s" if others != 1 else ""
+        if "last.ckpt" in found:
+            try:
+                step = load_checkpoint(folder / "last.ckpt", mmap=True).get("global_step")
+            except (OSError, CheckpointError):
+                step = None
+            held = "last.ckpt" + (f" at step {step}" if step is not None else "")
+            if others:
+                held += f" and {others} other checkpoint{plural}"
+            clash = "a new run there would replace its last.ckpt: resume it with --ckpt_path last"
+        else:
+            names = ", ".join(found[:3]) + (", ..." if others > 3 else "")
+            held = f"{others} checkpoint{plural}, {names}, and no last.ckpt"
+            clash = (
+                "a new run there would mix its checkpoints with them: resume from one with "
+                "--ckpt_path FILE"
+            )
+        raise FileExistsError(
+            f"{folder} already holds the checkpoints of an earlier run ({held}); {clash}, "
+            "give the ModelCheckpoint in trainer.callbacks of the config another dirpath for "
+            f"the new run, or remove the .ckpt files from {folder}"
+        )
 
 
 def _check_config_syntax(argv: Sequence[str]) -> None:

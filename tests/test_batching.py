@@ -7,7 +7,7 @@ import pytest
 import torch
 from conftest import MULTI30K  # SEQ2SEQ_MULTI30K, else ../shared/data/multi30k
 
-from seq2seq.data.batching import TokenBudgetBatchSampler, collate
+from seq2seq.data.batching import TokenBudgetBatchSampler, collate, over_budget
 from seq2seq.data.corpus import read_parallel
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 
@@ -47,6 +47,18 @@ def test_collate_without_targets():
 
 
 # ---------------------------------------------------------------------- budget
+def test_over_budget_counts_the_examples_that_get_a_batch_of_their_own():
+    """``over_budget`` counts the examples the sampler cannot fit into ``max_tokens`` even
+    alone (each then forms a batch of one, over the budget), and the largest such cost."""
+    lengths = [3, 10, 7, 12, 8]
+    assert over_budget(lengths, 8) == (2, 12)
+    assert over_budget(lengths, 12) == (0, 0)
+    assert over_budget([], 5) == (0, 0)
+    batches = list(TokenBudgetBatchSampler(lengths, max_tokens=8, shuffle=False))
+    alone = [b for b in batches if max(lengths[i] for i in b) * len(b) > 8]
+    assert sorted(lengths[b[0]] for b in alone) == [10, 12] and all(len(b) == 1 for b in alone)
+
+
 def test_batches_respect_budget_and_cover_everything():
     lengths = _lengths()
     lengths[10] = 5000  # longer than the budget on its own

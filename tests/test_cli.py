@@ -246,8 +246,10 @@ def test_evaluation_has_no_progress_bar_when_stdout_is_not_a_terminal(
         ["epoch 0", "step 10"],
     ]
     assert all(" | loss " in line and " | lr " in line for line in lines)
-    # The bar is kept on a terminal and when asked for (only instantiated here).
+    # The bar is kept on a terminal and when asked for (only instantiated here; fit resumes
+    # the run above, as a new run is refused in a folder that holds checkpoints).
     monkeypatch.setattr(Seq2SeqCLI, "_run_subcommand", lambda self, subcommand: None)
+    fit_argv = ["fit", *common, "--ckpt_path", "last", "--trainer.enable_progress_bar", "null"]
     assert cli_main([*argv[:-1], "true"]).trainer.progress_bar_callback is not None
     assert cli_main([*fit_argv[:-1], "true"]).trainer.progress_bar_callback is not None
     monkeypatch.setattr("sys.stdout", _Terminal())

@@ -1,14 +1,19 @@
-"""Guards of the command line: ``test`` without test splits, and two ``fit`` runs on one
-checkpoint folder."""
+"""Guards of the command line: ``test`` without test splits, two ``fit`` runs on one
+checkpoint folder, a new ``fit`` over an earlier run's checkpoints, and evaluation with a
+checkpoint whose model settings differ from the config's."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import run_main
+
+from seq2seq.checkpoint import load_checkpoint
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -65,7 +70,8 @@ def test_fit_refuses_a_checkpoint_folder_another_fit_writes_to(
     """While another process holds the lock of checkpoints/tiny, fit stops before training
     with one line naming the folder and that process, and leaves the folder's files as they
     were; a smoke run (which writes no checkpoint) still runs. Once the holder has ended (here:
-    killed, leaving its lock file behind), fit trains and writes its checkpoints there."""
+    killed, leaving its lock file behind), fit finds the folder free and, with the holder's
+    checkpoints removed, trains and writes its checkpoints there."""
     monkeypatch.delenv("SEQ2SEQ_TRACEBACK", raising=False)
     folder = in_tmp / "checkpoints" / "tiny"
     folder.mkdir(parents=True)
@@ -104,10 +110,15 @@ def test_fit_refuses_a_checkpoint_folder_another_fit_writes_to(
 
     assert (folder / ".seq2seq.lock").read_text().strip() == str(holder.pid)  # left behind
     code, _, err = run_main(monkeypatch, capsys, *_fit_argv(multi30k_dir))
+    assert code == 1, err  # not in use any more, but it holds the other run's checkpoints
+    assert err[-1].startswith("seq2seq: error: checkpoints/tiny already holds"), err
+    for name in ("last.ckpt", "epoch=0-step=10.ckpt"):
+        (folder / name).unlink()
+    code, _, err = run_main(monkeypatch, capsys, *_fit_argv(multi30k_dir))
     assert code == 0, err
     after = _files(folder)
     assert ".seq2seq.lock" not in after  # removed when fit ends
-    assert after["last.ckpt"] != before["last.ckpt"]
+    assert "last.ckpt" in after
 
 
 def test_fit_in_a_new_folder_leaves_no_lock_and_no_warning(in_tmp, multi30k_dir, recwarn):
@@ -133,3 +144,107 @@ def test_a_held_lock_stops_a_second_lock_and_is_released(tmp_path):
     second = _FolderLock(tmp_path)
     second.acquire()
     second.release()
+
+
+def _refusal(folder: str, held: str, clash: str) -> str:
+    return (
+        f"seq2seq: error: {folder} already holds the checkpoints of an earlier run ({held}); "
+        f"{clash}, give the ModelCheckpoint in trainer.callbacks of the config another dirpath "
+        f"for the new run, or remove the .ckpt files from {folder} (SEQ2SEQ_TRACEBACK=1 shows "
+        "where)"
+    )
+
+
+def test_a_new_fit_refuses_a_folder_with_an_earlier_runs_checkpoints(
+    in_tmp, multi30k_dir, monkeypatch, capsys
+):
+    """fit without --ckpt_path (or with --ckpt_path last and no last.ckpt) over checkpoints
+    stops in one line naming the folder, what it holds and the ways out, before it reads data
+    or writes anything: no log folder, no data cache, no lock file."""
+    monkeypatch.delenv("SEQ2SEQ_TRACEBACK", raising=False)
+    folder = in_tmp / "checkpoints" / "tiny"
+    folder.mkdir(parents=True)
+    torch.save({"global_step": 20}, folder / "last.ckpt")
+    torch.save({"global_step": 10}, folder / "epoch=0-step=10.ckpt")
+    (folder / "notes.txt").write_text("not a checkpoint")
+    before = _files(folder)
+
+    code, _, err = run_main(monkeypatch, capsys, *_fit_argv(multi30k_dir))
+    assert code == 1, err
+    assert err[-1] == _refusal(
+        "checkpoints/tiny",
+        "last.ckpt at step 20 and 1 other checkpoint",
+        "a new run there would replace its last.ckpt: resume it with --ckpt_path last",
+    ), err
+    assert _files(folder) == before
+    assert [p.name for p in in_tmp.iterdir()] == ["checkpoints"]
+
+    (folder / "last.ckpt").unlink()
+    before = _files(folder)
+    code, _, err = run_main(monkeypatch, capsys, *_fit_argv(multi30k_dir, "--ckpt_path", "last"))
+    assert code == 1, err
+    assert err[-1] == _refusal(
+        "checkpoints/tiny",
+        "1 checkpoint, epoch=0-step=10.ckpt, and no last.ckpt",
+        "a new run there would mix its checkpoints with them: resume from one with "
+        "--ckpt_path FILE",
+    ), err
+    assert not [line for line in err if "training from scratch" in line]
+    assert _files(folder) == before
+    assert [p.name for p in in_tmp.iterdir()] == ["checkpoints"]
+
+
+@pytest.mark.parametrize("ckpt_path", ["last", "best", "checkpoints/tiny/last.ckpt"])
+def test_resuming_into_the_runs_own_folder_is_not_refused(
+    ckpt_path, tiny_run, in_tmp, multi30k_dir, monkeypatch, capsys
+):
+    """fit --ckpt_path last, best or a file trains on in the folder that holds the run."""
+    shutil.copytree(tiny_run / "checkpoints", in_tmp / "checkpoints")
+    cache = str(tiny_run / "data" / "cache")  # the run's SentencePiece model
+    argv = [*_fit_argv(multi30k_dir, "--data.cache_dir", cache, "--ckpt_path", ckpt_path)]
+    argv[argv.index("--trainer.max_steps") + 1] = "22"  # the tiny run stopped at 20
+    code, _, err = run_main(monkeypatch, capsys, *argv)
+    assert code == 0, err
+    folder = in_tmp / "checkpoints" / "tiny"
+    assert load_checkpoint(folder / "last.ckpt")["global_step"] == 22
+    assert not (folder / ".seq2seq.lock").exists()
+
+
+def _warnings(err: list[str]) -> list[str]:
+    return [line for line in err if line.startswith("seq2seq: warning:")]
+
+
+def test_evaluation_warns_of_the_model_settings_the_checkpoint_overrides(
+    tiny_run, in_tmp, multi30k_dir, monkeypatch, capsys
+):
+    """test with a checkpoint whose architecture differs from the config's (flags here) warns
+    once, naming each setting with both values; the checkpoint's architecture is used, and
+    the decoding settings of the flags, which are not warned about."""
+    from seq2seq.cli import cli_main
+
+    ckpt = str(tiny_run / "checkpoints/tiny/last.ckpt")
+    common = ["--config", str(CONFIGS / "tiny.yaml"), "--data.data_dir", str(multi30k_dir)]
+    decoding = ["--model.beam_size", "1", "--model.length_penalty", "0.6"]
+    decoding += ["--model.max_len_b", "3", "--model.val_beam_size", "3"]
+    cli = cli_main(
+        [
+            "test", *common, "--ckpt_path", ckpt, *decoding,
+            "--model.d_model", "64", "--model.n_heads", "4", "--model.norm_first", "false",
+            "--model.positional", "rotary", "--data.vocab_size", "600",
+            "--model.dropout", "0.3",  # no effect outside training
+        ]
+    )  # fmt: skip
+    assert _warnings(capsys.readouterr().err.splitlines()) == [
+        f"seq2seq: warning: {ckpt} was trained with other model settings than the config: "
+        "data.vocab_size 500 (config 600), model.d_model 32 (config 64), model.n_heads 2 "
+        "(config 4), model.norm_first true (config false), model.positional sinusoidal "
+        "(config rotary); test uses the checkpoint's"
+    ]
+    config = cli.model.model_config
+    assert (config["d_model"], config["n_heads"], config["vocab_size"]) == (32, 2, 500)
+    assert (config["norm_first"], config["positional"]) == (True, "sinusoidal")
+    hparams = cli.model.hparams
+    assert (hparams.beam_size, hparams.length_penalty, hparams.max_len_b) == (1, 0.6, 3)
+
+    cli_main(["validate", *common, "--ckpt_path", ckpt, *decoding])
+    assert _warnings(capsys.readouterr().err.splitlines()) == []

@@ -156,6 +156,90 @@ def test_test_dataloaders_follow_test_set_names(corpus, cache):
     assert dm.test_set_names == ["extra", "test_2016_flickr"] and sizes == [20, 100]
 
 
+def _costs(dataset) -> np.ndarray:
+    """(N,) padded positions each example of ``dataset`` needs, as the batches count them: the
+    longer of source + EOS and target + BOS (source + EOS without targets)."""
+    examples = dataset.__getitems__(list(range(len(dataset))))
+    return np.array([max(len(e["src"]), len(e.get("tgt", [])) + 1) for e in examples])
+
+
+def _budget_warnings(caught) -> list[str]:
+    return [str(w.message) for w in caught if " is below what " in str(w.message)]
+
+
+def test_pairs_above_max_tokens_are_warned_about_once_per_split(corpus, cache, dm):
+    """A token budget below what a pair needs on its own puts that pair in a batch of its own,
+    over the budget. One warning per split says so: the option and its value, how many pairs
+    of which split, the longest one's tokens, and what to do. Building the loaders again (the
+    next epoch, fit then validate) warns no more."""
+    budget = 30
+    costs = {"train": _costs(dm.train_set), "val": _costs(dm.val_set)}
+    small = _dm(corpus, cache, max_tokens=budget)
+    with pytest.warns(UserWarning, match="truncated"):
+        small.setup("fit")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loader = small.train_dataloader()
+        train = list(loader)
+        list(loader)  # the next epoch
+        list(small.train_dataloader())
+        for _ in range(2):
+            list(small.val_dataloader())
+    messages = _budget_warnings(caught)
+    assert len(messages) == 2, messages
+    counted = "counted as the longer of source + EOS and target + BOS"
+    advice = {
+        "train": "Raise --data.max_tokens to at least {}, or lower --data.max_positions "
+        "(longer training pairs are dropped) or filter such pairs out of the corpus.",
+        "val": "Raise --data.eval_max_tokens to at least {} (held-out sentences are never "
+        "dropped).",
+    }
+    for message, split in zip(messages, ("train", "val"), strict=True):
+        over = costs[split][costs[split] > budget]
+        assert over.size > 0
+        longest = int(over.max())
+        assert message == (
+            f"--data.max_tokens={budget} is below what {over.size} sentence pairs of "
+            f"{split!r} need on their own (the longest: {longest} tokens, {counted}); each of "
+            "them forms a batch of its own, over the token budget. " + advice[split].format(longest)
+        )
+    # What the warning says happens: each such pair alone in a batch above the budget.
+    cost = costs["train"]
+    alone = [
+        b["index"].tolist() for b in train if cost[b["index"]].max() * len(b["index"]) > budget
+    ]
+    assert all(len(b) == 1 for b in alone) and len(alone) == int((cost > budget).sum())
+    # The held-out budget of its own names its option; a training budget that fits says nothing.
+    lines = read_lines(corpus / "extra.de")
+    held_out = _dm(
+        corpus,
+        cache,
+        eval_max_tokens=budget,
+        test_splits=["extra"],
+        predict_file=str(corpus / "extra.de"),
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        held_out.setup()
+        list(held_out.train_dataloader())
+        list(held_out.test_dataloader()[0])
+        list(held_out.predict_dataloader())
+    messages = _budget_warnings(caught)
+    assert len(messages) == 2, messages
+    extra = _costs(held_out.test_sets["extra"])
+    assert messages[0].startswith(
+        f"--data.eval_max_tokens={budget} is below what {int((extra > budget).sum())} sentence "
+        f"pairs of 'extra' need on their own (the longest: {int(extra.max())} tokens, {counted})"
+    )
+    predict = _costs(held_out.predict_set)
+    assert len(predict) == len(lines)
+    assert messages[1].startswith(
+        f"--data.eval_max_tokens={budget} is below what {int((predict > budget).sum())} "
+        f"sentences of {str(corpus / 'extra.de')!r} need on their own (the longest: "
+        f"{int(predict.max())} tokens, counted as source + EOS)"
+    )
+
+
 def test_second_run_reuses_cache(corpus, cache, dm, monkeypatch):
     def fail(*args, **kwargs):
         raise AssertionError("re-tokenised although the cache holds this split")

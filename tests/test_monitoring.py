@@ -7,16 +7,20 @@ validation every 10) writes to ``lightning_logs/tiny/version_0``.
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
+from conftest import CONFIGS, run_main
 from matplotlib.figure import Figure
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 
+from seq2seq import callbacks
 from seq2seq.callbacks import (
     AttentionHeatmaps,
     BestScoreHparams,
+    TextProgress,
     ValidationSamples,
     _escape_markdown,
     plot_attention,
@@ -164,3 +168,81 @@ def test_tokens_per_s_does_not_count_validation_time():
     module._last_batch_time = 123.0  # set by on_train_batch_end
     module.on_validation_epoch_start()
     assert module._last_batch_time is None
+
+
+# ---------------------------------------------------------------------- plain progress lines
+def _fields(line: str) -> dict[str, str]:
+    """``{"epoch": "0", "step": "10", "loss": "5.955", ..., "time": "0:00:01"}`` of a line."""
+    *parts, elapsed = line.split(" | ")
+    return {**dict(part.rsplit(" ", 1) for part in parts), "time": elapsed}
+
+
+def test_first_progress_line_after_a_resume_is_complete(
+    tmp_path, multi30k_dir, monkeypatch, capsys
+):
+    """``fit --ckpt_path last`` into a log (stdout not a terminal): the first line the resumed
+    process prints, here right after its first batch (stopped at step 9, a line every 5
+    steps), has the learning rate of the step just taken, as the uninterrupted run prints it,
+    and a tok/s measured over that process's own batch."""
+    base = [
+        "fit", "--config", str(CONFIGS / "tiny.yaml"), "--data.data_dir", str(multi30k_dir),
+        "--data.cache_dir", str(tmp_path / "cache"), "--trainer.enable_progress_bar", "null",
+    ]  # fmt: skip
+
+    def fit(folder: str, *argv: str) -> list[dict[str, str]]:
+        (tmp_path / folder).mkdir(exist_ok=True)
+        monkeypatch.chdir(tmp_path / folder)
+        code, out, err = run_main(monkeypatch, capsys, *base, *argv)
+        assert code == 0, err[-20:]
+        return [_fields(line) for line in out.splitlines() if line.startswith("epoch ")]
+
+    reference = fit("reference", "--trainer.max_steps", "10")
+    assert [line["step"] for line in reference] == ["5", "10"]
+    assert [line["step"] for line in fit("resumed", "--trainer.max_steps", "9")] == ["5"]
+    resumed = fit("resumed", "--trainer.max_steps", "10", "--ckpt_path", "last")
+    assert [line["step"] for line in resumed] == ["10"]
+    first = resumed[0]
+    assert list(first) == ["epoch", "step", "loss", "lr", "tok/s", "time"], first
+    assert (first["loss"], first["lr"]) == (reference[1]["loss"], reference[1]["lr"])
+    assert float(first["tok/s"].replace(",", "")) > 0
+
+
+def test_progress_line_rates_count_this_process_training_time_only(monkeypatch, capsys):
+    """tok/s on a line: the real target tokens of the batches since the previous line (the
+    first line: since this process started training) over the time they took, without the
+    time of validations; lr: the learning rate of the optimizer step just taken, read from
+    the optimizer (a scheduler has moved it on by the time the line is printed)."""
+    clock = [100.0]
+    monkeypatch.setattr(callbacks.time, "monotonic", lambda: clock[0])
+    progress = TextProgress(every_n_steps=2)
+    trainer = SimpleNamespace(
+        global_step=40, current_epoch=3, is_global_zero=True, progress_bar_metrics={}
+    )
+    optimizer = SimpleNamespace(param_groups=[{"lr": 1e-3}])
+
+    def batch(seconds: float, tokens: int, lr: float) -> None:
+        progress.on_train_batch_start(trainer, None, {"n_tokens": tokens}, 0)
+        clock[0] += seconds
+        optimizer.param_groups[0]["lr"] = lr
+        progress.on_before_optimizer_step(trainer, None, optimizer)
+        optimizer.param_groups[0]["lr"] = lr / 2  # the scheduler's step
+        trainer.global_step += 1
+        trainer.progress_bar_metrics["train/loss"] = 2.5
+        progress.on_train_batch_end(trainer, None, None, {"n_tokens": tokens}, 0)
+
+    progress.on_train_start(trainer, None)  # resumed at step 40
+    clock[0] += 30.0  # e.g. reading the stream up to the resume position
+    batch(1.0, 300, 2e-3)
+    progress.on_validation_start(trainer, None)
+    clock[0] += 60.0
+    progress.on_validation_end(trainer, None)
+    clock[0] += 0.5
+    batch(1.0, 500, 1e-3)  # step 42: a line over both batches, 800 tokens in 2 s
+    clock[0] += 1.0
+    batch(1.0, 100, 1e-3)
+    batch(2.0, 200, 5e-4)  # step 44: 300 tokens since the last line, in 4 s
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [
+        "epoch 3 | step 42 | loss 2.500 | lr 1.00e-03 | tok/s 400 | 0:01:32",
+        "epoch 3 | step 44 | loss 2.500 | lr 5.00e-04 | tok/s 75 | 0:01:36",
+    ]

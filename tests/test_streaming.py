@@ -6,9 +6,11 @@ import gzip
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -192,6 +194,50 @@ def test_hub_datasets_stream(corpora, cache, spm_file, two_epochs, monkeypatch):
     resumed = _dm(corpora["text"], cache, spm_file, hf_dataset="someone/wmt-like")
     resumed.load_state_dict(state)
     assert seen + _indices(resumed.train_dataloader()) == two_epochs[1]
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_pairs_above_max_tokens_are_warned_about_once(
+    corpora, cache, spm_file, pairs, kept, caplog, num_workers
+):
+    """Streamed pairs that need more than max_tokens on their own form batches of their own,
+    over the budget: warned about once, the first time (the pairs of the pools read so far),
+    naming the option, its value, the split and what to do; the counts logged after every
+    epoch give the epoch's number."""
+    budget = 30
+    tokenizer = Tokenizer.load(spm_file)
+    s, t = (np.array([len(ids) + 1 for ids in tokenizer.encode(side)]) for side in pairs["train"])
+    index = np.array(kept["indices"])
+    cost = np.maximum(s, t)[index]
+    first_pool = cost[index < POOL]
+    dm = _dm(corpora["text"], cache, spm_file, max_tokens=budget, num_workers=num_workers)
+    loader = dm.train_dataloader()
+    with warnings.catch_warnings(record=True) as caught, caplog.at_level(logging.INFO):
+        warnings.simplefilter("always")
+        batches = _indices(loader) + _indices(loader)  # two epochs
+    messages = [str(w.message) for w in caught if " is below what " in str(w.message)]
+    assert len(messages) == 1, messages
+    match = re.fullmatch(
+        rf"--data\.max_tokens={budget} is below what (\d+) sentence pairs of 'train' read so "
+        r"far \(epoch 0\) need on their own \(the longest: (\d+) tokens, counted as the longer "
+        r"of source \+ EOS and target \+ BOS\); each of them forms a batch of its own, over the "
+        rf"token budget\. Raise --data\.max_tokens to at least \2, or lower "
+        r"--data\.max_positions \(longer training pairs are dropped\) or filter such pairs out "
+        r"of the corpus\. Warned once; the counts logged after every epoch give their number\.",
+        messages[0],
+    )
+    assert match, messages[0]
+    count, longest = int(match[1]), int(match[2])
+    over = int((cost > budget).sum())
+    assert 0 < (first_pool > budget).sum() < over
+    if num_workers == 0:  # warned as pool 0 is batched
+        assert (count, longest) == (int((first_pool > budget).sum()), int(first_pool.max()))
+    else:  # warned as the first batch arrives, pool 0 and perhaps others read
+        assert (first_pool > budget).sum() <= count <= over
+    assert caplog.text.count(f"; {over} kept pairs above max_tokens={budget} on their own.") == 2
+    by_index = dict(zip(index.tolist(), cost.tolist(), strict=True))
+    alone = [b for b in batches if max(by_index[i] for i in b) * len(b) > budget]
+    assert len(alone) == 2 * over and all(len(b) == 1 for b in alone)
 
 
 # ---------------------------------------------------------------------- epochs

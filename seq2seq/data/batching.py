@@ -283,6 +283,58 @@ def describe_filtering(counts: dict[str, int], max_positions: int, max_length_ra
     )
 
 
+def over_budget(lengths: Sequence[int] | np.ndarray, max_tokens: int) -> tuple[int, int]:
+    """How many examples need more than ``max_tokens`` padded positions on their own.
+
+    :class:`TokenBudgetBatchSampler` puts each such example in a batch of its own, which then
+    holds more than ``max_tokens`` positions.
+
+    Args:
+        lengths: (N,) cost of each example in padded positions, as the sampler counts it
+            (e.g. ``max(src_len, tgt_len + 1)`` with the source's EOS counted in ``src_len``).
+        max_tokens: Token budget of a batch.
+
+    Returns:
+        ``(count, longest)``: the number of examples costing more than ``max_tokens``, and
+        the largest cost among them (0 when there are none).
+    """
+    costs = np.asarray(lengths, dtype=np.int64).reshape(-1)
+    over = costs[costs > max_tokens]
+    return int(over.size), int(over.max()) if over.size else 0
+
+
+def describe_over_budget(
+    count: int,
+    longest: int,
+    option: str,
+    budget: int,
+    what: str,
+    advice: str,
+    counted: str | None = None,
+) -> str:
+    """The warning about examples that exceed the token budget on their own, in one line.
+
+    Args:
+        count: Number of examples above the budget (see :func:`over_budget`).
+        longest: Cost of the largest one, in padded positions.
+        option: Name of the ``data.*`` option that sets the budget, e.g. ``"max_tokens"``.
+        budget: Its value, in padded positions.
+        what: Which examples, e.g. ``"sentence pairs of 'train'"``.
+        advice: What to do about it, a sentence.
+        counted: How an example's cost is counted; default: the longer of source + EOS and
+            target + BOS.
+
+    Returns:
+        ``"--data.max_tokens=64 is below what 3 sentence pairs of 'train' need ..."``.
+    """
+    counted = counted or "the longer of source + EOS and target + BOS"
+    return (
+        f"--data.{option}={budget} is below what {count} {what} need on their own (the longest: "
+        f"{longest} tokens, counted as {counted}); each of "
+        f"them forms a batch of its own, over the token budget. {advice}"
+    )
+
+
 def collate(
     examples: list[dict[str, Any]],
     pad_id: int = PAD_ID,

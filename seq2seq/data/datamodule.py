@@ -27,7 +27,9 @@ from seq2seq.data.batching import (
     TokenBudgetBatchSampler,
     collate,
     describe_filtering,
+    describe_over_budget,
     filter_training_pairs,
+    over_budget,
 )
 from seq2seq.data.corpus import (
     MULTI30K_SHA256,
@@ -200,8 +202,11 @@ class TranslationDataModule(L.LightningDataModule):
             ``<cache_dir>/spm_<src><tgt>_<type>_<vocab_size>_<hash>.model``, the hash covering
             the training files and SentencePiece settings.
         cache_dir: Folder for the SentencePiece model and the tokenised Arrow cache.
-        max_tokens: Token budget of a training batch (sentences x longest sequence).
-        eval_max_tokens: Token budget of a held-out batch; default ``max_tokens``.
+        max_tokens: Token budget of a training batch (sentences x longest sequence). A pair
+            that needs more on its own (the longer of source + EOS and target + BOS) forms a
+            batch of its own, over the budget; a warning per split says how many pairs do.
+        eval_max_tokens: Token budget of a held-out batch; default ``max_tokens``. Held-out
+            sentences above it are batched, and warned about, in the same way.
         bucket_size: Sort training examples within random buckets of this size instead of
             globally (see :class:`TokenBudgetBatchSampler`).
         max_positions: Longest sequence, in tokens with EOS/BOS, the model accepts.
@@ -305,6 +310,9 @@ class TranslationDataModule(L.LightningDataModule):
         self._train_sampler: TokenBudgetBatchSampler | None = None
         self._pending_sampler_state: dict[str, int] | None = None
         self._pending_stream_state: dict[str, Any] | None = None
+        self._over_budget_warned: set[str] = set()  # splits warned about by _warn_over_budget
+        # The option that sets the held-out budget, for messages.
+        self._eval_budget_option = "max_tokens" if eval_max_tokens is None else "eval_max_tokens"
 
     # ------------------------------------------------------------------ locating data
     def _all_splits(self) -> list[str]:
@@ -666,9 +674,12 @@ class TranslationDataModule(L.LightningDataModule):
         src_len = np.minimum(src_len, self.max_positions)
         tgt_len = np.minimum(tgt_len, self.max_positions)
         world_size, rank = self._replicas()
+        costs = np.maximum(src_len, tgt_len)
+        budget = self.max_tokens if train else self.eval_max_tokens
+        self._warn_over_budget(split, costs, budget, train)
         return TokenBudgetBatchSampler(
-            np.maximum(src_len, tgt_len),
-            self.max_tokens if train else self.eval_max_tokens,
+            costs,
+            budget,
             shuffle=train,
             seed=self.seed,
             num_replicas=world_size,
@@ -677,6 +688,39 @@ class TranslationDataModule(L.LightningDataModule):
             even_batches=train,
             tie_breaker=tgt_len * (self.max_positions + 1) + src_len,
         )
+
+    def _warn_over_budget(self, split: str, costs: np.ndarray, budget: int, train: bool) -> None:
+        """Warns, once per split, about examples that exceed the token budget on their own.
+
+        Args:
+            split: The split (``"predict"`` for ``predict_file``).
+            costs: (N,) padded positions each example needs, as the sampler counts them.
+            budget: The split's token budget (``max_tokens`` or ``eval_max_tokens``).
+            train: Whether ``split`` is the training split.
+        """
+        if split in self._over_budget_warned:
+            return
+        self._over_budget_warned.add(split)
+        count, longest = over_budget(costs, budget)
+        if not count:
+            return
+        if train:
+            option = "max_tokens"
+            advice = (
+                f"Raise --data.max_tokens to at least {longest}, or lower --data.max_positions "
+                "(longer training pairs are dropped) or filter such pairs out of the corpus."
+            )
+        else:
+            option = self._eval_budget_option
+            advice = (
+                f"Raise --data.eval_max_tokens to at least {longest} (held-out sentences are "
+                "never dropped)."
+            )
+        if split == "predict":
+            what, counted = f"sentences of {str(self.predict_file)!r}", "source + EOS"
+        else:
+            what, counted = f"sentence pairs of {split!r}", None
+        rank_zero_warn(describe_over_budget(count, longest, option, budget, what, advice, counted))
 
     def _require(self, dataset, stage: str):
         if dataset is None:

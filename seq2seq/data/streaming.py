@@ -45,7 +45,9 @@ from seq2seq.data.batching import (
     TokenBudgetBatchSampler,
     collate,
     describe_filtering,
+    describe_over_budget,
     filter_training_pairs,
+    over_budget,
 )
 from seq2seq.data.corpus import CorpusSplit
 from seq2seq.data.tokenizer import EOS_ID, PAD_ID, Tokenizer, flatten_ids, id_dtype
@@ -97,6 +99,8 @@ class _Pass:
         self.started = False
         self.ended = False
         self.counts = multiprocessing.RawArray("q", len(_COUNTS) * num_workers)
+        # Per class: kept pairs above the token budget on their own, and the largest cost.
+        self.over_budget = multiprocessing.RawArray("q", 2 * num_workers)
         self.history: deque[tuple[int, tuple, int]] = deque(maxlen=_HISTORY)
         self.history.append((batches, tuple(positions), next_class))
 
@@ -110,6 +114,16 @@ class _Pass:
     def add_counts(self, cls: int, counts: dict[str, int]) -> None:
         for k, key in enumerate(_COUNTS):
             self.counts[cls * len(_COUNTS) + k] += counts[key]
+
+    def add_over_budget(self, cls: int, count: int, longest: int) -> None:
+        """Adds ``count`` pairs above the token budget, the largest costing ``longest``."""
+        self.over_budget[2 * cls] += count
+        self.over_budget[2 * cls + 1] = max(self.over_budget[2 * cls + 1], longest)
+
+    def total_over_budget(self) -> tuple[int, int]:
+        """``(count, longest)`` of the pairs above the token budget in the pools read so far."""
+        counts, longest = self.over_budget[0::2], self.over_budget[1::2]
+        return sum(counts), max(longest, default=0)
 
     def total_counts(self) -> dict[str, int]:
         n = len(_COUNTS)
@@ -141,6 +155,9 @@ class StreamingPairs(IterableDataset):
             ``streaming=True``).
         tokenizer: Tokenizer of the source and target sides.
         max_tokens: Token budget of a batch (sentences x longest sequence, padded positions).
+            A pair that needs more on its own forms a batch of its own, over the budget; the
+            first time that happens it is warned about (see :meth:`warn_over_budget`), and the
+            counts logged after every epoch give the number of such pairs.
         max_positions: Longest sequence, with EOS/BOS, the model accepts; longer pairs are
             dropped.
         max_length_ratio: Drop pairs whose longer side has more than this many times the
@@ -199,6 +216,7 @@ class StreamingPairs(IterableDataset):
         ``too_long``, ``skewed``); a resumed pass counts only the pools it read."""
         self._pass: _Pass | None = None
         self._resume: dict[str, Any] | None = None
+        self._over_budget_warned = False  # see warn_over_budget
 
     # ------------------------------------------------------------------ epochs and state
     def set_epoch(self, epoch: int) -> None:
@@ -312,7 +330,8 @@ class StreamingPairs(IterableDataset):
         return plan
 
     def end_pass(self, plan: _Pass) -> None:
-        """Logs the filtering counts of a complete pass and moves on to the next epoch.
+        """Logs the filtering counts of a complete pass (and how many kept pairs exceed
+        ``max_tokens`` on their own, if any) and moves on to the next epoch.
 
         Raises:
             ValueError: If a pass from the start of the stream found no pair, or kept none.
@@ -330,9 +349,12 @@ class StreamingPairs(IterableDataset):
             )
         self.last_counts = counts
         resumed = " (the pools read after resuming)" if plan.resumed else ""
+        n_over, _ = plan.total_over_budget()
+        over = f"; {n_over} kept pairs above max_tokens={self.max_tokens} on their own"
         rank_zero_info(
             f"Streamed training pairs from {where}, epoch {plan.epoch}{resumed}: "
-            f"{describe_filtering(counts, self.max_positions, self.max_length_ratio)}."
+            f"{describe_filtering(counts, self.max_positions, self.max_length_ratio)}"
+            f"{over if n_over else ''}."
         )
         if self.epoch == plan.epoch:
             self.epoch += 1
@@ -355,6 +377,9 @@ class StreamingPairs(IterableDataset):
         for index, src, tgt in self._read_pools(first_pool, num_workers):
             pool, counts = self._tokenize(index, src, tgt)
             plan.add_counts(cls, counts)
+            plan.add_over_budget(cls, *over_budget(self._costs(pool)[0], self.max_tokens))
+            if info is None:  # in this process; StreamingLoader warns for its workers
+                self.warn_over_budget(plan)
             batches = self.pool_batches(pool, plan.epoch)
             for k in range(done if index == first_pool else 0, len(batches)):
                 batch = self._collate(pool, batches[k])
@@ -407,16 +432,42 @@ class StreamingPairs(IterableDataset):
         first = index * self.pool_size
         return _Pool(index, first, src_ids, tgt_ids, np.flatnonzero(keep), text), counts
 
+    def _costs(self, pool: _Pool) -> tuple[np.ndarray, np.ndarray]:
+        """``(cost, tie_breaker)`` of the pool's kept pairs, each (K,): the padded positions a
+        pair needs, ``max(src_len + 1, tgt_len + 1)``, and the sampler's secondary key."""
+        s = np.diff(pool.src[1])[pool.kept] + 1  # with EOS
+        t = np.diff(pool.tgt[1])[pool.kept] + 1  # with BOS (input) or EOS (output)
+        return np.maximum(s, t), t * (self.max_positions + 1) + s
+
+    def warn_over_budget(self, plan: _Pass) -> None:
+        """Warns, the first time it happens, that pairs read so far need more than
+        ``max_tokens`` on their own (each becomes a batch of its own); called in the main
+        process, by :class:`StreamingLoader` for its workers."""
+        if self._over_budget_warned:
+            return
+        count, longest = plan.total_over_budget()
+        if not count:
+            return
+        self._over_budget_warned = True
+        advice = (
+            f"Raise --data.max_tokens to at least {longest}, or lower --data.max_positions "
+            "(longer training pairs are dropped) or filter such pairs out of the corpus. "
+            "Warned once; the counts logged after every epoch give their number."
+        )
+        what = f"sentence pairs of {self.corpus.split!r} read so far (epoch {plan.epoch})"
+        rank_zero_warn(
+            describe_over_budget(count, longest, "max_tokens", self.max_tokens, what, advice)
+        )
+
     def pool_batches(self, pool: _Pool, epoch: int) -> list[list[int]]:
         """This rank's batches of a pool in an epoch, as positions into ``pool.kept``."""
         if pool.kept.size == 0:
             return []
-        s = np.diff(pool.src[1])[pool.kept] + 1  # with EOS
-        t = np.diff(pool.tgt[1])[pool.kept] + 1  # with BOS (input) or EOS (output)
+        costs, tie_breaker = self._costs(pool)
         entropy = [self.seed % (1 << 64), epoch, pool.index]
         seed = int(np.random.SeedSequence(entropy).generate_state(1)[0])
         sampler = TokenBudgetBatchSampler(
-            np.maximum(s, t),
+            costs,
             self.max_tokens,
             shuffle=True,
             seed=seed,
@@ -424,7 +475,7 @@ class StreamingPairs(IterableDataset):
             rank=self.rank,
             bucket_size=self.bucket_size,
             even_batches=True,
-            tie_breaker=t * (self.max_positions + 1) + s,
+            tie_breaker=tie_breaker,
         )
         return list(sampler)
 
@@ -495,6 +546,8 @@ class StreamingLoader(DataLoader):
         plan = dataset.start_pass(max(1, self.num_workers), epoch)
         for batch in super().__iter__():
             plan.record(batch.pop(POSITION_KEY))
+            if self.num_workers > 0:
+                dataset.warn_over_budget(plan)
             yield batch
         dataset.end_pass(plan)
 
