@@ -273,6 +273,14 @@ class Seq2SeqCLI(LightningCLI):
         parser.link_arguments("data.max_positions", "model.max_positions", apply_on="parse")
         parser.link_arguments("data.tgt_lang", "model.tgt_lang", apply_on="parse")
         parser.add_lightning_class_args(TranslationWriter, "prediction_writer")
+        parser.add_argument(
+            "--checkpoint_dir",
+            type=str | None,
+            default=None,
+            help="Folder of the run's checkpoints: replaces the dirpath of every ModelCheckpoint "
+            "in trainer.callbacks (where fit writes them and where --ckpt_path best and last "
+            "are looked up).",
+        )
 
     def parse_arguments(self, parser, args) -> None:
         super().parse_arguments(parser, args)
@@ -280,6 +288,8 @@ class Seq2SeqCLI(LightningCLI):
         if not subcommand:
             return
         config = self.config[subcommand]
+        if config.get("checkpoint_dir"):
+            _set_checkpoint_dirs(config, config["checkpoint_dir"])
         ckpt_path = config.get("ckpt_path")
         self._resumed_step = None
         if subcommand in _USES:
@@ -652,8 +662,8 @@ class _FolderLock:
         pid = f" (pid {holder})" if holder else ""
         return OSError(
             f"{self.folder} is in use by another seq2seq fit{pid}, which writes its "
-            "checkpoints there; wait for it to end, or give the ModelCheckpoint in "
-            "trainer.callbacks of the config another dirpath"
+            "checkpoints there; wait for it to end, or give this run another folder with "
+            "--checkpoint_dir DIR"
         )
 
     @staticmethod
@@ -767,21 +777,45 @@ def _has_no_lines(path: str | Path) -> bool:
         return False
 
 
-def _checkpoint_dirs(config) -> list[Path]:
-    """The ``dirpath`` of each configured ``ModelCheckpoint`` callback."""
-    dirs = []
+def _model_checkpoints(config) -> list:
+    """The ``init_args`` of each configured ``ModelCheckpoint`` callback (``None`` where it has
+    none)."""
+    found = []
     for callback in config.get("trainer", {}).get("callbacks") or []:
         class_path = getattr(callback, "class_path", None) or (
             callback.get("class_path") if isinstance(callback, dict) else None
         )
-        init_args = getattr(callback, "init_args", None) or (
-            callback.get("init_args") if isinstance(callback, dict) else None
+        if class_path and class_path.endswith("ModelCheckpoint"):
+            init_args = getattr(callback, "init_args", None) or (
+                callback.get("init_args") if isinstance(callback, dict) else None
+            )
+            found.append(init_args)
+    return found
+
+
+def _set_checkpoint_dirs(config, folder: str) -> None:
+    """``--checkpoint_dir``: make ``folder`` the ``dirpath`` of every ``ModelCheckpoint``.
+
+    Raises:
+        ValueError: if the config has no ``ModelCheckpoint`` callback.
+    """
+    targets = [init_args for init_args in _model_checkpoints(config) if init_args is not None]
+    if not targets:
+        raise ValueError(
+            f"--checkpoint_dir {folder}: the config has no ModelCheckpoint in trainer.callbacks "
+            "whose folder it could set"
         )
-        if class_path and class_path.endswith("ModelCheckpoint") and init_args is not None:
-            dirpath = init_args.get("dirpath") if hasattr(init_args, "get") else None
-            if dirpath:
-                dirs.append(Path(dirpath))
-    return dirs
+    for init_args in targets:
+        init_args["dirpath"] = folder
+
+
+def _checkpoint_dirs(config) -> list[Path]:
+    """The ``dirpath`` of each configured ``ModelCheckpoint`` callback."""
+    return [
+        Path(init_args["dirpath"])
+        for init_args in _model_checkpoints(config)
+        if hasattr(init_args, "get") and init_args.get("dirpath")
+    ]
 
 
 def _warn_other_architecture(
@@ -864,8 +898,8 @@ def _refuse_earlier_checkpoints(checkpoint_dirs: Sequence[Path]) -> None:
             )
         raise FileExistsError(
             f"{folder} already holds the checkpoints of an earlier run ({held}); {clash}, "
-            "give the ModelCheckpoint in trainer.callbacks of the config another dirpath for "
-            f"the new run, or remove the .ckpt files from {folder}"
+            "give the new run another folder with --checkpoint_dir DIR, or remove the .ckpt "
+            f"files from {folder}"
         )
 
 

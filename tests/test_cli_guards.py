@@ -93,7 +93,10 @@ def test_fit_refuses_a_checkpoint_folder_another_fit_writes_to(
             f"seq2seq: error: {folder.resolve()} is in use by another seq2seq fit "
             f"(pid {holder.pid})"
         ), err
-        assert "dirpath" in err[-1]
+        assert err[-1].endswith(
+            "wait for it to end, or give this run another folder with --checkpoint_dir DIR "
+            "(SEQ2SEQ_TRACEBACK=1 shows where)"
+        ), err
         assert _files(folder) == before
         assert not (in_tmp / "lightning_logs").exists()  # the folders it made are removed
 
@@ -149,9 +152,8 @@ def test_a_held_lock_stops_a_second_lock_and_is_released(tmp_path):
 def _refusal(folder: str, held: str, clash: str) -> str:
     return (
         f"seq2seq: error: {folder} already holds the checkpoints of an earlier run ({held}); "
-        f"{clash}, give the ModelCheckpoint in trainer.callbacks of the config another dirpath "
-        f"for the new run, or remove the .ckpt files from {folder} (SEQ2SEQ_TRACEBACK=1 shows "
-        "where)"
+        f"{clash}, give the new run another folder with --checkpoint_dir DIR, or remove the "
+        f".ckpt files from {folder} (SEQ2SEQ_TRACEBACK=1 shows where)"
     )
 
 
@@ -208,6 +210,50 @@ def test_resuming_into_the_runs_own_folder_is_not_refused(
     folder = in_tmp / "checkpoints" / "tiny"
     assert load_checkpoint(folder / "last.ckpt")["global_step"] == 22
     assert not (folder / ".seq2seq.lock").exists()
+
+
+def test_checkpoint_dir_moves_a_run_and_its_best_and_last(
+    tiny_run, in_tmp, multi30k_dir, monkeypatch, capsys
+):
+    """--checkpoint_dir starts a second run beside a folder holding another one, resumes it
+    there, and --ckpt_path best / last of the evaluation commands look there too; a config
+    without a ModelCheckpoint refuses it in one line."""
+    shutil.copytree(tiny_run / "checkpoints", in_tmp / "checkpoints")
+    first = _files(in_tmp / "checkpoints" / "tiny")
+    cache = ["--data.cache_dir", str(tiny_run / "data" / "cache")]
+    argv = [*_fit_argv(multi30k_dir, *cache, "--checkpoint_dir", "runs/second")]
+    code, _, err = run_main(monkeypatch, capsys, *argv)
+    assert code == 0, err
+    second = in_tmp / "runs" / "second"
+    assert load_checkpoint(second / "last.ckpt")["global_step"] == 2
+    assert _files(in_tmp / "checkpoints" / "tiny") == first  # the other run is untouched
+
+    argv[argv.index("--trainer.max_steps") + 1] = "4"
+    code, _, err = run_main(monkeypatch, capsys, *argv, "--ckpt_path", "last")
+    assert code == 0, err
+    assert load_checkpoint(second / "last.ckpt")["global_step"] == 4
+    assert _files(in_tmp / "checkpoints" / "tiny") == first
+
+    from seq2seq.cli import cli_main
+
+    common = ["--config", str(CONFIGS / "tiny.yaml"), "--data.data_dir", str(multi30k_dir)]
+    common += [*cache, "--checkpoint_dir", "runs/second"]
+    cli = cli_main(["validate", *common, "--ckpt_path", "last"])
+    assert Path(cli.config["validate"]["ckpt_path"]).resolve() == second / "last.ckpt"
+    cli = cli_main(["validate", *common, "--ckpt_path", "best"])
+    assert Path(cli.config["validate"]["ckpt_path"]).resolve().parent == second
+
+    monkeypatch.delenv("SEQ2SEQ_TRACEBACK", raising=False)
+    code, _, err = run_main(
+        monkeypatch, capsys, *_fit_argv(multi30k_dir, "--trainer.callbacks", "[]",
+                                        "--checkpoint_dir", "runs/third")
+    )  # fmt: skip
+    assert code == 1, err
+    assert err[-1] == (
+        "seq2seq: error: --checkpoint_dir runs/third: the config has no ModelCheckpoint in "
+        "trainer.callbacks whose folder it could set (SEQ2SEQ_TRACEBACK=1 shows where)"
+    )
+    assert not (in_tmp / "runs" / "third").exists()
 
 
 def _warnings(err: list[str]) -> list[str]:
