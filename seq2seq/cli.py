@@ -351,6 +351,9 @@ class Seq2SeqCLI(LightningCLI):
         no_bar = self._progress_bar_unwanted()
         if no_bar:
             kwargs.setdefault("enable_progress_bar", False)
+        if self.subcommand == "predict":  # its output file is all it writes: no log folder
+            kwargs["logger"] = False
+            self.save_config_callback = None
         trainer = super().instantiate_trainer(**kwargs)
         if no_bar and self.subcommand == "fit":
             trainer.callbacks.append(TextProgress(trainer.log_every_n_steps))

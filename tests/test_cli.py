@@ -276,7 +276,10 @@ def test_predict_writes_one_line_per_input(tiny_run, monkeypatch, tmp_path):
     lines = ["Ein Mann fährt Fahrrad.", "", "Hund " * 300, "Zwei Frauen\u2028lachen."]
     source.write_text("\n".join(lines) + "\n", encoding="utf-8")
     output = tmp_path / "output.en"
+    logs = sorted((tiny_run / "lightning_logs").rglob("*"))
     cli_main(_predict_argv(source, tiny_run / "checkpoints/tiny/last.ckpt", output))
+    assert sorted((tiny_run / "lightning_logs").rglob("*")) == logs  # no log folder of its own
+    assert not (tiny_run / "config.yaml").exists()
     written = output.read_text(encoding="utf-8").split("\n")
     assert written[-1] == ""
     assert len(written) - 1 == len(lines)
