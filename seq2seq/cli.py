@@ -328,6 +328,13 @@ class Seq2SeqCLI(LightningCLI):
                     "`seq2seq average`): training cannot resume from it; give a checkpoint "
                     "written by `seq2seq fit`"
                 )
+            data_state = checkpoint.get(TranslationDataModule.__qualname__)
+            if subcommand == "fit" and data_state and hasattr(config.get("data"), "get"):
+                # Before SentencePiece and the data cache are built for settings that the
+                # data module would refuse once the checkpoint is loaded.
+                refusal = TranslationDataModule.resume_refusal(data_state, config["data"])
+                if refusal:
+                    raise ValueError(f"{config['ckpt_path']}: {refusal}")
 
     def _parse_ckpt_path(self) -> None:
         """Take the model architecture (not decoding settings) from ``--ckpt_path``."""

@@ -256,6 +256,25 @@ def test_checkpoint_dir_moves_a_run_and_its_best_and_last(
     assert not (in_tmp / "runs" / "third").exists()
 
 
+def test_resuming_with_another_seed_is_refused_before_any_data_is_prepared(
+    tiny_run, in_tmp, multi30k_dir, monkeypatch, capsys
+):
+    """A saved training position needs its --data.seed: fit --ckpt_path with another one
+    stops in one line before SentencePiece is trained or the corpus tokenised."""
+    monkeypatch.delenv("SEQ2SEQ_TRACEBACK", raising=False)
+    shutil.copytree(tiny_run / "checkpoints", in_tmp / "checkpoints")
+    ckpt = in_tmp / "checkpoints" / "tiny" / "last.ckpt"
+    argv = _fit_argv(multi30k_dir, "--data.cache_dir", "fresh_cache", "--data.seed", "7")
+    code, _, err = run_main(monkeypatch, capsys, *argv, "--ckpt_path", "last")
+    assert code == 1, err
+    assert err[-1] == (
+        f"seq2seq: error: {ckpt.relative_to(in_tmp)}: The checkpoint was written with "
+        "--data.seed=1, but this run has --data.seed=7: the rest of its epoch cannot be "
+        "reproduced; resume with --data.seed=1. (SEQ2SEQ_TRACEBACK=1 shows where)"
+    ), err
+    assert sorted(p.name for p in in_tmp.iterdir()) == ["checkpoints"]
+
+
 def _warnings(err: list[str]) -> list[str]:
     return [line for line in err if line.startswith("seq2seq: warning:")]
 

@@ -7,7 +7,7 @@ import os
 import shutil
 import tempfile
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -51,6 +51,20 @@ _NOT_RESUMABLE = "You're resuming from a checkpoint that ended before the epoch 
 _CUSTOM_SAMPLER = "You are using a custom batch sampler `TokenBudgetBatchSampler` for prediction"
 # End of the warning on resuming with other batching settings from mid-epoch.
 _MID_EPOCH = " (in the epoch under way, pairs may be skipped or trained twice)"
+
+
+def _saved_batching(state_dict: dict[str, Any], streaming: bool) -> tuple[dict, dict | None]:
+    """The batching settings a data module state was saved with, and its training position
+    (``None`` if none). A position carries the settings it cannot be reproduced without (also
+    in checkpoints written before ``"batching"`` was saved)."""
+    saved = dict(state_dict.get("batching") or {})
+    position = state_dict.get("train_stream" if streaming else "train_sampler")
+    if position:
+        if "seed" in position:
+            saved["seed"] = position["seed"]
+        if streaming and "pool_size" in position:
+            saved["stream_pool_size"] = position["pool_size"]
+    return saved, position
 
 
 def _cli_value(value: Any) -> str:
@@ -846,6 +860,35 @@ class TranslationDataModule(L.LightningDataModule):
             state["batches_yielded"] = processed
         return {"train_sampler": state}
 
+    @staticmethod
+    def resume_refusal(state_dict: dict[str, Any], settings: Mapping[str, Any]) -> str | None:
+        """Why a run with these ``data.*`` settings cannot resume from this saved state, or
+        ``None``: a saved training position needs the ``seed`` (and, streaming,
+        ``stream_pool_size``) it was written with. Needs no data, so a command line can be
+        checked before any is read (``seq2seq fit --ckpt_path``).
+
+        Args:
+            state_dict: the data module's state from a checkpoint (:meth:`state_dict`).
+            settings: the run's ``data.*`` values by name (``streaming``, ``seed``,
+                ``stream_pool_size``; others are ignored).
+
+        Returns:
+            A message naming the option and both values, or ``None``.
+        """
+        streaming = bool(settings.get("streaming"))
+        saved, position = _saved_batching(state_dict, streaming)
+        if not position:
+            return None
+        for name in ("seed", "stream_pool_size") if streaming else ("seed",):
+            if name in saved and name in settings and settings[name] != saved[name]:
+                mine, value = _cli_value(settings[name]), _cli_value(saved[name])
+                return (
+                    f"The checkpoint was written with --data.{name}={value}, but this run has "
+                    f"--data.{name}={mine}: the rest of its epoch cannot be reproduced; resume "
+                    f"with --data.{name}={value}."
+                )
+        return None
+
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restores the training position saved by :meth:`state_dict`.
 
@@ -887,15 +930,10 @@ class TranslationDataModule(L.LightningDataModule):
     def _check_batching(self, state_dict: dict[str, Any]) -> None:
         """Warns about (or refuses) batching settings that differ from the checkpoint's; see
         :meth:`load_state_dict`."""
-        saved = dict(state_dict.get("batching") or {})
-        # A position carries the settings it cannot be reproduced without (also in
-        # checkpoints written before "batching" was saved).
-        position = state_dict.get("train_stream" if self.streaming else "train_sampler")
-        if position:
-            if "seed" in position:
-                saved["seed"] = position["seed"]
-            if self.streaming and "pool_size" in position:
-                saved["stream_pool_size"] = position["pool_size"]
+        refusal = self.resume_refusal(state_dict, self._batching())
+        if refusal:
+            raise ValueError(refusal)
+        saved, position = _saved_batching(state_dict, self.streaming)
         mid_epoch = bool(position) and not position.get("complete")
         mid_epoch = mid_epoch and bool(position.get("batches_yielded", position.get("batches")))
         current = self._batching()
@@ -903,12 +941,6 @@ class TranslationDataModule(L.LightningDataModule):
             if name not in current or current[name] == value:
                 continue
             mine, value = _cli_value(current[name]), _cli_value(value)
-            if position and name in ("seed", "stream_pool_size"):
-                raise ValueError(
-                    f"The checkpoint was written with --data.{name}={value}, but this run has "
-                    f"--data.{name}={mine}: the rest of its epoch cannot be reproduced; resume "
-                    f"with --data.{name}={value}."
-                )
             rank_zero_warn(
                 f"Resuming with --data.{name}={mine}, but the checkpoint was written with "
                 f"--data.{name}={value}: training continues with other batches than the "
