@@ -230,6 +230,31 @@ def run_validation_again(checkpoint: dict[str, Any]) -> None:
     progress["is_last_batch"] = False
 
 
+def settle_validation_progress(checkpoint: dict[str, Any]) -> None:
+    """Align the all-time counters of ``fit``'s validation batches in ``checkpoint`` with the
+    batches completed, unless a validation is under way there (a batch of it begun and not
+    completed).
+
+    A validation cut short (inside a batch, or recorded by :func:`run_validation_again`)
+    leaves one batch begun and never completed in these counters: Lightning resets only the
+    per-validation counters when it runs that validation again, and from any later
+    checkpoint written at a validation step would run a validation again on resume, a second
+    one at a step already scored.
+
+    Args:
+        checkpoint: a checkpoint being written or restored (edited in place).
+    """
+    fit_loop = checkpoint.get("loops", {}).get("fit_loop")
+    progress = fit_loop.get("epoch_loop.val_loop.batch_progress") if fit_loop else None
+    if not progress:
+        return
+    current, total = progress["current"], progress["total"]
+    if current["started"] > current["completed"] or current["ready"] > current["completed"]:
+        return  # a validation cut short: Lightning runs it again on resume
+    for key in ("ready", "started", "processed"):
+        total[key] = total["completed"]
+
+
 def resolve_ckpt_path(alias: str, checkpoint_dirs: Sequence[str | Path]) -> Path:
     """Turn ``"best"`` or ``"last"`` into a file, looking in the configured checkpoint folders.
 

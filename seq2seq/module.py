@@ -16,6 +16,7 @@ from seq2seq.checkpoint import (
     keep_cut_epoch_unfinished,
     restore_rng_state,
     run_validation_again,
+    settle_validation_progress,
 )
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.evaluation import METRICS, Score, corpus_scores, gather_in_order, write_lines
@@ -217,6 +218,8 @@ class TranslationModule(L.LightningModule):
             keep_cut_epoch_unfinished(checkpoint, self._training_epoch)
         if self._validation_open:  # stopped (Ctrl-C, SIGTERM) before this validation's score
             run_validation_again(checkpoint)
+        else:
+            settle_validation_progress(checkpoint)
         if self._in_validation_forced_by_stop() and "loops" in checkpoint:
             # Written during the validation that a stop request added after the last batch,
             # before Lightning counted that batch in its logging step. A resumed run counts it
@@ -299,6 +302,7 @@ class TranslationModule(L.LightningModule):
             self.tokenizer = tokenizer
         # Restored at the next training step, after the data loaders have been set up.
         self._resume_rng_state = extra.get("rng")
+        settle_validation_progress(checkpoint)  # before Lightning restores its loops from it
 
     # ------------------------------------------------------------------ training
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor, src_mask=None) -> torch.Tensor:

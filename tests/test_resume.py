@@ -518,3 +518,9 @@ def test_validation_cut_short_by_ctrl_c_is_run_again_on_resume(tmp_path, multi30
     assert losses == {
         s: v for s, v in _logged(tmp_path / "reference", "train/loss").items() if s >= 5
     }
+    # Resumed again from its scored checkpoint of the step-10 validation, which it wrote after
+    # running the interrupted validation again: that validation is not run a third time.
+    (scored,) = (tmp_path / "resumed" / "checkpoints").glob("*step=10*.ckpt")
+    again = _fit(config("resumed"), "--ckpt_path", str(scored), "--trainer.max_steps", "11")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert not _logged(tmp_path / "resumed", "val/bleu", last_version=True)
