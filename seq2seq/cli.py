@@ -319,6 +319,11 @@ class Seq2SeqCLI(LightningCLI):
             # A smoke run (fast_dev_run) writes no checkpoint, so it may run beside a real run's.
             if not config.get("trainer", {}).get("fast_dev_run"):
                 _refuse_earlier_checkpoints(_checkpoint_dirs(config))
+        elif subcommand == "fit" and not config.get("trainer", {}).get("fast_dev_run"):
+            # Resuming from a file: fine in its own folder, not over another run's checkpoints.
+            own = Path(os.path.realpath(Path(ckpt_path).parent))
+            others = [d for d in _checkpoint_dirs(config) if Path(os.path.realpath(d)) != own]
+            _refuse_earlier_checkpoints(others, resuming=ckpt_path)
         if config.get("ckpt_path"):  # a bad checkpoint is reported before any data is read
             checkpoint = load_checkpoint(config["ckpt_path"], mmap=True)
             self._resumed_step = checkpoint.get("global_step")
@@ -864,12 +869,15 @@ def _yaml_value(value) -> str:
     return str(value)
 
 
-def _refuse_earlier_checkpoints(checkpoint_dirs: Sequence[Path]) -> None:
+def _refuse_earlier_checkpoints(
+    checkpoint_dirs: Sequence[Path], resuming: str | Path | None = None
+) -> None:
     """Refuses to start a new ``fit`` in a checkpoint folder that already holds checkpoints
     (``*.ckpt`` files): the new run's ``last.ckpt`` would replace the earlier run's, and
-    ``--ckpt_path best`` or ``seq2seq average --dir`` would mix the two runs. Called before
-    anything is read or written. A folder that does not exist or cannot be listed passes
-    (``fit`` reports an unwritable folder later).
+    ``--ckpt_path best`` or ``seq2seq average --dir`` would mix the two runs. With
+    ``resuming`` (a checkpoint of another folder), the same for a run resumed from it. Called
+    before anything is read or written. A folder that does not exist or cannot be listed
+    passes (``fit`` reports an unwritable folder later).
 
     A folder in use by another ``seq2seq fit`` is reported as such (see :class:`_FolderLock`;
     checked on global rank 0 only).
@@ -905,6 +913,17 @@ def _refuse_earlier_checkpoints(checkpoint_dirs: Sequence[Path]) -> None:
             clash = (
                 "a new run there would mix its checkpoints with them: resume from one with "
                 "--ckpt_path FILE"
+            )
+        if resuming is not None:
+            own = Path(resuming).parent
+            harm = (
+                "replace its last.ckpt" if others < len(found) else "mix its checkpoints with them"
+            )
+            raise FileExistsError(
+                f"{folder} already holds the checkpoints of another run ({held}); the run "
+                f"resumed from {resuming} would {harm}: continue it in the checkpoint's own "
+                f"folder with --checkpoint_dir {own} or in another one with --checkpoint_dir "
+                f"DIR, or remove the .ckpt files from {folder}"
             )
         raise FileExistsError(
             f"{folder} already holds the checkpoints of an earlier run ({held}); {clash}, "

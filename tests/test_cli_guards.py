@@ -234,6 +234,20 @@ def test_checkpoint_dir_moves_a_run_and_its_best_and_last(
     assert load_checkpoint(second / "last.ckpt")["global_step"] == 4
     assert _files(in_tmp / "checkpoints" / "tiny") == first
 
+    # Resuming that run's file without --checkpoint_dir would write over the first run.
+    monkeypatch.delenv("SEQ2SEQ_TRACEBACK", raising=False)
+    resume = [*_fit_argv(multi30k_dir, *cache, "--ckpt_path", "runs/second/last.ckpt")]
+    code, _, err = run_main(monkeypatch, capsys, *resume)
+    assert code == 1, err
+    assert err[-1] == (
+        "seq2seq: error: checkpoints/tiny already holds the checkpoints of another run "
+        "(last.ckpt at step 20 and 1 other checkpoint); the run resumed from "
+        "runs/second/last.ckpt would replace its last.ckpt: continue it in the checkpoint's "
+        "own folder with --checkpoint_dir runs/second or in another one with --checkpoint_dir "
+        "DIR, or remove the .ckpt files from checkpoints/tiny (SEQ2SEQ_TRACEBACK=1 shows where)"
+    ), err
+    assert _files(in_tmp / "checkpoints" / "tiny") == first
+
     from seq2seq.cli import cli_main
 
     common = ["--config", str(CONFIGS / "tiny.yaml"), "--data.data_dir", str(multi30k_dir)]
@@ -243,7 +257,6 @@ def test_checkpoint_dir_moves_a_run_and_its_best_and_last(
     cli = cli_main(["validate", *common, "--ckpt_path", "best"])
     assert Path(cli.config["validate"]["ckpt_path"]).resolve().parent == second
 
-    monkeypatch.delenv("SEQ2SEQ_TRACEBACK", raising=False)
     code, _, err = run_main(
         monkeypatch, capsys, *_fit_argv(multi30k_dir, "--trainer.callbacks", "[]",
                                         "--checkpoint_dir", "runs/third")
