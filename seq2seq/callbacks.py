@@ -4,6 +4,7 @@ best score in TensorBoard."""
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 import time
 from datetime import timedelta
@@ -336,6 +337,7 @@ class LastCheckpoint(L.Callback):
             self._interrupt_pending = True
             print(
                 "Ctrl-C: stopping after the training batch under way (Ctrl-C again to stop now)",
+                file=sys.stderr,
                 flush=True,
             )
             return

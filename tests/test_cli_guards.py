@@ -326,3 +326,22 @@ def test_evaluation_warns_of_the_model_settings_the_checkpoint_overrides(
 
     cli_main(["validate", *common, "--ckpt_path", ckpt, *decoding])
     assert _warnings(capsys.readouterr().err.splitlines()) == []
+
+
+def test_ctrl_c_while_the_libraries_are_imported_is_one_line(monkeypatch, capsys):
+    """The console script reports a Ctrl-C that lands while seq2seq.cli (PyTorch, Lightning)
+    is being imported in one line with exit status 130, not an import traceback."""
+    import importlib.abc
+
+    from seq2seq import console
+
+    class CtrlC(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name == "seq2seq.cli":
+                raise KeyboardInterrupt
+            return None
+
+    monkeypatch.delitem(sys.modules, "seq2seq.cli", raising=False)
+    monkeypatch.setattr(sys, "meta_path", [CtrlC(), *sys.meta_path])
+    assert console.main() == 130
+    assert capsys.readouterr().err == "seq2seq: interrupted\n"

@@ -256,7 +256,7 @@ def test_resume_after_a_stop_logs_at_the_uninterrupted_steps(tmp_path, multi30k_
     elif stop == "sigint":  # batch 8 (global step 7) finishes, then fit stops: step 8
         first = _fit(config("resumed", signal_at=7, sigint=1))
         assert first.returncode == 128 + signal.SIGINT, first.stderr[-3000:]
-        assert "stopping after the training batch under way" in first.stdout
+        assert "stopping after the training batch under way" in first.stderr
         assert "KeyboardInterrupt: saved the training state at step 8" in first.stderr
     elif stop == "sigint_twice":  # interrupts batch 9 before its optimizer step
         first = _fit(config("resumed", signal_at=8, sigint=2))
