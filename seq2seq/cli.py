@@ -20,7 +20,7 @@ import signal
 import sys
 import tempfile
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import NoReturn
@@ -1033,6 +1033,8 @@ def main() -> int:
         finally:
             print(_COMMANDS_HELP, file=sys.stdout if argv else sys.stderr)
         return 0
+    shown = warnings.showwarning
+    warnings.showwarning = _warning_lines(shown)
     try:
         cli_main()
     except KeyboardInterrupt:
@@ -1056,7 +1058,31 @@ def main() -> int:
             )
         print(f"seq2seq: error: {message} (SEQ2SEQ_TRACEBACK=1 shows where)", file=sys.stderr)
         return 1
+    finally:
+        warnings.showwarning = shown
     return 0
+
+
+_PACKAGE = Path(__file__).resolve().parent
+
+
+def _warning_lines(show: Callable) -> Callable:
+    """A ``warnings.showwarning`` for the console script: a ``UserWarning`` raised by seq2seq's
+    own code (a setting or input to look at, e.g. sentences cut at ``max_positions``) becomes
+    one ``seq2seq: warning: ...`` line, like the command line's errors; ``show`` (Python's
+    format: file, line and category) shows the others."""
+
+    def show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+        try:
+            ours = _PACKAGE in Path(filename).resolve().parents
+        except (OSError, RuntimeError, ValueError):
+            ours = False
+        if ours and issubclass(category, UserWarning):
+            print(f"seq2seq: warning: {message}", file=file or sys.stderr)
+        else:
+            show(message, category, filename, lineno, file, line)
+
+    return show_warning
 
 
 _HPARAMS_CLASH = "Error while merging hparams"

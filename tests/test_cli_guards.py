@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -345,3 +346,26 @@ def test_ctrl_c_while_the_libraries_are_imported_is_one_line(monkeypatch, capsys
     monkeypatch.setattr(sys, "meta_path", [CtrlC(), *sys.meta_path])
     assert console.main() == 130
     assert capsys.readouterr().err == "seq2seq: interrupted\n"
+
+
+def test_warnings_of_seq2seq_are_one_line_each(tiny_run, in_tmp, multi30k_dir, monkeypatch, capsys):
+    """A warning of seq2seq's own code reaches the console as one ``seq2seq: warning:`` line
+    (no file, line number or source line), and Python's own warning display is restored."""
+    shown = warnings.showwarning
+    ckpt = str(tiny_run / "checkpoints/tiny/last.ckpt")
+    code, _, err = run_main(
+        monkeypatch, capsys, "validate", "--config", str(CONFIGS / "tiny.yaml"),
+        "--data.data_dir", str(multi30k_dir), "--data.cache_dir", str(tiny_run / "data/cache"),
+        "--ckpt_path", ckpt, "--data.max_tokens", "20",
+    )  # fmt: skip
+    assert code == 0, err
+    budget = [line for line in err if "is below what" in line]
+    assert len(budget) == 1, err
+    assert budget[0].startswith("seq2seq: warning: --data.max_tokens=20 is below what "), err
+    assert budget[0].endswith(
+        "Raise --data.eval_max_tokens (unset, it follows max_tokens) to at least "
+        f"{budget[0].split('the longest: ')[1].split()[0]} (held-out sentences are never "
+        "dropped)."
+    )
+    assert not [line for line in err if "UserWarning" in line or "datamodule.py" in line], err
+    assert warnings.showwarning is shown

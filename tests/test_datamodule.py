@@ -191,8 +191,8 @@ def test_pairs_above_max_tokens_are_warned_about_once_per_split(corpus, cache, d
     advice = {
         "train": "Raise --data.max_tokens to at least {}, or lower --data.max_positions "
         "(longer training pairs are dropped) or filter such pairs out of the corpus.",
-        "val": "Raise --data.eval_max_tokens to at least {} (held-out sentences are never "
-        "dropped).",
+        "val": "Raise --data.eval_max_tokens (unset, it follows max_tokens) to at least {} "
+        "(held-out sentences are never dropped).",
     }
     for message, split in zip(messages, ("train", "val"), strict=True):
         over = costs[split][costs[split] > budget]
@@ -230,6 +230,10 @@ def test_pairs_above_max_tokens_are_warned_about_once_per_split(corpus, cache, d
     assert messages[0].startswith(
         f"--data.eval_max_tokens={budget} is below what {int((extra > budget).sum())} sentence "
         f"pairs of 'extra' need on their own (the longest: {int(extra.max())} tokens, {counted})"
+    )
+    assert messages[0].endswith(
+        f"Raise --data.eval_max_tokens to at least {int(extra.max())} "
+        "(held-out sentences are never dropped)."
     )
     predict = _costs(held_out.predict_set)
     assert len(predict) == len(lines)

@@ -726,9 +726,10 @@ class TranslationDataModule(L.LightningDataModule):
             )
         else:
             option = self._eval_budget_option
+            unset = " (unset, it follows max_tokens)" if option == "max_tokens" else ""
             advice = (
-                f"Raise --data.eval_max_tokens to at least {longest} (held-out sentences are "
-                "never dropped)."
+                f"Raise --data.eval_max_tokens{unset} to at least {longest} (held-out "
+                "sentences are never dropped)."
             )
         if split == "predict":
             what, counted = f"sentences of {str(self.predict_file)!r}", "source + EOS"
