@@ -303,6 +303,14 @@ def over_budget(lengths: Sequence[int] | np.ndarray, max_tokens: int) -> tuple[i
     return int(over.size), int(over.max()) if over.size else 0
 
 
+def training_budget_advice(longest: int) -> str:
+    """What to do about training pairs above ``max_tokens`` (``longest``: the largest's cost)."""
+    return (
+        f"Raise --data.max_tokens to at least {longest}, or lower --data.max_positions "
+        "(longer training pairs are dropped) or filter such pairs out of the corpus."
+    )
+
+
 def describe_over_budget(
     count: int,
     longest: int,

@@ -30,6 +30,7 @@ from seq2seq.data.batching import (
     describe_over_budget,
     filter_training_pairs,
     over_budget,
+    training_budget_advice,
 )
 from seq2seq.data.corpus import (
     MULTI30K_SHA256,
@@ -720,10 +721,7 @@ class TranslationDataModule(L.LightningDataModule):
             return
         if train:
             option = "max_tokens"
-            advice = (
-                f"Raise --data.max_tokens to at least {longest}, or lower --data.max_positions "
-                "(longer training pairs are dropped) or filter such pairs out of the corpus."
-            )
+            advice = training_budget_advice(longest)
         else:
             option = self._eval_budget_option
             unset = " (unset, it follows max_tokens)" if option == "max_tokens" else ""

@@ -48,6 +48,7 @@ from seq2seq.data.batching import (
     describe_over_budget,
     filter_training_pairs,
     over_budget,
+    training_budget_advice,
 )
 from seq2seq.data.corpus import CorpusSplit
 from seq2seq.data.tokenizer import EOS_ID, PAD_ID, Tokenizer, flatten_ids, id_dtype
@@ -450,9 +451,8 @@ class StreamingPairs(IterableDataset):
             return
         self._over_budget_warned = True
         advice = (
-            f"Raise --data.max_tokens to at least {longest}, or lower --data.max_positions "
-            "(longer training pairs are dropped) or filter such pairs out of the corpus. "
-            "Warned once; the counts logged after every epoch give their number."
+            f"{training_budget_advice(longest)} Warned once; the counts logged after every "
+            "epoch give their number."
         )
         what = f"sentence pairs of {self.corpus.split!r} read so far (epoch {plan.epoch})"
         rank_zero_warn(
