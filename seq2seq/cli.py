@@ -43,7 +43,7 @@ from seq2seq.checkpoint import (
     resolve_ckpt_path,
 )
 from seq2seq.data.corpus import iter_lines
-from seq2seq.data.datamodule import TranslationDataModule
+from seq2seq.data.datamodule import TranslationDataModule, cli_value
 from seq2seq.evaluation import write_lines
 from seq2seq.module import (
     _NON_STRUCTURAL,
@@ -844,8 +844,8 @@ def _warn_other_architecture(
     (``beam_size``, ``length_penalty``, ...) are not saved as architecture: the config's apply.
     """
     differing = [
-        f"{'data' if key == 'vocab_size' else 'model'}.{key} {_yaml_value(value)} "
-        f"(config {_yaml_value(model.get(key))})"
+        f"{'data' if key == 'vocab_size' else 'model'}.{key} {cli_value(value)} "
+        f"(config {cli_value(model.get(key))})"
         for key, value in saved.items()
         if key not in _NON_STRUCTURAL
         and key != "max_positions"
@@ -858,15 +858,6 @@ def _warn_other_architecture(
             f"config: {', '.join(differing)}; {subcommand} uses the checkpoint's",
             file=sys.stderr,
         )
-
-
-def _yaml_value(value) -> str:
-    """``value`` as written in a config: ``true``/``false``/``null`` for booleans and None."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
 
 
 def _refuse_earlier_checkpoints(

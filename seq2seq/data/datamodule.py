@@ -68,7 +68,7 @@ def _saved_batching(state_dict: dict[str, Any], streaming: bool) -> tuple[dict, 
     return saved, position
 
 
-def _cli_value(value: Any) -> str:
+def cli_value(value: Any) -> str:
     """``value`` as written on the command line: ``true``, ``null``, ``4096``."""
     if isinstance(value, bool):
         return str(value).lower()
@@ -880,7 +880,7 @@ class TranslationDataModule(L.LightningDataModule):
             return None
         for name in ("seed", "stream_pool_size") if streaming else ("seed",):
             if name in saved and name in settings and settings[name] != saved[name]:
-                mine, value = _cli_value(settings[name]), _cli_value(saved[name])
+                mine, value = cli_value(settings[name]), cli_value(saved[name])
                 return (
                     f"The checkpoint was written with --data.{name}={value}, but this run has "
                     f"--data.{name}={mine}: the rest of its epoch cannot be reproduced; resume "
@@ -939,7 +939,7 @@ class TranslationDataModule(L.LightningDataModule):
         for name, value in saved.items():
             if name not in current or current[name] == value:
                 continue
-            mine, value = _cli_value(current[name]), _cli_value(value)
+            mine, value = cli_value(current[name]), cli_value(value)
             rank_zero_warn(
                 f"Resuming with --data.{name}={mine}, but the checkpoint was written with "
                 f"--data.{name}={value}: training continues with other batches than the "
