@@ -127,7 +127,8 @@ def average(argv: Sequence[str]) -> None:
 
     Writes the element-wise mean of the checkpoints' parameters. The checkpoints must hold the
     same model: the same SentencePiece model (tokenizer) and model settings (dropout aside),
-    parameter names and shapes. ``--output`` must not be one of the inputs. With ``--dir``,
+    parameter names and shapes. ``--output`` must not be one of the inputs; an existing
+    ``--output`` is replaced only if ``seq2seq average`` wrote it. With ``--dir``,
     ``last.ckpt``, the ``--output`` file and checkpoints written by ``seq2seq average``
     (weights only) are not counted among the newest.
     """
@@ -163,9 +164,31 @@ def average(argv: Sequence[str]) -> None:
         paths = _newest_checkpoints(parser, Path(args.dir), args.last, output)
     else:
         parser.error("give --inputs, or --dir with --last")
+    _check_replaceable(parser, output)
     written = average_checkpoints(paths, output)
     noun = "checkpoint" if len(paths) == 1 else "checkpoints"
     print(f"averaged {len(paths)} {noun} into {written}: " + ", ".join(map(str, paths)))
+
+
+def _check_replaceable(parser: argparse.ArgumentParser, output: Path) -> None:
+    """Refuse an existing ``--output`` unless ``seq2seq average`` wrote it: a training checkpoint
+    (say ``last.ckpt`` or the best one) or any other file there would be lost."""
+    if output.is_dir():
+        parser.error(f"--output {output} is a folder; give a file name")
+    if not output.exists():
+        return
+    try:
+        checkpoint = load_checkpoint(output, mmap=True)
+    except Exception:  # not a checkpoint at all, or an unreadable one
+        what = "is not a checkpoint"
+    else:
+        if AVERAGED_FROM in checkpoint:
+            return  # an earlier average's output
+        what = "is a training checkpoint"
+    parser.error(
+        f"--output {output} exists and {what}; averaging would replace it: give another file "
+        "name (only a file written by seq2seq average is replaced)"
+    )
 
 
 def _same_file(a: Path, b: Path) -> bool:

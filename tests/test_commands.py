@@ -64,6 +64,34 @@ def test_average_refuses_an_output_that_is_an_input(run_dir, monkeypatch, capsys
     assert "optimizer_states" in load_checkpoint(first)
 
 
+def test_average_replaces_only_its_own_output(run_dir, monkeypatch, capsys):
+    """An existing --output is replaced only when seq2seq average wrote it: last.ckpt, a scored
+    checkpoint or any other file there is refused and left as it was."""
+    notes = run_dir.parent / "notes.txt"
+    notes.write_text("not a checkpoint\n")
+    inputs = ["--inputs", "ckpts/epoch=1.ckpt", "ckpts/epoch=2.ckpt"]
+    for target, what in [
+        (run_dir / "last.ckpt", "is a training checkpoint"),
+        (run_dir / "epoch=4.ckpt", "is a training checkpoint"),
+        (notes, "is not a checkpoint"),
+    ]:
+        before = target.read_bytes()
+        code, out, err = run_main(monkeypatch, capsys, "average", *inputs, "--output", str(target))
+        assert code == 2 and out == "", target
+        assert f"--output {target} exists and {what}" in err[-1]
+        assert "give another file name" in err[-1]
+        assert target.read_bytes() == before
+    code, _, err = run_main(monkeypatch, capsys, "average", *inputs, "--output", str(run_dir))
+    assert code == 2 and "is a folder" in err[-1]
+    # An earlier average's output is replaced.
+    for _ in range(2):
+        code, out, err = run_main(monkeypatch, capsys, "average", *inputs, "--output", "avg.ckpt")
+        assert code == 0, err
+    torch.testing.assert_close(
+        load_checkpoint("avg.ckpt")["state_dict"]["w"], torch.full((3,), 1.5)
+    )
+
+
 def test_average_dir_skips_its_output_and_averaged_checkpoints(run_dir, monkeypatch, capsys):
     argv = ["average", "--dir", str(run_dir), "--last", "3"]
     output = run_dir / "avg.ckpt"
