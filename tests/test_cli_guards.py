@@ -283,7 +283,7 @@ def test_resuming_with_another_seed_is_refused_before_any_data_is_prepared(
     assert code == 1, err
     assert err[-1] == (
         f"seq2seq: error: {ckpt.relative_to(in_tmp)}: The checkpoint was written with "
-        "--data.seed=1, but this run has --data.seed=7: the rest of its epoch cannot be "
+        "--data.seed=1, but this run has --data.seed=7: the batches that follow cannot be "
         "reproduced; resume with --data.seed=1. (SEQ2SEQ_TRACEBACK=1 shows where)"
     ), err
     assert sorted(p.name for p in in_tmp.iterdir()) == ["checkpoints"]

@@ -883,7 +883,7 @@ class TranslationDataModule(L.LightningDataModule):
                 mine, value = cli_value(settings[name]), cli_value(saved[name])
                 return (
                     f"The checkpoint was written with --data.{name}={value}, but this run has "
-                    f"--data.{name}={mine}: the rest of its epoch cannot be reproduced; resume "
+                    f"--data.{name}={mine}: the batches that follow cannot be reproduced; resume "
                     f"with --data.{name}={value}."
                 )
         return None
@@ -905,8 +905,8 @@ class TranslationDataModule(L.LightningDataModule):
         Raises:
             ValueError: If the saved position (``"train_sampler"``, or with ``streaming``
                 ``"train_stream"``) was saved with another ``data.seed`` or (streaming)
-                ``data.stream_pool_size``, naming the option and both values: the rest of
-                the epoch cannot be reproduced then.
+                ``data.stream_pool_size``, naming the option and both values: the batches
+                that follow cannot be reproduced then.
         """
         if self.trainer is None or self._fitting():
             self._check_batching(state_dict)
