@@ -372,11 +372,12 @@ def _fit_translation(
     max_steps: int,
     ckpt_path: Path | None = None,
     interrupt_at: int | None = None,
+    exits: bool = False,
     **data,
 ) -> _BatchLog:
     """Trains a tiny TranslationModule (dropout on) on the streamed corpus without validation,
-    with ``LastCheckpoint`` writing ``checkpoints/last.ckpt``; a Ctrl-C (``interrupt_at``)
-    ends it as Lightning does, with SystemExit."""
+    with ``LastCheckpoint`` writing ``checkpoints/last.ckpt``; a Ctrl-C (``interrupt_at``, or
+    one the test raises elsewhere: ``exits``) ends it as Lightning does, with SystemExit."""
     from seq2seq.callbacks import LastCheckpoint
     from seq2seq.module import TranslationModule
 
@@ -397,7 +398,7 @@ def _fit_translation(
     dm = _dm(folder, cache, spm_file, **data)
     handler = signal.getsignal(signal.SIGINT)  # Lightning ignores SIGINT after a Ctrl-C
     try:
-        if interrupt_at is None:
+        if interrupt_at is None and not exits:
             trainer.fit(model, datamodule=dm, ckpt_path=ckpt_path)
         else:
             with pytest.raises(SystemExit):
@@ -455,6 +456,48 @@ def test_batch_cut_short_by_ctrl_c_is_trained_again(
         corpora["text"], cache, spm_file, checkpoints, 12, interrupt_at=7, **settings
     )
     assert stopped.seen == reference.seen[:8] and stopped.losses == reference.losses[:7]
+    saved = load_checkpoint(checkpoints / "last.ckpt")
+    assert saved["global_step"] == 7
+    assert saved["TranslationDataModule"]["train_stream"]["batches"] == 7
+    resumed = _fit_translation(
+        corpora["text"], cache, spm_file, checkpoints, 12, checkpoints / "last.ckpt", **settings
+    )
+    assert resumed.seen == reference.seen[7:]
+    assert resumed.losses == reference.losses[7:]
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("noted", [False, True], ids=["waiting", "received"])
+def test_ctrl_c_while_the_next_batch_is_fetched_loses_no_batch(
+    corpora, cache, spm_file, uninterrupted, tmp_path, monkeypatch, num_workers, noted
+):
+    """Ctrl-C between two batches, while the loader fetches the one after next (Lightning
+    takes batch 8 from its prefetch buffer, then fetches batch 9): whether the stream had
+    handed batch 9 over yet (``received``) or not (``waiting``), last.ckpt holds the position
+    after the 7 trained batches, and the resumed run trains the uninterrupted run's batches
+    from the 8th on."""
+    from seq2seq.data import streaming
+
+    record = streaming._Pass.record
+    calls = []
+
+    def interrupted_record(plan, tag):
+        calls.append(tag)
+        if len(calls) == 9 and not noted:
+            raise KeyboardInterrupt
+        record(plan, tag)
+        if len(calls) == 9:
+            raise KeyboardInterrupt
+
+    settings = dict(num_workers=num_workers)
+    checkpoints = tmp_path / "checkpoints"
+    reference = uninterrupted[num_workers]
+    with monkeypatch.context() as patch:
+        patch.setattr(streaming._Pass, "record", interrupted_record)
+        stopped = _fit_translation(
+            corpora["text"], cache, spm_file, checkpoints, 12, exits=True, **settings
+        )
+    assert stopped.seen == reference.seen[:7] and stopped.losses == reference.losses[:7]
     saved = load_checkpoint(checkpoints / "last.ckpt")
     assert saved["global_step"] == 7
     assert saved["TranslationDataModule"]["train_stream"]["batches"] == 7

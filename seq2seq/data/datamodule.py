@@ -671,6 +671,12 @@ class TranslationDataModule(L.LightningDataModule):
         """The trainer's current epoch while fitting, else None."""
         return self.trainer.current_epoch if self._fitting() else None
 
+    def _fit_processed(self) -> int | None:
+        """The training batches the trainer has processed in all while fitting, else None."""
+        if not self._fitting():
+            return None
+        return self.trainer.fit_loop.epoch_loop.batch_progress.total.processed
+
     def _loader(self, dataset: TokenizedDataset, sampler: TokenBudgetBatchSampler) -> DataLoader:
         # A generator of its own: each new iterator draws its workers' base seed from it, not
         # from the global generator, so starting an epoch or a validation leaves the global
@@ -750,7 +756,10 @@ class TranslationDataModule(L.LightningDataModule):
         if isinstance(dataset, StreamingPairs):
             dataset.num_replicas, dataset.rank = self._replicas()
             return StreamingLoader(
-                dataset, num_workers=self.num_workers, epoch_source=self._fit_epoch
+                dataset,
+                num_workers=self.num_workers,
+                epoch_source=self._fit_epoch,
+                processed_source=self._fit_processed,
             )
         sampler = self._sampler(self.train_split, train=True)
         if self._pending_sampler_state is not None:
@@ -833,21 +842,16 @@ class TranslationDataModule(L.LightningDataModule):
             if processed is None:
                 state = self.train_set.state_dict()
             else:
-                # The loader's own count less the batches the trainer has prefetched and the
-                # one it was training when interrupted (Ctrl-C inside a batch); the trainer's
-                # count restarts in some resumed runs, the loader's never does. The trainer's
-                # epoch is one ahead of the pass after a stop (max_steps, a stop request)
-                # that cut the epoch short; the pass's position still applies then.
-                fetcher = getattr(trainer.fit_loop, "_data_fetcher", None)
-                buffered = getattr(fetcher, "batches", None)
-                epoch = trainer.current_epoch
-                if isinstance(buffered, list):
-                    progress = trainer.fit_loop.epoch_loop.batch_progress.current
-                    under_way = max(0, progress.ready - progress.processed)
-                    pending = len(buffered) + under_way
-                    state = self.train_set.state_dict(epoch=epoch, pending=pending)
-                else:
-                    state = self.train_set.state_dict(processed, epoch)
+                # The batches trained since the pass started, counted by the trainer (not the
+                # loader's count less what the trainer holds: a batch in neither place when
+                # Ctrl-C stopped a fetch would be lost). The trainer's epoch is one ahead of
+                # the pass after a stop (max_steps, a stop request) that cut the epoch short;
+                # the pass's position still applies then.
+                plan = self.train_set.current_pass
+                trained = None if plan is None else plan.trained(self._fit_processed())
+                state = self.train_set.state_dict(
+                    processed if trained is None else trained, trainer.current_epoch
+                )
             return {"train_stream": state} if state else {}
         if self._train_sampler is None:
             pending = self._pending_sampler_state

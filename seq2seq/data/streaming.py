@@ -96,6 +96,8 @@ class _Pass:
         self.start_class = next_class
         self.next_class = next_class
         self.batches = batches
+        self.start_batches = batches
+        self.trained_base: int | None = None  # a trainer's processed count at the start
         self.resumed = resumed
         self.started = False
         self.ended = False
@@ -111,6 +113,20 @@ class _Pass:
         self.next_class = (tag["class"] + 1) % self.num_workers
         self.batches += 1
         self.history.append((self.batches, tuple(self.positions), self.next_class))
+
+    def trained(self, processed: int) -> int | None:
+        """Batches of the epoch trained (in this pass's numbering) once a trainer has
+        processed ``processed`` training batches in all, or None when the pass did not note
+        the trainer's count at its start (see :class:`StreamingLoader`).
+
+        Counting the trainer's processed batches, rather than those the loader handed out
+        less those it still holds, stays right whatever happens between the two: a batch the
+        trainer took from its prefetch buffer, or one the loader had just handed over, when
+        Ctrl-C stopped the fetching of the next one is not trained and not counted.
+        """
+        if self.trained_base is None:
+            return None
+        return self.start_batches + processed - self.trained_base
 
     def add_counts(self, cls: int, counts: dict[str, int]) -> None:
         for k, key in enumerate(_COUNTS):
@@ -224,15 +240,14 @@ class StreamingPairs(IterableDataset):
         """Selects the epoch of the next pass (and with it the shuffling)."""
         self.epoch = epoch
 
-    def state_dict(
-        self, batches: int | None = None, epoch: int | None = None, pending: int = 0
-    ) -> dict[str, Any]:
+    def state_dict(self, batches: int | None = None, epoch: int | None = None) -> dict[str, Any]:
         """The position after ``batches`` batches of the current pass's epoch.
 
         Args:
             batches: Batches of the epoch consumed so far (e.g. a trainer's processed count,
                 which lags behind what the loader has handed out, counted from the start of
-                the epoch also when it was resumed); None: all handed out but ``pending``.
+                the epoch also when it was resumed, see :meth:`_Pass.trained`); None: all
+                handed out.
             epoch: The epoch being trained (a trainer's current epoch), if known: when the
                 current pass has ended and belongs to another one, the next epoch has not
                 started and ``{}`` (start from its beginning) is returned. A pass that has not
@@ -240,8 +255,6 @@ class StreamingPairs(IterableDataset):
                 ``max_steps`` or a stop request counts the epoch it cut short as complete
                 before its last checkpoint, and a resumed trainer restarts the pass's epoch
                 (then its position applies) or a later one (then it is dropped).
-            pending: With ``batches=None``: batches handed out but not trained yet (held in a
-                trainer's prefetch buffer, or under way when the trainer was interrupted).
 
         Returns:
             ``{"epoch", "complete", "batches", "num_workers", "positions", "next_class",
@@ -253,7 +266,7 @@ class StreamingPairs(IterableDataset):
             return dict(self._resume) if self._resume else {}
         if epoch is not None and epoch != plan.epoch and plan.ended:
             return {}
-        wanted = plan.batches - pending if batches is None else batches
+        wanted = plan.batches if batches is None else batches
         n, positions, next_class = plan.position(wanted)
         if n != wanted:
             rank_zero_warn(
@@ -290,6 +303,11 @@ class StreamingPairs(IterableDataset):
                 )
         self._resume = dict(state)
         self.epoch = int(state["epoch"])
+
+    @property
+    def current_pass(self) -> _Pass | None:
+        """The latest pass started (by :class:`StreamingLoader`), or None before the first."""
+        return self._pass
 
     def start_pass(self, num_workers: int, epoch: int | None = None) -> _Pass:
         """Prepares a pass over the stream; called by :class:`StreamingLoader`.
@@ -517,6 +535,8 @@ class StreamingLoader(DataLoader):
             ``num_workers``-th pool.
         epoch_source: Returns the epoch of the next pass (e.g. a trainer's current epoch), or
             None to use the dataset's own, which advances after every complete pass.
+        processed_source: Returns the number of training batches a trainer has processed in
+            all (or None), noted when a pass starts: see :meth:`_Pass.trained`.
         **kwargs: Other DataLoader arguments (e.g. ``prefetch_factor``).
     """
 
@@ -525,6 +545,7 @@ class StreamingLoader(DataLoader):
         dataset: StreamingPairs,
         num_workers: int = 0,
         epoch_source: Callable[[], int | None] | None = None,
+        processed_source: Callable[[], int | None] | None = None,
         **kwargs: Any,
     ) -> None:
         # A generator of its own (unless given): starting a pass then draws the workers' base
@@ -539,11 +560,14 @@ class StreamingLoader(DataLoader):
             **kwargs,
         )
         self.epoch_source = epoch_source
+        self.processed_source = processed_source
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         dataset: StreamingPairs = self.dataset
         epoch = self.epoch_source() if self.epoch_source is not None else None
         plan = dataset.start_pass(max(1, self.num_workers), epoch)
+        if self.processed_source is not None:
+            plan.trained_base = self.processed_source()
         for batch in super().__iter__():
             plan.record(batch.pop(POSITION_KEY))
             if self.num_workers > 0:
