@@ -21,6 +21,7 @@ from matplotlib.figure import Figure
 
 from seq2seq.data.batching import collate
 from seq2seq.evaluation import gather_in_order, write_lines
+from seq2seq.files import check_output_file
 from seq2seq.nn import greedy_search
 
 
@@ -29,6 +30,10 @@ class TranslationWriter(BasePredictionWriter):
 
     Under DDP each process translates a disjoint share; the shares are gathered and sorted by
     line number before rank 0 writes the file.
+
+    The file is written through a temporary file beside it and a rename
+    (:func:`seq2seq.files.atomic_write`); an ``output_path`` that is a folder, or whose folder
+    cannot be written, is refused when ``predict`` starts, before anything is decoded.
 
     Args:
         output_path: file to write (parent folders are created).
@@ -40,6 +45,10 @@ class TranslationWriter(BasePredictionWriter):
         super().__init__(write_interval="epoch")
         self.output_path = Path(output_path)
         self.n_best = n_best
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if stage == "predict" and trainer.is_global_zero:
+            check_output_file(self.output_path, "TranslationWriter.output_path")
 
     def on_predict_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         pl_module.n_best = self.n_best

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import pickle
 import random
-import uuid
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -14,6 +12,8 @@ from typing import Any
 import numpy as np
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
+
+from seq2seq.files import atomic_write, check_output_file
 
 
 class CheckpointError(ValueError):
@@ -72,6 +72,43 @@ def load_checkpoint(
     return checkpoint
 
 
+LIGHTNING_VERSION = "pytorch-lightning_version"
+"""Key of the Lightning version in every checkpoint Lightning writes (its ``Trainer`` needs it
+to restore one)."""
+
+
+def check_model_checkpoint(
+    checkpoint: dict[str, Any], path: str | Path, trainer: bool = False
+) -> None:
+    """Refuse a checkpoint dictionary (from :func:`load_checkpoint`) that holds no model.
+
+    ``seq2seq translate``, ``average``, ``fit``, ``validate``, ``test``, ``predict`` and
+    :class:`~seq2seq.translator.Translator` check the file they are given with it before
+    they use it, so that a PyTorch file of another kind is one error naming it.
+
+    Args:
+        checkpoint: the loaded dictionary.
+        path: the file it came from (named in the error).
+        trainer: also require Lightning's version record, without which Lightning's
+            ``Trainer`` cannot restore the checkpoint (``fit``/``validate``/``test``/``predict``).
+
+    Raises:
+        CheckpointError: if it has no model weights (``state_dict`` missing or empty) or, with
+            ``trainer``, no Lightning version.
+    """
+    state = checkpoint.get("state_dict")
+    if not isinstance(state, dict) or not state:
+        raise CheckpointError(
+            f"{path} holds no model weights (no state_dict): it is not a checkpoint written "
+            "by `seq2seq fit` or `seq2seq average`"
+        )
+    if trainer and LIGHTNING_VERSION not in checkpoint:
+        raise CheckpointError(
+            f"{path} is not a Lightning checkpoint (it has no {LIGHTNING_VERSION} entry): "
+            "give a checkpoint written by `seq2seq fit` or `seq2seq average`"
+        )
+
+
 class AtomicCheckpointIO(TorchCheckpointIO):
     """Writes each checkpoint to a temporary file beside its destination, then renames it.
 
@@ -99,38 +136,15 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             super().save_checkpoint(checkpoint, path, storage_options)
             return
         path = Path(path)
-        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with open(tmp, "xb") as f:
+            with atomic_write(path, "wb", fsync=True) as f:
                 torch.save(checkpoint, f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException as err:
-            tmp.unlink(missing_ok=True)
-            if isinstance(err, OSError):
-                raise OSError(
-                    err.errno,
-                    f"could not write checkpoint {path}: {err.strerror or err}; the previous "
-                    "checkpoint at that path (if any) is unchanged",
-                ) from err
-            raise
-        _fsync_dir(path.parent)
-
-
-def _fsync_dir(directory: Path) -> None:
-    """Makes a rename in ``directory`` durable (best effort; not all systems allow it)."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+        except OSError as err:
+            raise OSError(
+                err.errno,
+                f"could not write checkpoint {path}: {err.strerror or err}; the previous "
+                "checkpoint at that path (if any) is unchanged",
+            ) from err
 
 
 def capture_rng_state() -> dict[str, Any]:
@@ -306,28 +320,32 @@ def average_checkpoints(paths: Sequence[str | Path], output: str | Path) -> Path
 
     Args:
         paths: two or more checkpoints of the same model.
-        output: file to write; written to a temporary name, then renamed into place.
+        output: file to write (missing parent folders are created); written to a temporary
+            file beside it, then renamed into place (:func:`seq2seq.files.atomic_write`).
 
     Returns:
         The output path.
 
     Raises:
         ValueError: if no path is given.
-        CheckpointError: (a ``ValueError``) naming both files, if a checkpoint holds no
-            ``state_dict``, or its model settings, SentencePiece model (or whether it carries
-            one), parameter names or shapes differ from the first checkpoint's (naming the
-            first difference); nothing is written then. Also raised by
-            :func:`load_checkpoint` for a file that is no checkpoint.
+        OSError: if ``output`` is a folder or its folder is not writable (checked before any
+            checkpoint is read; see :func:`seq2seq.files.check_output_file`).
+        CheckpointError: (a ``ValueError``) naming both files, if a checkpoint holds no model
+            weights (:func:`check_model_checkpoint`), or its model settings, SentencePiece
+            model (or whether it carries one), parameter names or shapes differ from the
+            first checkpoint's (naming the first difference); nothing is written then. Also
+            raised by :func:`load_checkpoint` for a file that is no checkpoint.
     """
     if not paths:
         raise ValueError("average_checkpoints needs at least one checkpoint")
+    output = Path(output)
+    check_output_file(output, "output")
     total: dict[str, torch.Tensor] = {}
     last: dict[str, Any] = {}
     first: dict[str, Any] = {}
     for i, path in enumerate(paths):
         last = load_checkpoint(path)
-        if not isinstance(last.get("state_dict"), dict):
-            raise CheckpointError(f"{path} holds no model weights (no state_dict) to average")
+        check_model_checkpoint(last, path)
         state = last["state_dict"]
         if i == 0:
             total = {
@@ -360,11 +378,8 @@ def average_checkpoints(paths: Sequence[str | Path], output: str | Path) -> Path
     }
     result["state_dict"] = averaged
     result[AVERAGED_FROM] = [str(p) for p in paths]
-    output = Path(output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = output.with_name(output.name + ".tmp")
-    torch.save(result, tmp)
-    tmp.replace(output)
+    with atomic_write(output, "wb") as f:
+        torch.save(result, f)
     return output
 
 

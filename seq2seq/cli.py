@@ -39,12 +39,14 @@ from seq2seq.callbacks import TextProgress, TranslationWriter
 from seq2seq.checkpoint import (
     AtomicCheckpointIO,
     CheckpointError,
+    check_model_checkpoint,
     load_checkpoint,
     resolve_ckpt_path,
 )
 from seq2seq.data.corpus import iter_lines
 from seq2seq.data.datamodule import TranslationDataModule, cli_value
 from seq2seq.evaluation import write_lines
+from seq2seq.files import check_output_file
 from seq2seq.module import (
     _NON_STRUCTURAL,
     CHECKPOINT_KEY,
@@ -249,7 +251,8 @@ class Seq2SeqCLI(LightningCLI):
     argument error (exit status 2) rather than score the untrained model of the config;
     ``--ckpt_path untrained`` does that on purpose (a smoke test).
 
-    ``fit`` checks that the log and checkpoint folders are writable before training starts,
+    ``fit`` checks that the log and checkpoint folders are writable before training starts
+    (``predict`` its ``--prediction_writer.output_path`` before the checkpoint is read),
     and writes checkpoints atomically (:class:`~seq2seq.checkpoint.AtomicCheckpointIO`). A
     command that fails removes the log and checkpoint folders it created that are still empty.
     """
@@ -300,6 +303,10 @@ class Seq2SeqCLI(LightningCLI):
                     f"{verb}; --ckpt_path {UNTRAINED} {verbs} the model of the config with "
                     "freshly initialised weights"
                 )
+            writer = config.get("prediction_writer") if subcommand == "predict" else None
+            if writer is not None and writer.get("output_path"):
+                # Before the checkpoint or the data are read, rather than after decoding.
+                check_output_file(writer["output_path"], "--prediction_writer.output_path")
             if str(ckpt_path) == UNTRAINED:
                 return
         if ckpt_path in ("best", "last") and not (subcommand == "fit" and ckpt_path == "last"):
@@ -326,6 +333,7 @@ class Seq2SeqCLI(LightningCLI):
             _refuse_earlier_checkpoints(others, resuming=ckpt_path)
         if config.get("ckpt_path"):  # a bad checkpoint is reported before any data is read
             checkpoint = load_checkpoint(config["ckpt_path"], mmap=True)
+            check_model_checkpoint(checkpoint, config["ckpt_path"], trainer=True)
             self._resumed_step = checkpoint.get("global_step")
             if subcommand == "fit" and "optimizer_states" not in checkpoint:
                 raise CheckpointError(
@@ -367,8 +375,9 @@ class Seq2SeqCLI(LightningCLI):
             kwargs["logger"] = False
             self.save_config_callback = None
         trainer = super().instantiate_trainer(**kwargs)
-        if no_bar and self.subcommand == "fit":
-            trainer.callbacks.append(TextProgress(trainer.log_every_n_steps))
+        if self.subcommand == "fit" and trainer.progress_bar_callback is None:
+            if not _stdout_is_terminal():  # no bar, also with enable_progress_bar: false
+                trainer.callbacks.append(TextProgress(trainer.log_every_n_steps))
         if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
             trainer.strategy.checkpoint_io = AtomicCheckpointIO()
         return trainer
@@ -377,8 +386,9 @@ class Seq2SeqCLI(LightningCLI):
         """Whether a subcommand runs with stdout not a terminal (a log file, a pipe) and neither
         ``trainer.enable_progress_bar`` nor a progress-bar callback is configured: then no
         progress bar, whose redraws (carriage returns) would otherwise surround the score lines
-        in the log; ``fit`` prints a line of progress every ``log_every_n_steps`` steps
-        instead (:class:`seq2seq.callbacks.TextProgress`)."""
+        in the log. ``fit`` without a bar (this way or with ``enable_progress_bar: false``)
+        into a log prints a line of progress every ``log_every_n_steps`` steps instead
+        (:class:`seq2seq.callbacks.TextProgress`)."""
         if self.subcommand not in ("fit", "validate", "test", "predict"):
             return False
         trainer = self.config_init[self.subcommand].get("trainer", {})
@@ -388,7 +398,7 @@ class Seq2SeqCLI(LightningCLI):
         callbacks = callbacks if isinstance(callbacks, list) else [callbacks]
         if any(isinstance(c, ProgressBar) for c in callbacks):
             return False
-        return not (hasattr(sys.stdout, "isatty") and sys.stdout.isatty())
+        return not _stdout_is_terminal()
 
     def before_fit(self) -> None:
         """Checks the run's folders and locks its checkpoint folders (see :class:`_FolderLock`).
@@ -708,6 +718,11 @@ class _FolderLock:
 
 def _same_inode(a: os.stat_result | None, b: os.stat_result) -> bool:
     return a is not None and (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def _stdout_is_terminal() -> bool:
+    """Whether stdout is a terminal (not a log file or a pipe)."""
+    return hasattr(sys.stdout, "isatty") and sys.stdout.isatty()
 
 
 def _untrained_or_none(ckpt_path: str | Path | None) -> bool:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from seq2seq.checkpoint import AVERAGED_FROM, average_checkpoints, load_checkpoint
 from seq2seq.data.corpus import decode_lines, read_lines
+from seq2seq.files import atomic_write, check_output_file
 
 
 def translate(argv: Sequence[str]) -> None:
@@ -60,10 +61,7 @@ def translate(argv: Sequence[str]) -> None:
         parser.error(f"--length_penalty must be a finite number, got {args.length_penalty}")
     if args.output != "-":
         output = Path(args.output)
-        if output.is_dir():
-            parser.error(f"--output {args.output} is a folder; give a file name")
-        if not output.parent.is_dir():
-            parser.error(f"--output {args.output}: folder {output.parent} does not exist")
+        _check_output(parser, output, make_parents=False)
         if args.input != "-" and output.exists() and output.samefile(args.input):
             parser.error(f"--output {args.output} is the input file; give another file name")
         if output.exists() and Path(args.ckpt_path).exists() and output.samefile(args.ckpt_path):
@@ -102,7 +100,18 @@ def translate(argv: Sequence[str]) -> None:
         sys.stdout.write(body)
         sys.stdout.flush()
     else:
-        Path(args.output).write_text(body, encoding="utf-8")
+        with atomic_write(args.output, "w", encoding="utf-8") as f:
+            f.write(body)
+
+
+def _check_output(parser: argparse.ArgumentParser, output: Path, make_parents: bool) -> None:
+    """Refuse an ``--output`` that is a folder, or whose folder is missing (unless
+    ``make_parents``) or not writable (:func:`seq2seq.files.check_output_file`), before any
+    checkpoint is read."""
+    try:
+        check_output_file(output, "--output", make_parents=make_parents)
+    except OSError as err:
+        parser.error(str(err))
 
 
 def _check_device(parser: argparse.ArgumentParser, name: str) -> None:
@@ -150,6 +159,7 @@ def average(argv: Sequence[str]) -> None:
     if args.last is not None and args.last < 1:
         parser.error(f"--last must be >= 1, got {args.last}")
     output = Path(args.output)
+    _check_output(parser, output, make_parents=True)
     if args.inputs:
         paths = [Path(p) for p in args.inputs]
         for path in paths:
@@ -173,8 +183,6 @@ def average(argv: Sequence[str]) -> None:
 def _check_replaceable(parser: argparse.ArgumentParser, output: Path) -> None:
     """Refuse an existing ``--output`` unless ``seq2seq average`` wrote it: a training checkpoint
     (say ``last.ckpt`` or the best one) or any other file there would be lost."""
-    if output.is_dir():
-        parser.error(f"--output {output} is a folder; give a file name")
     if not output.exists():
         return
     try:

@@ -14,6 +14,8 @@ from pathlib import Path
 import torch.distributed as dist
 from sacrebleu.metrics import BLEU, CHRF, TER
 
+from seq2seq.files import atomic_write
+
 METRICS = ("bleu", "chrf", "ter")
 
 
@@ -106,14 +108,13 @@ def gather_in_order(items: list[tuple[int, str, str]]) -> list[tuple[int, str, s
 def write_lines(path: str | Path, lines: Sequence[str]) -> Path:
     """Write one line per entry (UTF-8, ``\\n`` endings), creating parent folders.
 
-    The file is written to a temporary name and renamed into place, so a reader never sees a
-    half-written file. Newlines inside an entry are replaced by spaces to keep line alignment.
+    The file is written to a temporary file beside it and renamed into place
+    (:func:`seq2seq.files.atomic_write`), so a reader never sees a half-written file and a
+    failed write leaves no temporary file behind. Newlines inside an entry are replaced by
+    spaces to keep line alignment.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8", newline="\n") as f:
+    with atomic_write(path, "w", encoding="utf-8", newline="\n") as f:
         for line in lines:
             f.write(line.replace("\n", " ").replace("\r", " ") + "\n")
-    tmp.replace(path)
     return path

@@ -11,18 +11,16 @@ Example::
 from __future__ import annotations
 
 import inspect
-import logging
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from seq2seq.checkpoint import load_checkpoint
+from seq2seq.checkpoint import check_model_checkpoint, load_checkpoint
 from seq2seq.data.batching import collate
 from seq2seq.module import CHECKPOINT_KEY, TranslationModule
-
-log = logging.getLogger(__name__)
 
 
 class Translator:
@@ -30,7 +28,7 @@ class Translator:
 
     Sentences are encoded with the module's SentencePiece model, sorted by length, cut into
     batches of at most ``max_tokens`` padded source tokens, decoded, and returned in input
-    order. Sources longer than the model's ``max_positions`` are truncated (with a warning);
+    order. Sources longer than the model's ``max_positions`` are truncated (with a ``UserWarning``);
     a sentence with no token the model knows (empty, only spaces, or only characters outside
     the vocabulary) is translated as an empty string, scored 0.0 (``n_best`` such pairs in an
     n-best list).
@@ -70,9 +68,12 @@ class Translator:
         Raises:
             FileNotFoundError: if the file does not exist.
             seq2seq.checkpoint.UnsafeCheckpointError: if it holds arbitrary pickled objects.
+            seq2seq.checkpoint.CheckpointError: if it is not a checkpoint, or holds no model
+                weights.
             ValueError: if it carries no tokenizer or model configuration.
         """
         checkpoint = load_checkpoint(path)
+        check_model_checkpoint(checkpoint, path)
         extra = checkpoint.get(CHECKPOINT_KEY, {})
         if "model_config" not in extra or "tokenizer" not in extra:
             raise ValueError(
@@ -98,6 +99,9 @@ class Translator:
     def encode(self, sentences: Sequence[str]) -> list[list[int]]:
         """Source token ids ending with EOS, truncated to ``max_positions``.
 
+        Each truncated sentence is reported with a ``UserWarning`` naming its line (1-based)
+        and length (``seq2seq translate`` prints it as a ``seq2seq: warning: ...`` line).
+
         Raises:
             TypeError: if ``sentences`` is a single string, not a list of sentences.
         """
@@ -112,7 +116,12 @@ class Translator:
         encoded = []
         for i, ids in enumerate(tokenizer.encode(list(sentences))):
             if len(ids) + 1 > limit:
-                log.warning("input line %d has %d tokens; truncated to %d", i + 1, len(ids), limit)
+                warnings.warn(
+                    f"input line {i + 1} has {len(ids) + 1} tokens (with EOS), more than the "
+                    f"model's max_positions={limit}; truncated to {limit}",
+                    UserWarning,
+                    stacklevel=2,
+                )
                 ids = ids[: limit - 1]
             encoded.append(ids + [tokenizer.eos_id])
         return encoded

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import os
 import signal
 import subprocess
 import sys
@@ -257,6 +258,26 @@ def test_evaluation_has_no_progress_bar_when_stdout_is_not_a_terminal(
     fit = cli_main(fit_argv)
     assert isinstance(fit.trainer.progress_bar_callback, TQDMProgressBar)
     assert not [c for c in fit.trainer.callbacks if isinstance(c, TextProgress)]
+
+
+def test_fit_prints_progress_lines_into_a_log_also_with_the_bar_turned_off(
+    in_tmp, multi30k_dir, monkeypatch
+):
+    """configs/tiny.yaml sets trainer.enable_progress_bar: false, which turns off the bar
+    only: fit into a log or pipe still prints a line every log_every_n_steps (5) steps; on a
+    terminal it prints neither (only instantiated here)."""
+    from seq2seq.callbacks import TextProgress
+    from seq2seq.cli import Seq2SeqCLI
+
+    monkeypatch.setattr(Seq2SeqCLI, "_run_subcommand", lambda self, subcommand: None)
+    argv = ["fit", "--config", str(CONFIGS / "tiny.yaml"), "--data.data_dir", str(multi30k_dir)]
+    for terminal, every in ((False, [5]), (True, [])):
+        if terminal:
+            monkeypatch.setattr("sys.stdout", _Terminal())
+        trainer = cli_main(argv).trainer
+        assert trainer.progress_bar_callback is None
+        lines = [c.every_n_steps for c in trainer.callbacks if isinstance(c, TextProgress)]
+        assert lines == every, terminal
 
 
 def _predict_argv(source: Path, ckpt: Path, output: Path) -> list[str]:
@@ -561,6 +582,77 @@ def test_bad_checkpoints_are_refused_before_any_data_is_read(
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and expected in err[0], (argv, err)
     assert not (tmp_path / "nodata").exists()
+
+
+@pytest.mark.parametrize("command", ["validate", "test", "predict", "fit"])
+def test_torch_files_that_are_no_checkpoints_are_one_line(command, in_tmp, monkeypatch, capsys):
+    """A PyTorch file that is no Lightning checkpoint (no weights, or no Lightning version):
+    one line naming it, exit status 1, before any data is read (Lightning's own restore
+    fails with a traceback and ``KeyError: 'pytorch-lightning_version'``)."""
+    monkeypatch.delenv("SEQ2SEQ_TRACEBACK", raising=False)
+    files = {
+        "other.pt": ({"a": 1}, "holds no model weights (no state_dict)"),
+        "empty.pt": ({"state_dict": {}}, "holds no model weights (no state_dict)"),
+        "bare.pt": ({"state_dict": {"w": torch.ones(2)}}, "is not a Lightning checkpoint"),
+    }
+    for name, (content, _) in files.items():
+        torch.save(content, in_tmp / name)
+    argv = [command, "--config", str(CONFIGS / "tiny.yaml"), "--data.data_dir", "nodata"]
+    if command == "predict":
+        argv += ["--data.predict_file", "in.de", "--prediction_writer.output_path", "out.en"]
+    for name, (_, expected) in files.items():
+        code, out, err = run_main(monkeypatch, capsys, *argv, "--ckpt_path", name)
+        assert code == 1 and out == "", (name, err)
+        assert len(err) == 1 and err[0].startswith(f"seq2seq: error: {name} {expected}"), err
+    assert sorted(p.name for p in in_tmp.iterdir()) == sorted(files)  # nothing read or made
+
+
+def test_predict_refuses_an_output_path_it_cannot_write_before_reading_anything(
+    in_tmp, monkeypatch, capsys
+):
+    """--prediction_writer.output_path that is a folder, or in a folder that cannot be written:
+    one line naming the option, before the checkpoint (here no checkpoint at all) is read, not
+    an error after every line is translated."""
+    monkeypatch.delenv("SEQ2SEQ_TRACEBACK", raising=False)
+    (in_tmp / "out").mkdir()
+    (in_tmp / "locked").mkdir()
+    real_access = os.access
+    monkeypatch.setattr(
+        "os.access", lambda path, mode: Path(path).name != "locked" and real_access(path, mode)
+    )  # as for a read-only folder (chmod does not stop root)
+    cases = [
+        ("out", "--prediction_writer.output_path out is a folder; give a file name"),
+        ("locked/out.en", "--prediction_writer.output_path locked/out.en: folder locked is not"),
+        ("locked/new/out.en", "--prediction_writer.output_path locked/new/out.en: folder locked"),
+    ]
+    for output, expected in cases:
+        code, out, err = run_main(
+            monkeypatch, capsys, *_predict_argv(in_tmp / "in.de", in_tmp / "no.ckpt", output)
+        )
+        assert code == 1 and out == "", err
+        assert len(err) == 1 and err[0].startswith(f"seq2seq: error: {expected}"), err
+    assert sorted(p.name for p in in_tmp.iterdir()) == ["locked", "out"]
+    assert not any(in_tmp.rglob("*.*"))
+
+
+def test_predict_writes_through_a_temporary_file_of_its_own(
+    tiny_run, monkeypatch, tmp_path, capsys
+):
+    """A user's file named like the output plus .tmp is left alone, and no temporary file is
+    left behind."""
+    monkeypatch.chdir(tiny_run)
+    source = tmp_path / "input.de"
+    source.write_text("Ein Mann fährt Fahrrad.\n", encoding="utf-8")
+    output = tmp_path / "output.en"
+    (tmp_path / "output.en.tmp").write_text("the user's notes\n", encoding="utf-8")
+    cli_main(_predict_argv(source, tiny_run / "checkpoints/tiny/last.ckpt", output))
+    assert len(output.read_text(encoding="utf-8").splitlines()) == 1
+    assert (tmp_path / "output.en.tmp").read_text(encoding="utf-8") == "the user's notes\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "input.de",
+        "output.en",
+        "output.en.tmp",
+    ]
 
 
 def test_a_checkpoint_trained_with_other_data_settings_is_one_line(monkeypatch, capsys):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import itertools
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -297,3 +298,117 @@ def test_cpu_trainer_piece_names_the_cpus_where_bf16_pays_off():
     for name in ("AVX512-BF16", "AMX"):
         assert name in readme and name in comment, name
     assert "only with AMX" not in comment
+
+
+def test_files_without_model_weights_are_refused_by_translate_average_and_the_api(
+    run_dir, monkeypatch, capsys
+):
+    """A PyTorch file that holds no model (``{"a": 1}``, an empty ``state_dict``): one line
+    naming it; average no longer writes an "average" of two empty checkpoints."""
+    from seq2seq.translator import Translator
+
+    for name, content in (("other.pt", {"a": 1}), ("empty.pt", {"state_dict": {}})):
+        torch.save(content, name)
+        expected = f"seq2seq: error: {name} holds no model weights (no state_dict)"
+        for argv in (
+            ["translate", "--ckpt_path", name],
+            ["average", "--inputs", name, name, "--output", "avg.ckpt"],
+        ):
+            code, out, err = run_main(monkeypatch, capsys, *argv, stdin=b"Ein Hund.\n")
+            assert code == 1 and out == "" and len(err) == 1, err
+            assert err[0].startswith(expected), err
+        with pytest.raises(CheckpointError, match=f"{name} holds no model weights"):
+            Translator.from_checkpoint(name, device="cpu")
+    assert not Path("avg.ckpt").exists()
+
+
+def test_average_refuses_an_output_it_cannot_write_before_reading_checkpoints(
+    run_dir, monkeypatch, capsys
+):
+    """An --output that is a folder, or in a folder that cannot be written: refused up front
+    (the --inputs here do not even exist, and the --dir holds no checkpoint), not after the
+    checkpoints have been read."""
+    (run_dir.parent / "locked").mkdir()
+    (run_dir.parent / "bad").mkdir()
+    (run_dir.parent / "bad" / "notes.ckpt").write_text("not a checkpoint\n")
+    real_access = os.access
+    monkeypatch.setattr(
+        "os.access", lambda path, mode: Path(path).name != "locked" and real_access(path, mode)
+    )  # as for a read-only folder (chmod does not stop root)
+    for output, expected in (
+        (str(run_dir), f"--output {run_dir} is a folder; give a file name"),
+        ("locked/avg.ckpt", "--output locked/avg.ckpt: folder locked is not writable"),
+    ):
+        for sources in (["--inputs", "missing1.ckpt", "missing2.ckpt"], ["--dir", "bad"]):
+            if sources[0] == "--dir":
+                sources += ["--last", "1"]
+            code, out, err = run_main(monkeypatch, capsys, "average", *sources, "--output", output)
+            assert code == 2 and out == "", err
+            assert err[-1] == f"seq2seq average: error: {expected}", err
+    with pytest.raises(IsADirectoryError, match="is a folder"):
+        average_checkpoints(["missing1.ckpt"], run_dir)
+
+
+def test_average_writes_through_a_temporary_file_of_its_own(run_dir, monkeypatch, capsys):
+    """A user's avg.ckpt.tmp is left alone; a failed write leaves no temporary file."""
+    Path("avg.ckpt.tmp").write_text("the user's notes\n")
+    inputs = ["--inputs", "ckpts/epoch=1.ckpt", "ckpts/epoch=2.ckpt"]
+    code, _, err = run_main(monkeypatch, capsys, "average", *inputs, "--output", "avg.ckpt")
+    assert code == 0, err
+    assert Path("avg.ckpt.tmp").read_text() == "the user's notes\n"
+    before = Path("avg.ckpt").read_bytes()
+
+    def fail(obj, f, *args, **kwargs):
+        f.write(b"half a checkpoint")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", fail)
+    code, _, err = run_main(monkeypatch, capsys, "average", *inputs, "--output", "avg.ckpt")
+    assert code == 1 and "No space left on device" in err[-1], err
+    assert Path("avg.ckpt").read_bytes() == before
+    assert sorted(p.name for p in Path().iterdir()) == ["avg.ckpt", "avg.ckpt.tmp", "ckpts"]
+
+
+def test_translate_refuses_an_unwritable_output_folder_before_reading_the_checkpoint(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "locked").mkdir()
+    real_access = os.access
+    monkeypatch.setattr(
+        "os.access", lambda path, mode: Path(path).name != "locked" and real_access(path, mode)
+    )  # as for a read-only folder (chmod does not stop root)
+    code, out, err = run_main(
+        monkeypatch, capsys, "translate", "--ckpt_path", "no.ckpt", "--output", "locked/out.en"
+    )
+    assert code == 2 and out == ""
+    assert err[-1] == (
+        "seq2seq translate: error: --output locked/out.en: folder locked is not writable"
+    )
+
+
+def test_translate_warns_of_a_cut_line_in_one_line(tiny_run, tmp_path, monkeypatch, capsys):
+    """A line above max_positions is cut with a seq2seq warning line, as predict's are (a
+    UserWarning through the Python API); the output file is written whole, and a user's
+    ``<output>.tmp`` is left alone."""
+    from seq2seq.translator import Translator
+
+    monkeypatch.delenv("SEQ2SEQ_TRACEBACK", raising=False)
+    monkeypatch.chdir(tmp_path)
+    ckpt = str(tiny_run / "checkpoints/tiny/last.ckpt")
+    Path("out.en.tmp").write_text("the user's notes\n")
+    source = ("Ein Hund.\n" + "Hund " * 100 + "\n").encode()
+    argv = ["translate", "--ckpt_path", ckpt, "--beam_size", "1", "--output", "out.en"]
+    code, out, err = run_main(monkeypatch, capsys, *argv, stdin=source)
+    assert code == 0 and out == "", err
+    warning = (
+        r"input line 2 has \d+ tokens \(with EOS\), more than the model's max_positions=64; "
+        "truncated to 64"
+    )
+    assert len(err) == 1 and re.fullmatch(f"seq2seq: warning: {warning}", err[0]), err
+    assert len(Path("out.en").read_text().splitlines()) == 2
+    assert Path("out.en.tmp").read_text() == "the user's notes\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.en", "out.en.tmp"]
+    translator = Translator.from_checkpoint(ckpt, device="cpu")
+    with pytest.warns(UserWarning, match=warning.replace("line 2", "line 1")):
+        translator.encode(["Hund " * 100])

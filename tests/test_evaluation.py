@@ -38,3 +38,20 @@ def test_gather_in_order_sorts_and_removes_duplicates():
 def test_write_lines_keeps_alignment(tmp_path):
     path = write_lines(tmp_path / "sub" / "hyps.txt", ["one", "two\nlines", ""])
     assert path.read_text(encoding="utf-8") == "one\ntwo lines\n\n"
+
+
+def test_write_lines_goes_through_a_temporary_file_of_its_own(tmp_path):
+    """A user's ``<file>.tmp`` is left alone, and a failed write (here, into a folder, and a
+    line that is no string) leaves no temporary file behind and the previous file as it was."""
+    path = tmp_path / "hyps.txt"
+    (tmp_path / "hyps.txt.tmp").write_text("the user's notes\n")
+    write_lines(path, ["one"])
+    assert (tmp_path / "hyps.txt.tmp").read_text() == "the user's notes\n"
+    with pytest.raises(AttributeError):
+        write_lines(path, ["two", None])
+    (tmp_path / "folder").mkdir()
+    with pytest.raises(IsADirectoryError):
+        write_lines(tmp_path / "folder", ["three"])
+    assert path.read_text() == "one\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder", "hyps.txt", "hyps.txt.tmp"]
+    assert list((tmp_path / "folder").iterdir()) == []

@@ -15,15 +15,15 @@ leaves unchanged. References used for scoring are never passed through the token
 from __future__ import annotations
 
 import io
-import os
 import random
-import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import chain
 from pathlib import Path
 
 import numpy as np
 import sentencepiece as spm
+
+from seq2seq.files import atomic_write
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 
@@ -51,22 +51,6 @@ def flatten_ids(ids: Sequence[Sequence[int]], dtype: np.dtype) -> tuple[np.ndarr
     np.cumsum(np.fromiter(map(len, ids), dtype=np.int64, count=len(ids)), out=offsets[1:])
     values = np.fromiter(chain.from_iterable(ids), dtype=dtype, count=int(offsets[-1]))
     return values, offsets
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    """Writes ``data`` to ``path`` through a temporary file in the same folder and a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # as open() would create it (mkstemp uses 0600)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 class Tokenizer:
@@ -188,7 +172,8 @@ class Tokenizer:
                 "`model.vocab_size` follows it) or train on more text."
             ) from err
         data = model.getvalue()
-        _write_atomically(model_path, data)
+        with atomic_write(model_path, "wb") as f:  # no half-written model on a failure
+            f.write(data)
         return cls.from_bytes(data, name=str(model_path))
 
     @classmethod

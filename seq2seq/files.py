@@ -1,0 +1,106 @@
+"""Output files: checks of an output path before any work, and atomic writes."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any
+
+
+def check_output_file(path: str | Path, setting: str, make_parents: bool = True) -> None:
+    """Refuse an output file that could not be written, before any work is done for it.
+
+    Args:
+        path: the file to be written.
+        setting: the option or argument that gave ``path`` (e.g. ``--output``), named in the
+            error.
+        make_parents: whether missing parent folders will be created (then the nearest
+            existing one must be a writable folder); otherwise the parent folder must exist.
+
+    Raises:
+        IsADirectoryError: if ``path`` is a folder.
+        FileNotFoundError: if the parent folder is missing and ``make_parents`` is false.
+        NotADirectoryError: if the parent (or, with ``make_parents``, the nearest existing
+            ancestor) is not a folder.
+        PermissionError: if that folder is not writable.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(f"{setting} {path} is a folder; give a file name")
+    folder = path.parent
+    if make_parents:
+        while not folder.exists() and folder != folder.parent:
+            folder = folder.parent
+    if not folder.exists():
+        raise FileNotFoundError(f"{setting} {path}: folder {folder} does not exist")
+    if not folder.is_dir():
+        raise NotADirectoryError(f"{setting} {path}: {folder} is not a folder")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise PermissionError(f"{setting} {path}: folder {folder} is not writable")
+
+
+@contextmanager
+def atomic_write(
+    path: str | Path,
+    mode: str = "w",
+    encoding: str | None = None,
+    newline: str | None = None,
+    fsync: bool = False,
+) -> Iterator[IO[Any]]:
+    """Open a new temporary file beside ``path`` for writing; rename it to ``path`` when the
+    ``with`` block ends without an exception.
+
+    A reader therefore never sees a half-written file, and a write that fails (an exception,
+    Ctrl-C) leaves the previous file at ``path`` as it was and removes the temporary file. The
+    temporary file has a unique name (``.<name>.<random>.tmp``), so no other file is ever
+    overwritten, and gets the permissions a plain ``open`` would give it. Missing parent
+    folders are created.
+
+    Args:
+        path: the file to write.
+        mode: ``"w"`` (text) or ``"wb"`` (bytes).
+        encoding: text encoding (text mode).
+        newline: as for :func:`open` (text mode).
+        fsync: flush the data to disk before the rename, and the rename after it.
+
+    Yields:
+        The open temporary file.
+
+    Raises:
+        OSError: if the file cannot be written or renamed (e.g. ``path`` is a folder).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, mode, encoding=encoding, newline=newline) as f:
+            yield f
+            if fsync:
+                f.flush()
+                os.fsync(f.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # as open() would create it (mkstemp uses 0600)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    if fsync:
+        _fsync_dir(path.parent)
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Makes a rename in ``directory`` durable (best effort; not all systems allow it)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
