@@ -61,7 +61,7 @@ def translate(argv: Sequence[str]) -> None:
         parser.error(f"--length_penalty must be a finite number, got {args.length_penalty}")
     if args.output != "-":
         output = Path(args.output)
-        _check_output(parser, output, make_parents=False)
+        _check_output(parser, output)
         if args.input != "-" and output.exists() and output.samefile(args.input):
             parser.error(f"--output {args.output} is the input file; give another file name")
         if output.exists() and Path(args.ckpt_path).exists() and output.samefile(args.ckpt_path):
@@ -104,12 +104,11 @@ def translate(argv: Sequence[str]) -> None:
             f.write(body)
 
 
-def _check_output(parser: argparse.ArgumentParser, output: Path, make_parents: bool) -> None:
-    """Refuse an ``--output`` that is a folder, or whose folder is missing (unless
-    ``make_parents``) or not writable (:func:`seq2seq.files.check_output_file`), before any
-    checkpoint is read."""
+def _check_output(parser: argparse.ArgumentParser, output: Path) -> None:
+    """Refuse an ``--output`` that is a folder or could not be written (missing folders are
+    created; :func:`seq2seq.files.check_output_file`), before any checkpoint is read."""
     try:
-        check_output_file(output, "--output", make_parents=make_parents)
+        check_output_file(output, "--output")
     except OSError as err:
         parser.error(str(err))
 
@@ -159,7 +158,7 @@ def average(argv: Sequence[str]) -> None:
     if args.last is not None and args.last < 1:
         parser.error(f"--last must be >= 1, got {args.last}")
     output = Path(args.output)
-    _check_output(parser, output, make_parents=True)
+    _check_output(parser, output)
     if args.inputs:
         paths = [Path(p) for p in args.inputs]
         for path in paths:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -10,26 +11,47 @@ from pathlib import Path
 from typing import IO, Any
 
 
+def _is_stream(path: Path) -> bool:
+    """Whether ``path`` (through links) is an existing file that is not a regular file or a
+    folder: a terminal, ``/dev/stdout`` or ``/dev/null``, a pipe (``>(gzip > out.gz)``)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
 def check_output_file(path: str | Path, setting: str, make_parents: bool = True) -> None:
     """Refuse an output file that could not be written, before any work is done for it.
 
+    A device or a pipe (``/dev/stdout``, ``>(gzip > out.gz)``) must be writable. Otherwise a
+    file is created in the folder that would hold the output (with ``make_parents``, its
+    nearest existing ancestor) and removed at once: that catches read-only folders and file
+    systems that take no new files (``/proc``), which permission bits do not show.
+
     Args:
-        path: the file to be written.
+        path: the file to be written (a link is followed).
         setting: the option or argument that gave ``path`` (e.g. ``--output``), named in the
             error.
         make_parents: whether missing parent folders will be created (then the nearest
-            existing one must be a writable folder); otherwise the parent folder must exist.
+            existing one must take new files); otherwise the parent folder must exist.
 
     Raises:
         IsADirectoryError: if ``path`` is a folder.
         FileNotFoundError: if the parent folder is missing and ``make_parents`` is false.
         NotADirectoryError: if the parent (or, with ``make_parents``, the nearest existing
             ancestor) is not a folder.
-        PermissionError: if that folder is not writable.
+        PermissionError: if a device or pipe is not writable, or the folder takes no new file
+            (any other ``OSError`` of the trial file is raised as one too).
     """
     path = Path(path)
     if path.is_dir():
         raise IsADirectoryError(f"{setting} {path} is a folder; give a file name")
+    if _is_stream(path):
+        if not os.access(path, os.W_OK):
+            raise PermissionError(f"{setting} {path} is not writable")
+        return
+    path = _through_links(path)
     folder = path.parent
     if make_parents:
         while not folder.exists() and folder != folder.parent:
@@ -38,8 +60,19 @@ def check_output_file(path: str | Path, setting: str, make_parents: bool = True)
         raise FileNotFoundError(f"{setting} {path}: folder {folder} does not exist")
     if not folder.is_dir():
         raise NotADirectoryError(f"{setting} {path}: {folder} is not a folder")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise PermissionError(f"{setting} {path}: folder {folder} is not writable")
+    try:
+        fd, trial = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as err:
+        raise PermissionError(
+            f"{setting} {path}: no file can be written in folder {folder} ({err.strerror or err})"
+        ) from err
+    os.close(fd)
+    os.unlink(trial)
+
+
+def _through_links(path: Path) -> Path:
+    """The file a link points to (an output written "through" the link), else ``path``."""
+    return path.resolve() if path.is_symlink() else path
 
 
 @contextmanager
@@ -57,7 +90,9 @@ def atomic_write(
     Ctrl-C) leaves the previous file at ``path`` as it was and removes the temporary file. The
     temporary file has a unique name (``.<name>.<random>.tmp``), so no other file is ever
     overwritten, and gets the permissions a plain ``open`` would give it. Missing parent
-    folders are created.
+    folders are created. A link is written through (the file it points to is replaced, the
+    link stays); a device or a pipe (``/dev/stdout``, ``>(gzip > out.gz)``) is written
+    directly, as a shell redirection would.
 
     Args:
         path: the file to write.
@@ -67,12 +102,18 @@ def atomic_write(
         fsync: flush the data to disk before the rename, and the rename after it.
 
     Yields:
-        The open temporary file.
+        The open temporary file (or the device or pipe).
 
     Raises:
-        OSError: if the file cannot be written or renamed (e.g. ``path`` is a folder).
+        OSError: if the file cannot be written or renamed (e.g. ``path`` is a folder); a
+            failed rename names ``path``.
     """
     path = Path(path)
+    if _is_stream(path):
+        with open(path, mode, encoding=encoding, newline=newline) as f:
+            yield f
+        return
+    path = _through_links(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -84,7 +125,10 @@ def atomic_write(
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # as open() would create it (mkstemp uses 0600)
-        os.replace(tmp, path)
+        try:
+            os.replace(tmp, path)
+        except OSError as err:
+            raise OSError(err.errno, f"could not write {path}: {err.strerror or err}") from err
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

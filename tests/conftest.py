@@ -116,3 +116,19 @@ def other_batching_warning(name: str, value, saved) -> str:
         rf"--data\.{name}={saved}: training continues with other batches than the "
         r"interrupted run would have had \(in the epoch under way, [^\n]*\)\.$"
     )
+
+
+def refuse_new_files(monkeypatch, folder_name: str) -> None:
+    """Make every folder named ``folder_name`` refuse new files, as a read-only folder does
+    (permission bits do not stop root, who runs the tests in some environments): the trial
+    and temporary files of :mod:`seq2seq.files` fail there with ``EACCES``."""
+    import tempfile
+
+    real = tempfile.mkstemp
+
+    def mkstemp(*args, dir=None, **kwargs):
+        if dir is not None and Path(dir).name == folder_name:
+            raise PermissionError(13, "Permission denied")
+        return real(*args, dir=dir, **kwargs)
+
+    monkeypatch.setattr(tempfile, "mkstemp", mkstemp)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gzip
 import io
-import os
 import signal
 import subprocess
 import sys
@@ -15,7 +14,7 @@ import lightning as L
 import pytest
 import torch
 import yaml
-from conftest import run_main
+from conftest import refuse_new_files, run_main
 
 from seq2seq.checkpoint import (
     CheckpointError,
@@ -390,7 +389,7 @@ def test_translate_refuses_bad_input_and_settings_before_decoding(
     refusals = [
         (["--n_best", "8"], "--n_best 8 exceeds the beam size"),  # the checkpoint's beam
         (["--device", "gpu"], "--device gpu: not a device"),
-        (["--output", str(tmp_path / "missing" / "out.en")], "does not exist"),
+        (["--output", str(source / "out.en")], "is not a folder"),
         (["--output", str(tmp_path)], "is a folder"),
         (["--input", str(source), "--output", str(source)], "is the input file"),
         (["--input", str(source), "--output", ckpt], "is the checkpoint"),
@@ -404,6 +403,13 @@ def test_translate_refuses_bad_input_and_settings_before_decoding(
         )
         assert code == 2 and out == "", extra
         assert expected in err[-1], (extra, err)
+    # Missing folders of --output are created, as predict and average create theirs.
+    output = tmp_path / "new" / "sub" / "out.en"
+    code, out, err = _translate_main(
+        monkeypatch, capsys, b"Ein Hund.\n", "--ckpt_path", ckpt, "--output", str(output)
+    )
+    assert code == 0 and out == "", err
+    assert len(output.read_text().splitlines()) == 1
 
 
 @pytest.mark.parametrize(
@@ -616,14 +622,11 @@ def test_predict_refuses_an_output_path_it_cannot_write_before_reading_anything(
     monkeypatch.delenv("SEQ2SEQ_TRACEBACK", raising=False)
     (in_tmp / "out").mkdir()
     (in_tmp / "locked").mkdir()
-    real_access = os.access
-    monkeypatch.setattr(
-        "os.access", lambda path, mode: Path(path).name != "locked" and real_access(path, mode)
-    )  # as for a read-only folder (chmod does not stop root)
+    refuse_new_files(monkeypatch, "locked")  # as a read-only folder (chmod does not stop root)
     cases = [
         ("out", "--prediction_writer.output_path out is a folder; give a file name"),
-        ("locked/out.en", "--prediction_writer.output_path locked/out.en: folder locked is not"),
-        ("locked/new/out.en", "--prediction_writer.output_path locked/new/out.en: folder locked"),
+        ("locked/out.en", "--prediction_writer.output_path locked/out.en: no file can be"),
+        ("locked/new/out.en", "--prediction_writer.output_path locked/new/out.en: no file can"),
     ]
     for output, expected in cases:
         code, out, err = run_main(

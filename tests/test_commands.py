@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import run_main
+from conftest import refuse_new_files, run_main
 
 from seq2seq.checkpoint import CheckpointError, average_checkpoints, load_checkpoint
 
@@ -331,13 +331,13 @@ def test_average_refuses_an_output_it_cannot_write_before_reading_checkpoints(
     (run_dir.parent / "locked").mkdir()
     (run_dir.parent / "bad").mkdir()
     (run_dir.parent / "bad" / "notes.ckpt").write_text("not a checkpoint\n")
-    real_access = os.access
-    monkeypatch.setattr(
-        "os.access", lambda path, mode: Path(path).name != "locked" and real_access(path, mode)
-    )  # as for a read-only folder (chmod does not stop root)
+    refuse_new_files(monkeypatch, "locked")  # as a read-only folder (chmod does not stop root)
     for output, expected in (
         (str(run_dir), f"--output {run_dir} is a folder; give a file name"),
-        ("locked/avg.ckpt", "--output locked/avg.ckpt: folder locked is not writable"),
+        (
+            "locked/avg.ckpt",
+            "--output locked/avg.ckpt: no file can be written in folder locked (Permission denied)",
+        ),
     ):
         for sources in (["--inputs", "missing1.ckpt", "missing2.ckpt"], ["--dir", "bad"]):
             if sources[0] == "--dir":
@@ -374,16 +374,14 @@ def test_translate_refuses_an_unwritable_output_folder_before_reading_the_checkp
 ):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "locked").mkdir()
-    real_access = os.access
-    monkeypatch.setattr(
-        "os.access", lambda path, mode: Path(path).name != "locked" and real_access(path, mode)
-    )  # as for a read-only folder (chmod does not stop root)
+    refuse_new_files(monkeypatch, "locked")  # as a read-only folder (chmod does not stop root)
     code, out, err = run_main(
         monkeypatch, capsys, "translate", "--ckpt_path", "no.ckpt", "--output", "locked/out.en"
     )
     assert code == 2 and out == ""
     assert err[-1] == (
-        "seq2seq translate: error: --output locked/out.en: folder locked is not writable"
+        "seq2seq translate: error: --output locked/out.en: no file can be written in folder "
+        "locked (Permission denied)"
     )
 
 
