@@ -99,12 +99,18 @@ class Translator:
     def encode(self, sentences: Sequence[str]) -> list[list[int]]:
         """Source token ids ending with EOS, truncated to ``max_positions``.
 
-        Each truncated sentence is reported with a ``UserWarning`` naming its line (1-based)
-        and length (``seq2seq translate`` prints it as a ``seq2seq: warning: ...`` line).
+        Truncated sentences are reported together in one ``UserWarning`` naming how many, their
+        lines (1-based, the first ten) and the longest (``seq2seq translate`` prints it as a
+        ``seq2seq: warning: ...`` line).
 
         Raises:
             TypeError: if ``sentences`` is a single string, not a list of sentences.
         """
+        return self._encode(sentences)
+
+    def _encode(self, sentences: Sequence[str]) -> list[list[int]]:
+        """:meth:`encode`; its warning points at the code that called :meth:`encode` or
+        :meth:`translate`."""
         if isinstance(sentences, str | bytes):
             raise TypeError(
                 f"sentences must be a list of sentences, not a {type(sentences).__name__} "
@@ -113,17 +119,28 @@ class Translator:
             )
         tokenizer = self.module.tokenizer
         limit = self.module.model_config["max_positions"]
-        encoded = []
+        encoded, cut = [], []
         for i, ids in enumerate(tokenizer.encode(list(sentences))):
             if len(ids) + 1 > limit:
-                warnings.warn(
-                    f"input line {i + 1} has {len(ids) + 1} tokens (with EOS), more than the "
-                    f"model's max_positions={limit}; truncated to {limit}",
-                    UserWarning,
-                    stacklevel=2,
-                )
+                cut.append((i + 1, len(ids) + 1))
                 ids = ids[: limit - 1]
             encoded.append(ids + [tokenizer.eos_id])
+        if len(cut) == 1:
+            ((line, length),) = cut
+            message = (
+                f"input line {line} has {length} tokens (with EOS), more than the model's "
+                f"max_positions={limit}; truncated to {limit}"
+            )
+        elif cut:
+            line, length = max(cut, key=lambda c: c[1])
+            lines = ", ".join(str(c[0]) for c in cut[:10]) + (", ..." if len(cut) > 10 else "")
+            message = (
+                f"{len(cut)} input lines (lines {lines}) have more than the model's "
+                f"max_positions={limit} tokens (with EOS); truncated to {limit} (longest: line "
+                f"{line}, {length} tokens)"
+            )
+        if cut:
+            warnings.warn(message, UserWarning, stacklevel=3)
         return encoded
 
     def translate(
@@ -152,7 +169,7 @@ class Translator:
             TypeError: if ``sentences`` is a single string (pass ``[text]``).
             ValueError: if ``n_best`` exceeds the beam size.
         """
-        encoded = self.encode(sentences)
+        encoded = self._encode(sentences)
         order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
         results: list[Any] = [None] * len(encoded)
         start = 0

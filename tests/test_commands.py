@@ -408,5 +408,17 @@ def test_translate_warns_of_a_cut_line_in_one_line(tiny_run, tmp_path, monkeypat
     assert Path("out.en.tmp").read_text() == "the user's notes\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.en", "out.en.tmp"]
     translator = Translator.from_checkpoint(ckpt, device="cpu")
-    with pytest.warns(UserWarning, match=warning.replace("line 2", "line 1")):
+    with pytest.warns(UserWarning, match=warning.replace("line 2", "line 1")) as record:
         translator.encode(["Hund " * 100])
+    assert record[0].filename == __file__  # the caller's line, not the library's
+    # Many cut lines: one warning for them all, naming the first ten and the longest.
+    many = ["Hund " * (70 + i) for i in range(12)]
+    with pytest.warns(UserWarning) as record:
+        translator.translate(["Ein Hund."] + many, beam_size=1)
+    assert len(record) == 1 and record[0].filename == __file__
+    assert re.fullmatch(
+        r"12 input lines \(lines 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, \.\.\.\) have more than the "
+        r"model's max_positions=64 tokens \(with EOS\); truncated to 64 \(longest: line 13, "
+        r"\d+ tokens\)",
+        str(record[0].message),
+    ), record[0].message
