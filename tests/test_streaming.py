@@ -547,6 +547,17 @@ def test_resume_with_other_batching_settings_warns_or_refuses(corpora, cache, sp
         message = rf"--data\.{name}={saved}, but this run has --data\.{name}={value}"
         with pytest.raises(ValueError, match=message):
             other.load_state_dict(state)
+    # The position is kept per DataLoader worker: the command line is checked before any
+    # data is read (0 workers count as 1).
+    settings = {**state["batching"], "num_workers": 2}
+    refusal = TranslationDataModule.resume_refusal(state, settings)
+    assert refusal == (
+        "The checkpoint was written with --data.num_workers=1 (or 0), but this run has "
+        "--data.num_workers=2: the stream position is kept per worker, so the batches that "
+        "follow cannot be reproduced; resume with --data.num_workers=1."
+    )
+    assert TranslationDataModule.resume_refusal(state, {**settings, "num_workers": 0}) is None
+    assert TranslationDataModule.resume_refusal(state, {**settings, "num_workers": 1}) is None
 
 
 def test_cli_fit_with_streaming(corpora, in_tmp):

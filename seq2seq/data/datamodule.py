@@ -873,7 +873,8 @@ class TranslationDataModule(L.LightningDataModule):
         Args:
             state_dict: the data module's state from a checkpoint (:meth:`state_dict`).
             settings: the run's ``data.*`` values by name (``streaming``, ``seed``,
-                ``stream_pool_size``; others are ignored).
+                ``stream_pool_size``, ``num_workers`` — a streamed position mid-epoch is kept
+                per worker, 0 counting as 1; others are ignored).
 
         Returns:
             A message naming the option and both values, or ``None``.
@@ -889,6 +890,17 @@ class TranslationDataModule(L.LightningDataModule):
                     f"The checkpoint was written with --data.{name}={value}, but this run has "
                     f"--data.{name}={mine}: the batches that follow cannot be reproduced; resume "
                     f"with --data.{name}={value}."
+                )
+        workers = position.get("num_workers") if streaming else None
+        if workers and not position.get("complete") and "num_workers" in settings:
+            mine = settings["num_workers"]
+            if max(1, int(mine)) != workers:
+                value = f"{workers} (or 0)" if workers == 1 else str(workers)
+                return (
+                    f"The checkpoint was written with --data.num_workers={value}, but this run "
+                    f"has --data.num_workers={mine}: the stream position is kept per worker, so "
+                    f"the batches that follow cannot be reproduced; resume with "
+                    f"--data.num_workers={workers}."
                 )
         return None
 
