@@ -443,6 +443,20 @@ def test_last_ckpt_of_a_max_steps_stop_continues_the_stream(
     assert resumed.losses == reference.losses[5:]
 
 
+def _assert_resumes_after_7_batches(corpora, cache, spm_file, checkpoints, reference, settings):
+    """last.ckpt of a run stopped after 7 trained batches holds the stream position after
+    them, and the run resumed from it trains the uninterrupted run's batches from the 8th on,
+    with its losses."""
+    saved = load_checkpoint(checkpoints / "last.ckpt")
+    assert saved["global_step"] == 7
+    assert saved["TranslationDataModule"]["train_stream"]["batches"] == 7
+    resumed = _fit_translation(
+        corpora["text"], cache, spm_file, checkpoints, 12, checkpoints / "last.ckpt", **settings
+    )
+    assert resumed.seen == reference.seen[7:]
+    assert resumed.losses == reference.losses[7:]
+
+
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_batch_cut_short_by_ctrl_c_is_trained_again(
     corpora, cache, spm_file, uninterrupted, tmp_path, num_workers
@@ -456,14 +470,7 @@ def test_batch_cut_short_by_ctrl_c_is_trained_again(
         corpora["text"], cache, spm_file, checkpoints, 12, interrupt_at=7, **settings
     )
     assert stopped.seen == reference.seen[:8] and stopped.losses == reference.losses[:7]
-    saved = load_checkpoint(checkpoints / "last.ckpt")
-    assert saved["global_step"] == 7
-    assert saved["TranslationDataModule"]["train_stream"]["batches"] == 7
-    resumed = _fit_translation(
-        corpora["text"], cache, spm_file, checkpoints, 12, checkpoints / "last.ckpt", **settings
-    )
-    assert resumed.seen == reference.seen[7:]
-    assert resumed.losses == reference.losses[7:]
+    _assert_resumes_after_7_batches(corpora, cache, spm_file, checkpoints, reference, settings)
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])
@@ -498,14 +505,7 @@ def test_ctrl_c_while_the_next_batch_is_fetched_loses_no_batch(
             corpora["text"], cache, spm_file, checkpoints, 12, exits=True, **settings
         )
     assert stopped.seen == reference.seen[:7] and stopped.losses == reference.losses[:7]
-    saved = load_checkpoint(checkpoints / "last.ckpt")
-    assert saved["global_step"] == 7
-    assert saved["TranslationDataModule"]["train_stream"]["batches"] == 7
-    resumed = _fit_translation(
-        corpora["text"], cache, spm_file, checkpoints, 12, checkpoints / "last.ckpt", **settings
-    )
-    assert resumed.seen == reference.seen[7:]
-    assert resumed.losses == reference.losses[7:]
+    _assert_resumes_after_7_batches(corpora, cache, spm_file, checkpoints, reference, settings)
 
 
 @pytest.mark.filterwarnings("error:Resuming with:UserWarning")
