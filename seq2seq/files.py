@@ -89,7 +89,8 @@ def atomic_write(
     A reader therefore never sees a half-written file, and a write that fails (an exception,
     Ctrl-C) leaves the previous file at ``path`` as it was and removes the temporary file. The
     temporary file has a unique name (``.<name>.<random>.tmp``), so no other file is ever
-    overwritten, and gets the permissions a plain ``open`` would give it. Missing parent
+    overwritten; it takes the permissions of the file it replaces, or for a new file those a
+    plain ``open`` would give it (hard links to a replaced file keep the old one). Missing parent
     folders are created. A link is written through (the file it points to is replaced, the
     link stays); a device or a pipe (``/dev/stdout``, ``>(gzip > out.gz)``) is written
     directly, as a shell redirection would.
@@ -122,9 +123,7 @@ def atomic_write(
             if fsync:
                 f.flush()
                 os.fsync(f.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # as open() would create it (mkstemp uses 0600)
+        os.chmod(tmp, _new_mode(path))
         try:
             os.replace(tmp, path)
         except OSError as err:
@@ -134,6 +133,17 @@ def atomic_write(
         raise
     if fsync:
         _fsync_dir(path.parent)
+
+
+def _new_mode(path: Path) -> int:
+    """Permission bits for the file that replaces ``path``: those of the existing file, else
+    ``0o666`` less the umask, as ``open`` creates a file (``mkstemp`` makes it ``0o600``)."""
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
 
 
 def _fsync_dir(directory: Path) -> None:

@@ -45,6 +45,10 @@ def test_atomic_write_replaces_the_file_whole_or_not_at_all(tmp_path, fsync):
         raise KeyboardInterrupt
     assert path.read_bytes() == b"first"
     assert [p.name for p in path.parent.iterdir()] == ["out.bin"]
+    path.chmod(0o640)  # a replaced file keeps its permissions
+    with atomic_write(path, "wb", fsync=fsync) as f:
+        f.write(b"second")
+    assert path.read_bytes() == b"second" and stat.S_IMODE(path.stat().st_mode) == 0o640
 
 
 def test_a_pipe_is_written_directly_and_a_link_through(tmp_path):
