@@ -33,7 +33,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities.exceptions import MisconfigurationException, SIGTERMException
-from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_only
+from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_only, rank_zero_warn
 
 from seq2seq.callbacks import TextProgress, TranslationWriter
 from seq2seq.checkpoint import (
@@ -411,6 +411,9 @@ class Seq2SeqCLI(LightningCLI):
         _check_writable(self.trainer, checkpoints=not self.trainer.fast_dev_run)
         if not self.trainer.fast_dev_run and self.trainer.is_global_zero:
             self._lock_checkpoint_folders()
+        advice = _streaming_validation_advice(self.trainer, self.datamodule)
+        if advice:
+            rank_zero_warn(advice)
         if self.config[self.subcommand].get("ckpt_path"):
             # Resuming into the run's own checkpoint folder is the point, not a warning.
             warnings.filterwarnings("ignore", message="Checkpoint directory .* is not empty")
@@ -579,6 +582,28 @@ class Seq2SeqCLI(LightningCLI):
             if tokenizer is not None:
                 self.datamodule.tokenizer = tokenizer
                 self.model.tokenizer = tokenizer
+
+
+def _streaming_validation_advice(trainer: L.Trainer, datamodule) -> str | None:
+    """The warning for a streamed run whose validations may never come, else ``None``.
+
+    With an integer ``val_check_interval`` N and ``check_val_every_n_epoch`` set (Lightning's
+    default is 1), Lightning counts N batches within each epoch; a streamed epoch (one pass
+    over the stream) shorter than N batches is then never validated, and its length is not
+    known in advance.
+    """
+    interval = trainer.val_check_interval
+    if not getattr(datamodule, "streaming", False) or trainer.check_val_every_n_epoch is None:
+        return None
+    if not isinstance(interval, int) or isinstance(interval, bool):
+        return None
+    return (
+        f"--data.streaming true with --trainer.val_check_interval {interval} and "
+        f"--trainer.check_val_every_n_epoch {trainer.check_val_every_n_epoch}: Lightning "
+        f"counts the {interval} batches within each epoch, so a pass over the stream shorter "
+        f"than that is never validated; add --trainer.check_val_every_n_epoch null to "
+        f"validate every {interval} steps across epochs"
+    )
 
 
 def _check_writable(trainer: L.Trainer, checkpoints: bool = True) -> None:

@@ -561,24 +561,43 @@ def test_resume_with_other_batching_settings_warns_or_refuses(corpora, cache, sp
 
 
 def test_cli_fit_with_streaming(corpora, in_tmp):
-    cli = cli_main(
-        [
-            "fit",
-            "--config", str(CONFIGS / "tiny.yaml"),
-            "--data.data_dir", str(corpora["text"]),
-            "--data.streaming", "true",
-            "--data.stream_pool_size", "500",
-            "--data.spm_input_sentence_size", "1500",
-            "--data.test_splits", "[]",
-            "--trainer.max_steps", "4",
-            "--trainer.val_check_interval", "2",
-            "--trainer.limit_val_batches", "1",
-        ]
-    )  # fmt: skip
+    # Lightning's default check_val_every_n_epoch=1 counts val_check_interval within epochs.
+    with pytest.warns(UserWarning, match="add --trainer.check_val_every_n_epoch null to vali"):
+        cli = cli_main(
+            [
+                "fit",
+                "--config", str(CONFIGS / "tiny.yaml"),
+                "--data.data_dir", str(corpora["text"]),
+                "--data.streaming", "true",
+                "--data.stream_pool_size", "500",
+                "--data.spm_input_sentence_size", "1500",
+                "--data.test_splits", "[]",
+                "--trainer.max_steps", "4",
+                "--trainer.val_check_interval", "2",
+                "--trainer.limit_val_batches", "1",
+            ]
+        )  # fmt: skip
     assert cli.trainer.global_step == 4
     assert torch.isfinite(cli.trainer.callback_metrics["train/loss"])
     assert isinstance(cli.datamodule.train_set, StreamingPairs)
     assert len(list((in_tmp / "data/cache").glob("spm_*.model"))) == 1
+
+
+def test_streaming_validation_advice_only_where_validations_may_never_come():
+    from types import SimpleNamespace
+
+    from seq2seq.cli import _streaming_validation_advice
+
+    def advice(streaming, interval, every):
+        trainer = SimpleNamespace(val_check_interval=interval, check_val_every_n_epoch=every)
+        return _streaming_validation_advice(trainer, SimpleNamespace(streaming=streaming))
+
+    assert "val_check_interval 5000 and --trainer.check_val_every_n_epoch 1" in advice(
+        True, 5000, 1
+    )
+    assert advice(True, 5000, None) is None  # steps counted across epochs
+    assert advice(True, 1.0, 1) is None  # a validation at the end of each pass
+    assert advice(False, 5000, 1) is None  # a cached split: epochs of known length
 
 
 class StreamRecorder(L.Callback):
