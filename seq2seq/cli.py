@@ -473,18 +473,16 @@ class Seq2SeqCLI(LightningCLI):
         return kwargs
 
     def _run_subcommand(self, subcommand: str) -> None:
-        """Runs ``subcommand``; when it fails, removes the empty folders it created (on the
+        """Runs ``subcommand``; then (whether it failed or not) removes the folders it created
+        that are still empty, e.g. the checkpoint folder of a run that trained nothing (on the
         process of global rank 0 only)."""
         new_folders = _missing_folders(self.trainer) if self.trainer.is_global_zero else []
         try:
-            try:
-                self._run_and_explain(subcommand)
-            finally:
-                self._unlock_checkpoint_folders()
-        except BaseException:
+            self._run_and_explain(subcommand)
+        finally:
+            self._unlock_checkpoint_folders()
             if new_folders:
                 _remove_empty_folders(new_folders, self.trainer)
-            raise
 
     def _run_and_explain(self, subcommand: str) -> None:
         """``LightningCLI._run_subcommand``, with Ctrl-C and Lightning's hparams clash

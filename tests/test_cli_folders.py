@@ -1,4 +1,5 @@
-"""A failing ``seq2seq`` command removes the empty folders it created, and nothing else."""
+"""A ``seq2seq`` command removes the folders it created and left empty (after an error too),
+and nothing else."""
 
 from __future__ import annotations
 
@@ -61,3 +62,21 @@ def test_failing_command_keeps_folders_that_existed_or_hold_files(in_tmp, monkey
     assert _folders(in_tmp) == ["checkpoints", "checkpoints/tiny", "lightning_logs"]
     assert (in_tmp / "checkpoints/notes.txt").is_file()
     assert (in_tmp / "checkpoints/tiny/file.txt").is_file()
+
+
+def test_fit_that_trains_nothing_leaves_no_empty_checkpoint_folder(in_tmp, multi30k_dir):
+    """A successful command removes the folders it created that it left empty too: fit with
+    max_steps 0 writes no checkpoint, and its checkpoint folder goes."""
+    from seq2seq.cli import cli_main
+
+    cli = cli_main(
+        [
+            "fit",
+            "--config", str(CONFIGS / "tiny.yaml"),
+            "--data.data_dir", str(multi30k_dir),
+            "--trainer.max_steps", "0",
+        ]
+    )  # fmt: skip
+    assert cli.trainer.global_step == 0
+    assert not (in_tmp / "checkpoints").exists()
+    assert (in_tmp / "data/cache").is_dir()  # folders holding files stay
