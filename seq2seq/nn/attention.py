@@ -596,9 +596,9 @@ class MultiHeadAttention(nn.Module):
         """``softmax(q K^T / sqrt(Dh) + bias) V`` for a single query per row, computed in the
         keys' dtype (float32 for float16/bfloat16 inputs, as the fused kernel accumulates).
 
-        The query scaling joins the copy that gathers the heads of a stored row, and the bias
-        is added inside the first batched product. With :attr:`record_weights` the attention
-        probabilities are kept in :attr:`weights` as ``(N, H, 1, L)``.
+        The query scaling and the bias join the first batched product (``baddbmm``). With
+        :attr:`record_weights` the attention probabilities are kept in :attr:`weights` as
+        ``(N, H, 1, L)``.
 
         Args:
             q: ``(N, H, Dh)`` or ``(N, H, 1, Dh)`` queries, ``N = G * g``: each of the ``G``
@@ -620,10 +620,11 @@ class MultiHeadAttention(nn.Module):
             # (N, H, Dh) -> (G, H, g, Dh) -> (G * H, g, Dh): the g queries of a row together.
             q = q.view(groups, g, h, dh).transpose(1, 2).to(keys.dtype)
             keys_t = keys.flatten(0, 1).transpose(1, 2)  # (G * H, Dh, L), a view
-            if bias is None:
-                scores = torch.bmm(q.mul(scale).reshape(groups * h, g, dh), keys_t)
+            q = q.reshape(groups * h, g, dh)
+            if bias is None:  # beta=0: the (broadcast) zero input is ignored
+                scores = torch.baddbmm(q.new_zeros(()), q, keys_t, beta=0.0, alpha=scale)
             else:
-                scores = torch.baddbmm(bias, q.reshape(groups * h, g, dh), keys_t, alpha=scale)
+                scores = torch.baddbmm(bias, q, keys_t, alpha=scale)
             probs = scores.softmax(dim=-1)
             if self.record_weights:
                 self.weights = probs.view(groups, h, g, -1).transpose(1, 2).reshape(n, h, 1, -1)
