@@ -272,13 +272,17 @@ def settle_validation_progress(checkpoint: dict[str, Any]) -> None:
 def resolve_ckpt_path(alias: str, checkpoint_dirs: Sequence[str | Path]) -> Path:
     """Turn ``"best"`` or ``"last"`` into a file, looking in the configured checkpoint folders.
 
-    ``last`` is ``<dir>/last.ckpt``; ``best`` is the ``best_model_path`` that the
-    ``ModelCheckpoint`` callback recorded in ``last.ckpt``.
+    ``last`` is ``<dir>/last.ckpt``; ``best`` is the file of ``<dir>`` named by the
+    ``best_model_path`` that the ``ModelCheckpoint`` callback recorded in ``last.ckpt``. The
+    recorded path is absolute: only its file name is used, so a copied or moved run folder
+    gives its own best checkpoint, never the file of the folder it was copied from.
 
     Raises:
-        FileNotFoundError: naming the folders searched, if no such checkpoint exists.
+        FileNotFoundError: naming the folders searched, if no such checkpoint exists (or the
+            recorded best file is missing from the folder of its ``last.ckpt``).
     """
     searched = [Path(d) for d in checkpoint_dirs]
+    missing = []
     for directory in searched:
         last = directory / "last.ckpt"
         if not last.is_file():
@@ -288,9 +292,16 @@ def resolve_ckpt_path(alias: str, checkpoint_dirs: Sequence[str | Path]) -> Path
         checkpoint = load_checkpoint(last)
         for key, state in checkpoint.get("callbacks", {}).items():
             if key.startswith("ModelCheckpoint") and state.get("best_model_path"):
-                best = Path(state["best_model_path"])
+                best = directory / Path(state["best_model_path"]).name
                 if best.is_file():
                     return best
+                missing.append(
+                    f"{last} names {best.name} as the best checkpoint, not in {directory}"
+                )
+    if missing:
+        raise FileNotFoundError(
+            f"--ckpt_path {alias}: {'; '.join(missing)}; pass the path of a .ckpt file"
+        )
     where = ", ".join(str(d) for d in searched) or "(no ModelCheckpoint dirpath configured)"
     raise FileNotFoundError(
         f"--ckpt_path {alias}: no {alias} checkpoint found in {where}; run `seq2seq fit` with the "

@@ -865,6 +865,23 @@ def test_fast_dev_run_writes_no_checkpoint_or_hypotheses(tmp_path, multi30k_dir,
     assert load_checkpoint(resolve_ckpt_path("best", [tmp_path / "checkpoints/tiny"]))
 
 
+def test_best_of_a_copied_run_folder_is_its_own_file(tiny_run, tmp_path):
+    """last.ckpt records the best checkpoint's absolute path; --ckpt_path best takes the file of
+    that name in the folder searched, never the one of the folder the run was copied from."""
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(tiny_run / "checkpoints/tiny", copy)
+    best = resolve_ckpt_path("best", [copy])
+    assert best.parent == copy and best.is_file() and best.name != "last.ckpt"
+    best.unlink()
+    with pytest.raises(
+        FileNotFoundError, match=f"names {best.name} as the best checkpoint, not in"
+    ):
+        resolve_ckpt_path("best", [copy])
+    assert (tiny_run / "checkpoints/tiny" / best.name).is_file()  # the original is still there
+
+
 def test_fit_prints_no_lightning_advertisement_or_internal_deprecation(
     tmp_path, multi30k_dir, monkeypatch, caplog
 ):
