@@ -254,7 +254,8 @@ class Seq2SeqCLI(LightningCLI):
     ``fit`` checks that the log and checkpoint folders are writable before training starts
     (``predict`` its ``--prediction_writer.output_path`` before the checkpoint is read),
     and writes checkpoints atomically (:class:`~seq2seq.checkpoint.AtomicCheckpointIO`). A
-    command that fails removes the log and checkpoint folders it created that are still empty.
+    command removes the log and checkpoint folders it created that are still empty when it
+    ends (also when it fails).
     """
 
     def _prepare_subcommand_parser(self, klass, subcommand: str, **kwargs):
@@ -365,7 +366,9 @@ class Seq2SeqCLI(LightningCLI):
             for key, value in saved.items():
                 model[key] = value
             data = self.config[subcommand]["data"]
-            data["vocab_size"] = saved["vocab_size"]
+            for key in _DATA_LINKED:  # data.* settings that model.* settings follow
+                if key in saved:
+                    data[key] = saved[key]
 
     def instantiate_trainer(self, **kwargs) -> L.Trainer:
         no_bar = self._progress_bar_unwanted()
@@ -871,24 +874,26 @@ def _checkpoint_dirs(config) -> list[Path]:
     ]
 
 
+_DATA_LINKED = ("vocab_size", "max_positions")
+"""Model settings given by ``data.*`` settings (``link_arguments``), which an evaluated
+checkpoint's values replace too."""
+
+
 def _warn_other_architecture(
     subcommand: str, ckpt_path: str | Path, saved: dict, model: dict | Namespace
 ) -> None:
     """Warns on stderr (one line, global rank 0 only) when the model settings saved in the
     checkpoint ``ckpt_path`` differ from the config's ``model`` settings, which ``subcommand``
-    (``validate``, ``test`` or ``predict``) replaces by the checkpoint's. Dropout rates, which
-    do not act outside training, are left out, and so is ``max_positions``, which
-    ``data.max_positions`` sets (a difference there is an error naming it); decoding settings
-    (``beam_size``, ``length_penalty``, ...) are not saved as architecture: the config's apply.
+    (``validate``, ``test`` or ``predict``) replaces by the checkpoint's (``vocab_size`` and
+    ``max_positions`` are named as the ``data.*`` settings that set them). Dropout rates, which
+    do not act outside training, are left out; decoding settings (``beam_size``,
+    ``length_penalty``, ...) are not saved as architecture: the config's apply.
     """
     differing = [
-        f"{'data' if key == 'vocab_size' else 'model'}.{key} {cli_value(value)} "
+        f"{'data' if key in _DATA_LINKED else 'model'}.{key} {cli_value(value)} "
         f"(config {cli_value(model.get(key))})"
         for key, value in saved.items()
-        if key not in _NON_STRUCTURAL
-        and key != "max_positions"
-        and key in model
-        and model.get(key) != value
+        if key not in _NON_STRUCTURAL and key in model and model.get(key) != value
     ]
     if differing and rank_zero_only.rank == 0:
         print(
