@@ -377,7 +377,12 @@ class Seq2SeqCLI(LightningCLI):
         if self.subcommand == "predict":  # its output file is all it writes: no log folder
             kwargs["logger"] = False
             self.save_config_callback = None
-        trainer = super().instantiate_trainer(**kwargs)
+        try:
+            trainer = super().instantiate_trainer(**kwargs)
+        except MisconfigurationException as err:
+            raise _no_accelerator(
+                err, self.config_init[self.subcommand].get("trainer", {})
+            ) from err
         if self.subcommand == "fit" and trainer.progress_bar_callback is None:
             if not _stdout_is_terminal():  # no bar, also with enable_progress_bar: false
                 trainer.callbacks.append(TextProgress(trainer.log_every_n_steps))
@@ -604,6 +609,21 @@ def _streaming_validation_advice(trainer: L.Trainer, datamodule) -> str | None:
         f"counts the {interval} batches within each epoch, so a pass over the stream shorter "
         f"than that is never validated; add --trainer.check_val_every_n_epoch null to "
         f"validate every {interval} steps across epochs"
+    )
+
+
+def _no_accelerator(err: MisconfigurationException, trainer: dict) -> Exception:
+    """Lightning's error for an accelerator this machine lacks ("No supported gpu backend
+    found!"), as one line naming the setting and the CPU trainer piece; other errors as they
+    are."""
+    message = str(err)
+    if "backend found" not in message and "is not available" not in message:
+        return err
+    accelerator = trainer.get("accelerator")
+    return ValueError(
+        f"--trainer.accelerator {accelerator}: this machine has no such accelerator that "
+        "PyTorch can use; train on the CPU with --trainer configs/trainer/cpu.yaml (or "
+        "--trainer.accelerator cpu --trainer.precision 32-true)"
     )
 
 

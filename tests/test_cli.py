@@ -942,3 +942,21 @@ def test_untrained_model_is_scored_only_when_asked_for(tiny_run, multi30k_dir, m
     assert cli.trainer.ckpt_path is None
     saved = yaml.safe_load((Path(cli.trainer.log_dir) / "config.yaml").read_text("utf-8"))
     assert saved["ckpt_path"] == "untrained"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the machine has a GPU")
+@pytest.mark.parametrize("accelerator", ["gpu", "mps"], ids=["accelerator=gpu", "accelerator=mps"])
+def test_an_accelerator_the_machine_lacks_is_one_line(in_tmp, accelerator, monkeypatch, capsys):
+    monkeypatch.delenv("SEQ2SEQ_TRACEBACK", raising=False)
+    code, _, err = run_main(
+        monkeypatch, capsys, "fit", "--config", str(CONFIGS / "tiny.yaml"),
+        "--trainer.accelerator", accelerator,
+    )  # fmt: skip
+    assert code == 1
+    assert err[-1] == (
+        f"seq2seq: error: --trainer.accelerator {accelerator}: this machine has no such "
+        "accelerator that PyTorch can use; train on the CPU with --trainer "
+        "configs/trainer/cpu.yaml (or --trainer.accelerator cpu --trainer.precision 32-true) "
+        "(SEQ2SEQ_TRACEBACK=1 shows where)"
+    ), err
+    assert not any(in_tmp.iterdir())
