@@ -342,6 +342,17 @@ class Seq2SeqCLI(LightningCLI):
                     "`seq2seq average`): training cannot resume from it; give a checkpoint "
                     "written by `seq2seq fit`"
                 )
+            saved = checkpoint.get(CHECKPOINT_KEY, {}).get("model_config", {})
+            if subcommand == "fit" and saved and hasattr(config.get("model"), "get"):
+                # The module refuses these when it loads the checkpoint, after the data is
+                # prepared; say it before.
+                differing = _other_architecture(saved, config["model"])
+                if differing:
+                    raise ValueError(
+                        f"{config['ckpt_path']} was trained with other model settings than the "
+                        f"config: {', '.join(differing)}; training resumes only with the "
+                        "checkpoint's (give the config it was trained with)"
+                    )
             data_state = checkpoint.get(TranslationDataModule.__qualname__)
             if subcommand == "fit" and data_state and hasattr(config.get("data"), "get"):
                 # Before SentencePiece and the data cache are built for settings that the
@@ -899,6 +910,18 @@ _DATA_LINKED = ("vocab_size", "max_positions")
 checkpoint's values replace too."""
 
 
+def _other_architecture(saved: dict, model: dict | Namespace) -> list[str]:
+    """The settings in which the model settings ``saved`` in a checkpoint differ from the
+    config's ``model`` settings (dropout rates left out), each as ``model.KEY SAVED (config
+    VALUE)``, ``data.KEY`` for those the data settings give (:data:`_DATA_LINKED`)."""
+    return [
+        f"{'data' if key in _DATA_LINKED else 'model'}.{key} {cli_value(value)} "
+        f"(config {cli_value(model.get(key))})"
+        for key, value in saved.items()
+        if key not in _NON_STRUCTURAL and key in model and model.get(key) != value
+    ]
+
+
 def _warn_other_architecture(
     subcommand: str, ckpt_path: str | Path, saved: dict, model: dict | Namespace
 ) -> None:
@@ -909,12 +932,7 @@ def _warn_other_architecture(
     do not act outside training, are left out; decoding settings (``beam_size``,
     ``length_penalty``, ...) are not saved as architecture: the config's apply.
     """
-    differing = [
-        f"{'data' if key in _DATA_LINKED else 'model'}.{key} {cli_value(value)} "
-        f"(config {cli_value(model.get(key))})"
-        for key, value in saved.items()
-        if key not in _NON_STRUCTURAL and key in model and model.get(key) != value
-    ]
+    differing = _other_architecture(saved, model)
     if differing and rank_zero_only.rank == 0:
         print(
             f"seq2seq: warning: {ckpt_path} was trained with other model settings than the "

@@ -289,6 +289,27 @@ def test_resuming_with_another_seed_is_refused_before_any_data_is_prepared(
     assert sorted(p.name for p in in_tmp.iterdir()) == ["checkpoints"]
 
 
+def test_resuming_with_another_model_is_refused_before_any_data_is_prepared(
+    tiny_run, in_tmp, multi30k_dir, monkeypatch, capsys
+):
+    """fit --ckpt_path with other model settings than the checkpoint's stops in one line
+    naming them, before SentencePiece is trained or the corpus tokenised."""
+    monkeypatch.delenv("SEQ2SEQ_TRACEBACK", raising=False)
+    shutil.copytree(tiny_run / "checkpoints", in_tmp / "checkpoints")
+    ckpt = in_tmp / "checkpoints" / "tiny" / "last.ckpt"
+    argv = _fit_argv(multi30k_dir, "--data.cache_dir", "fresh_cache", "--model.d_model", "64")
+    argv += ["--data.vocab_size", "600", "--model.dropout", "0.3"]  # dropout may change
+    code, _, err = run_main(monkeypatch, capsys, *argv, "--ckpt_path", "last")
+    assert code == 1, err
+    assert err[-1] == (
+        f"seq2seq: error: {ckpt.relative_to(in_tmp)} was trained with other model settings "
+        "than the config: data.vocab_size 500 (config 600), model.d_model 32 (config 64); "
+        "training resumes only with the checkpoint's (give the config it was trained with) "
+        "(SEQ2SEQ_TRACEBACK=1 shows where)"
+    ), err
+    assert sorted(p.name for p in in_tmp.iterdir()) == ["checkpoints"]
+
+
 def _warnings(err: list[str]) -> list[str]:
     return [line for line in err if line.startswith("seq2seq: warning:")]
 
