@@ -135,10 +135,13 @@ def average(argv: Sequence[str]) -> None:
 
     Writes the element-wise mean of the checkpoints' parameters. The checkpoints must hold the
     same model: the same SentencePiece model (tokenizer) and model settings (dropout aside),
-    parameter names and shapes. ``--output`` must not be one of the inputs; an existing
-    ``--output`` is replaced only if ``seq2seq average`` wrote it. With ``--dir``,
-    ``last.ckpt``, the ``--output`` file and checkpoints written by ``seq2seq average``
-    (weights only) are not counted among the newest.
+    parameter names and shapes. ``--inputs`` must name each file once, and ``--output`` must
+    not be one of them; an existing ``--output`` is replaced only if ``seq2seq average`` wrote
+    it. With ``--dir``, the newest checkpoints are those of the latest training steps (the
+    ``global_step`` each checkpoint records; file times only break ties and order files that
+    record no step, as older than those that do), so copying or touching the files changes
+    nothing; ``last.ckpt``, the ``--output`` file and checkpoints written by ``seq2seq
+    average`` (weights only) are not counted among them, nor a second name (link) of a file.
     """
     parser = argparse.ArgumentParser(
         prog="seq2seq average", description=average.__doc__, allow_abbrev=False
@@ -147,10 +150,16 @@ def average(argv: Sequence[str]) -> None:
     parser.add_argument(
         "--dir",
         default=None,
-        help="folder whose newest checkpoints to average (last.ckpt, the --output file and "
+        help="folder whose newest checkpoints to average: those of the latest training steps, "
+        "by the global_step each records, not by file time (last.ckpt, the --output file and "
         "averaged checkpoints excluded)",
     )
-    parser.add_argument("--last", type=int, default=None, help="with --dir: how many (newest)")
+    parser.add_argument(
+        "--last",
+        type=int,
+        default=None,
+        help="with --dir: how many (those of the latest training steps)",
+    )
     parser.add_argument("--output", required=True, help="averaged checkpoint to write")
     args = parser.parse_args(list(argv))
     if args.inputs and (args.dir or args.last is not None):
@@ -167,6 +176,18 @@ def average(argv: Sequence[str]) -> None:
                     f"--output {args.output} is one of the --inputs ({path}); averaging would "
                     "overwrite it: give another file name"
                 )
+        for i, path in enumerate(paths):
+            for earlier in paths[:i]:
+                if _same_file(earlier, path):
+                    what = (
+                        f"names {path} twice"
+                        if str(earlier) == str(path)
+                        else f"{earlier} and {path} are the same file"
+                    )
+                    parser.error(
+                        f"--inputs {what}; give each checkpoint once (averaging a file twice "
+                        "would weigh it double)"
+                    )
     elif args.dir and args.last:
         if not Path(args.dir).is_dir():
             parser.error(f"--dir {args.dir} is not a folder")
@@ -210,20 +231,34 @@ def _newest_checkpoints(
 ) -> list[Path]:
     """The ``count`` newest ``*.ckpt`` files of ``directory``, oldest first, leaving out
     ``last.ckpt``, ``output`` and checkpoints that ``seq2seq average`` wrote (found by the
-    :data:`~seq2seq.checkpoint.AVERAGED_FROM` key; files are opened memory-mapped, newest
-    first, only until ``count`` are found)."""
+    :data:`~seq2seq.checkpoint.AVERAGED_FROM` key).
+
+    Newest means of the latest training step: the ``global_step`` that Lightning records in
+    each checkpoint (read with the file memory-mapped, so the weights are not read), not the
+    file's modification time, which a copy (``cp -r``) or ``touch`` changes. The modification
+    time only breaks ties (then the name), and orders the files that record no step, which
+    count as older than any that does. A file reached by two names (a link beside its
+    target) is taken once, by the name that is not a link.
+    """
     candidates = [
         p for p in directory.glob("*.ckpt") if p.name != "last.ckpt" and not _same_file(p, output)
     ]
-    chosen: list[Path] = []
+    seen: set[tuple[int, int]] = set()
+    ranked: list[tuple[tuple[bool, int, float, str], Path]] = []
     averaged: list[Path] = []
-    for path in sorted(candidates, key=lambda p: p.stat().st_mtime, reverse=True):
-        if len(chosen) == count:
-            break
-        if AVERAGED_FROM in load_checkpoint(path, mmap=True):
+    for path in sorted(candidates, key=lambda p: (p.is_symlink(), p.name)):
+        info = path.stat()
+        if (info.st_dev, info.st_ino) in seen:
+            continue
+        seen.add((info.st_dev, info.st_ino))
+        checkpoint = load_checkpoint(path, mmap=True)
+        if AVERAGED_FROM in checkpoint:
             averaged.append(path)
-        else:
-            chosen.append(path)
+            continue
+        step = _training_step(checkpoint)
+        ranked.append(((step is not None, step or 0, info.st_mtime, path.name), path))
+    ranked.sort(key=lambda item: item[0], reverse=True)
+    chosen = [path for _, path in ranked[:count]]
     if len(chosen) < count:
         skipped = f" ({', '.join(p.name for p in averaged)})" if averaged else ""
         parser.error(
@@ -232,3 +267,11 @@ def _newest_checkpoints(
             f"by seq2seq average{skipped} are never averaged"
         )
     return chosen[::-1]
+
+
+def _training_step(checkpoint: dict) -> int | None:
+    """The training step a checkpoint was saved at (Lightning's ``global_step``), if any."""
+    step = checkpoint.get("global_step")
+    if isinstance(step, bool) or not isinstance(step, int):
+        return None
+    return step

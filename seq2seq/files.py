@@ -3,12 +3,53 @@
 from __future__ import annotations
 
 import os
+import re
 import stat
+import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
+
+_FD_PATH = re.compile(r"/(?:dev/fd|proc/(?:self|thread-self|(?P<pid>\d+))/fd)/(?P<fd>\d+)")
+_STD_PATHS = {"/dev/stdin": 0, "/dev/stdout": 1, "/dev/stderr": 2}
+_STD_NAMES = {0: "standard input", 1: "standard output", 2: "standard error"}
+
+
+def _descriptor(path: Path) -> int | None:
+    """The file descriptor of this process that ``path`` names as written (links are not
+    followed): ``/dev/stdout`` 1, ``/dev/stderr`` 2, ``/dev/stdin`` 0, ``/dev/fd/N`` and
+    ``/proc/self/fd/N`` N; ``None`` for any other path (and off POSIX systems)."""
+    if os.name != "posix":
+        return None
+    name = "/" + os.path.abspath(path).lstrip("/")  # as the kernel reads "//dev/stdout" too
+    if name in _STD_PATHS:
+        return _STD_PATHS[name]
+    match = _FD_PATH.fullmatch(name)
+    if match is None or (match["pid"] is not None and int(match["pid"]) != os.getpid()):
+        return None
+    return int(match["fd"])
+
+
+def _describe_fd(fd: int) -> str:
+    """``file descriptor 1 (standard output)``, or ``file descriptor 7``."""
+    return f"file descriptor {fd}" + (f" ({_STD_NAMES[fd]})" if fd in _STD_NAMES else "")
+
+
+def _check_descriptor(path: Path, fd: int, setting: str) -> None:
+    """Refuse a descriptor path (:func:`_descriptor`) whose descriptor is closed or not open
+    for writing."""
+    import fcntl
+
+    try:
+        flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+    except OSError as err:
+        raise FileNotFoundError(
+            f"{setting} {path}: {_describe_fd(fd)} is not open in this process"
+        ) from err
+    if flags & os.O_ACCMODE not in (os.O_WRONLY, os.O_RDWR):
+        raise PermissionError(f"{setting} {path}: {_describe_fd(fd)} is not open for writing")
 
 
 def _is_stream(path: Path) -> bool:
@@ -24,10 +65,14 @@ def _is_stream(path: Path) -> bool:
 def check_output_file(path: str | Path, setting: str, make_parents: bool = True) -> None:
     """Refuse an output file that could not be written, before any work is done for it.
 
-    A device or a pipe (``/dev/stdout``, ``>(gzip > out.gz)``) must be writable. Otherwise a
-    file is created in the folder that would hold the output (with ``make_parents``, its
-    nearest existing ancestor) and removed at once: that catches read-only folders and file
-    systems that take no new files (``/proc``), which permission bits do not show.
+    A path that names an open file descriptor of this process (``/dev/stdout``,
+    ``/dev/stderr``, ``/dev/fd/N``, ``/proc/self/fd/N``, read as written, before links are
+    followed) must name one open for writing, whatever it is open on: a terminal, a pipe or a
+    file the shell redirected to. A device or a pipe (``/dev/null``, ``>(gzip > out.gz)``) must
+    be writable. Otherwise a file is created in the folder that would hold the output (with
+    ``make_parents``, its nearest existing ancestor) and removed at once: that catches
+    read-only folders and file systems that take no new files (``/proc``), which permission
+    bits do not show.
 
     Args:
         path: the file to be written (a link is followed).
@@ -38,13 +83,20 @@ def check_output_file(path: str | Path, setting: str, make_parents: bool = True)
 
     Raises:
         IsADirectoryError: if ``path`` is a folder.
-        FileNotFoundError: if the parent folder is missing and ``make_parents`` is false.
+        FileNotFoundError: if ``path`` names a file descriptor that is not open (e.g.
+            ``/dev/fd/9`` with no descriptor 9), or the parent folder is missing and
+            ``make_parents`` is false.
         NotADirectoryError: if the parent (or, with ``make_parents``, the nearest existing
             ancestor) is not a folder.
-        PermissionError: if a device or pipe is not writable, or the folder takes no new file
-            (any other ``OSError`` of the trial file is raised as one too).
+        PermissionError: if a file descriptor is not open for writing, a device or pipe is
+            not writable, or the folder takes no new file (any other ``OSError`` of the trial
+            file is raised as one too).
     """
     path = Path(path)
+    fd = _descriptor(path)
+    if fd is not None:
+        _check_descriptor(path, fd, setting)
+        return
     if path.is_dir():
         raise IsADirectoryError(f"{setting} {path} is a folder; give a file name")
     if _is_stream(path):
@@ -92,24 +144,53 @@ def atomic_write(
     overwritten; it takes the permissions of the file it replaces, or for a new file those a
     plain ``open`` would give it (hard links to a replaced file keep the old one). Missing parent
     folders are created. A link is written through (the file it points to is replaced, the
-    link stays); a device or a pipe (``/dev/stdout``, ``>(gzip > out.gz)``) is written
-    directly, as a shell redirection would.
+    link stays); a device or a pipe (``/dev/null``, ``>(gzip > out.gz)``) is written directly,
+    as a shell redirection would.
+
+    A path that names an open file descriptor of this process (``/dev/stdout``,
+    ``/dev/stderr``, ``/dev/fd/N``, ``/proc/self/fd/N``, read as written, before links are
+    followed) is written through that descriptor itself (a duplicate of it), never replaced
+    nor reopened by name: when the shell redirected it to a file, the output continues at the
+    file's current offset, after what was written there before, and what the shell or this
+    process writes there afterwards follows it, exactly as with a redirection. Python's own
+    ``sys.stdout``/``sys.stderr`` are flushed first when they write to that descriptor (so
+    the order of the output is kept), the written data is flushed when the ``with`` block
+    ends, and the descriptor stays open. What was written before an exception stays written.
 
     Args:
         path: the file to write.
         mode: ``"w"`` (text) or ``"wb"`` (bytes).
         encoding: text encoding (text mode).
         newline: as for :func:`open` (text mode).
-        fsync: flush the data to disk before the rename, and the rename after it.
+        fsync: flush the data to disk before the rename, and the rename after it (for a file
+            descriptor, best effort: pipes and terminals cannot be).
 
     Yields:
-        The open temporary file (or the device or pipe).
+        The open temporary file (or the descriptor, device or pipe).
 
     Raises:
         OSError: if the file cannot be written or renamed (e.g. ``path`` is a folder); a
             failed rename names ``path``.
     """
     path = Path(path)
+    fd = _descriptor(path)
+    if fd is not None:
+        _flush_python_streams(fd)
+        copy = os.dup(fd)  # closing it leaves ``fd`` open; both share the file offset
+        try:
+            f = os.fdopen(copy, mode, encoding=encoding, newline=newline)
+        except BaseException:
+            os.close(copy)
+            raise
+        with f:
+            yield f
+            f.flush()
+            if fsync:
+                try:
+                    os.fsync(copy)
+                except OSError:
+                    pass  # a pipe or a terminal
+        return
     if _is_stream(path):
         with open(path, mode, encoding=encoding, newline=newline) as f:
             yield f
@@ -133,6 +214,17 @@ def atomic_write(
         raise
     if fsync:
         _fsync_dir(path.parent)
+
+
+def _flush_python_streams(fd: int) -> None:
+    """Flush ``sys.stdout``, ``sys.stderr`` (and the original ones, if replaced) where they
+    write to descriptor ``fd``, so that what they hold comes before what is written to it."""
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        try:
+            if stream is not None and stream.fileno() == fd:
+                stream.flush()
+        except (AttributeError, OSError, ValueError):  # no descriptor (captured), or closed
+            pass
 
 
 def _new_mode(path: Path) -> int:

@@ -118,6 +118,60 @@ def test_average_help_says_what_dir_leaves_out(monkeypatch, capsys):
     code, out, _ = run_main(monkeypatch, capsys, "average", "--help")
     assert code == 0
     assert "averaged checkpoints excluded" in " ".join(out.split())
+    assert "the latest training steps, by the global_step each records" in " ".join(out.split())
+
+
+def test_average_dir_takes_the_latest_training_steps_not_the_newest_files(
+    run_dir, monkeypatch, capsys
+):
+    """After ``cp -r`` or ``touch`` the file times say nothing: --dir --last takes the
+    checkpoints of the latest global_step. A link beside its target is taken once; a file that
+    records no step counts as older than those that do, however new its time."""
+    for i in range(1, 5):  # file times the reverse of the steps
+        os.utime(run_dir / f"epoch={i}.ckpt", (2_000_000 - i, 2_000_000 - i))
+    argv = ["average", "--dir", str(run_dir), "--output", "avg.ckpt", "--last"]
+    code, out, err = run_main(monkeypatch, capsys, *argv, "3")
+    assert code == 0, err
+    steps = [str(run_dir / f"epoch={i}.ckpt") for i in (2, 3, 4)]
+    assert load_checkpoint("avg.ckpt")["averaged_from"] == steps
+    assert out == f"averaged 3 checkpoints into avg.ckpt: {', '.join(steps)}\n"
+    (run_dir / "best.ckpt").symlink_to(run_dir / "epoch=4.ckpt")
+    no_step = torch.load(run_dir / "epoch=1.ckpt", weights_only=True)
+    del no_step["global_step"]
+    torch.save(no_step, run_dir / "no_step.ckpt")
+    os.utime(run_dir / "no_step.ckpt", (3_000_000, 3_000_000))
+    code, out, err = run_main(monkeypatch, capsys, *argv, "4")
+    assert code == 0, err
+    steps = [str(run_dir / f"epoch={i}.ckpt") for i in (1, 2, 3, 4)]
+    assert load_checkpoint("avg.ckpt")["averaged_from"] == steps
+    code, out, err = run_main(monkeypatch, capsys, *argv, "5")
+    assert code == 0, err
+    assert load_checkpoint("avg.ckpt")["averaged_from"] == [str(run_dir / "no_step.ckpt"), *steps]
+
+
+def test_average_refuses_an_input_named_twice(run_dir, monkeypatch, capsys):
+    """The same file twice in --inputs (by one name, another spelling or a link) would weigh it
+    double: refused in one line naming it, before any checkpoint is read."""
+    Path("link.ckpt").symlink_to(run_dir / "epoch=1.ckpt")
+    first, other = "ckpts/epoch=1.ckpt", "ckpts/../ckpts/epoch=1.ckpt"
+    for inputs, message in (
+        ([first, "ckpts/epoch=2.ckpt", first], f"--inputs names {first} twice"),
+        ([first, other], f"--inputs {first} and {other} are the same file"),
+        (
+            ["link.ckpt", "ckpts/epoch=2.ckpt", first],
+            f"--inputs link.ckpt and {first} are the same file",
+        ),
+        (["missing.ckpt", "missing.ckpt"], "--inputs names missing.ckpt twice"),
+    ):
+        code, out, err = run_main(
+            monkeypatch, capsys, "average", "--inputs", *inputs, "--output", "avg.ckpt"
+        )
+        assert code == 2 and out == "", err
+        assert err[-1] == (
+            f"seq2seq average: error: {message}; give each checkpoint once (averaging a file "
+            "twice would weigh it double)"
+        ), err
+    assert not Path("avg.ckpt").exists()
 
 
 def test_average_of_one_checkpoint_says_checkpoint(run_dir, monkeypatch, capsys):
@@ -309,10 +363,11 @@ def test_files_without_model_weights_are_refused_by_translate_average_and_the_ap
 
     for name, content in (("other.pt", {"a": 1}), ("empty.pt", {"state_dict": {}})):
         torch.save(content, name)
+        torch.save(content, f"copy-{name}")
         expected = f"seq2seq: error: {name} holds no model weights (no state_dict)"
         for argv in (
             ["translate", "--ckpt_path", name],
-            ["average", "--inputs", name, name, "--output", "avg.ckpt"],
+            ["average", "--inputs", name, f"copy-{name}", "--output", "avg.ckpt"],
         ):
             code, out, err = run_main(monkeypatch, capsys, *argv, stdin=b"Ein Hund.\n")
             assert code == 1 and out == "" and len(err) == 1, err
@@ -422,3 +477,41 @@ def test_translate_warns_of_a_cut_line_in_one_line(tiny_run, tmp_path, monkeypat
         r"\d+ tokens\)",
         str(record[0].message),
     ), record[0].message
+
+
+def test_translate_output_to_an_open_descriptor_continues_the_file(
+    tiny_run, tmp_path, monkeypatch, capsys
+):
+    """--output /dev/fd/N (as /dev/stdout that the shell redirected to a log): the translations
+    follow what the log held, and what is written after them follows them; the log is not
+    replaced. A closed descriptor is refused in one line before the checkpoint is read."""
+    if not os.path.isdir("/proc/self/fd"):
+        pytest.skip("needs Linux /dev/fd")
+    monkeypatch.delenv("SEQ2SEQ_TRACEBACK", raising=False)
+    monkeypatch.chdir(tmp_path)
+    Path("in.de").write_text("Ein Hund läuft.\nEine Frau singt.\n", encoding="utf-8")
+    argv = ["translate", "--ckpt_path", str(tiny_run / "checkpoints/tiny/last.ckpt")]
+    argv += ["--beam_size", "1", "--input", "in.de", "--output"]
+    code, _, err = run_main(monkeypatch, capsys, *argv, "out.en")
+    assert code == 0, err
+    fd = os.open("log.txt", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    try:
+        os.write(fd, b"line before\n")
+        code, out, err = run_main(monkeypatch, capsys, *argv, f"/dev/fd/{fd}")
+        os.write(fd, b"line after\n")
+    finally:
+        os.close(fd)
+    assert code == 0 and out == "", err
+    translations = Path("out.en").read_text(encoding="utf-8")
+    assert Path("log.txt").read_text(encoding="utf-8") == (
+        f"line before\n{translations}line after\n"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.de", "log.txt", "out.en"]
+    code, out, err = run_main(
+        monkeypatch, capsys, "translate", "--ckpt_path", "no.ckpt", "--output", f"/dev/fd/{fd}"
+    )
+    assert code == 2 and out == "", err
+    assert err[-1] == (
+        f"seq2seq translate: error: --output /dev/fd/{fd}: file descriptor {fd} is not open in "
+        "this process"
+    )
