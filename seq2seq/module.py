@@ -91,14 +91,25 @@ class TranslationModule(L.LightningModule):
         length_penalty: exponent alpha of the length penalty.
         length_penalty_form: ``"fairseq"`` (score / len^alpha) or ``"gnmt"``
             (score / ((5 + len) / 6)^alpha, Wu et al., 2016).
-        max_len_a: hypotheses have at most ``max_len_a * src_len + max_len_b`` tokens.
-        max_len_b: see ``max_len_a``.
-        min_len: hypotheses have at least this many tokens before EOS.
+        max_len_a: hypotheses have at most ``max_len_a * src_len + max_len_b`` tokens (and
+            at least 1, at most ``max_positions``); >= 0.
+        max_len_b: see ``max_len_a``; >= 0.
+        min_len: hypotheses have at least this many tokens before EOS; >= 0. A ``min_len``
+            above the maximum length is allowed: the maximum wins (such a hypothesis ends at
+            the maximum length, without EOS).
         metrics: corpus metrics computed on held-out sets (``bleu``, ``chrf``, ``ter``).
         tgt_lang: target language code for sacreBLEU's tokenizer choice (``None``: 13a).
         compile: run the training and evaluation forward pass through ``torch.compile``
             (decoding stays eager). Pair it with ``data.pad_to_multiple_of: 8`` so that
             variable-length batches reuse a few compiled shapes.
+
+    Raises:
+        ValueError: at construction, naming the setting, for a ``label_smoothing`` outside
+            [0, 1), a ``beam_size`` or ``val_beam_size`` below 1, a negative ``max_len_a``,
+            ``max_len_b`` or ``min_len``, an unknown metric, or sizes the Transformer
+            refuses (e.g. ``d_model`` not divisible by ``n_heads``); from
+            :meth:`on_load_checkpoint`, for a checkpoint of another architecture or
+            SentencePiece model.
     """
 
     def __init__(
@@ -137,6 +148,15 @@ class TranslationModule(L.LightningModule):
         for name, value in (("beam_size", beam_size), ("val_beam_size", val_beam_size)):
             if value is not None and value < 1:
                 raise ValueError(f"model.{name} must be >= 1, got {value}")
+        # Refused here, not when decoding: a negative limit would silently cut every output
+        # short (the CLI and Translator.from_checkpoint both build the module first).
+        for name, value in (
+            ("max_len_a", max_len_a),
+            ("max_len_b", max_len_b),
+            ("min_len", min_len),
+        ):
+            if value < 0:
+                raise ValueError(f"model.{name} must be >= 0, got {value}")
         self.model_config = dict(
             vocab_size=vocab_size,
             d_model=d_model,

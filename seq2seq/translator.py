@@ -20,7 +20,7 @@ import torch
 
 from seq2seq.checkpoint import check_model_checkpoint, load_checkpoint
 from seq2seq.data.batching import collate
-from seq2seq.module import CHECKPOINT_KEY, TranslationModule
+from seq2seq.module import _NON_STRUCTURAL, CHECKPOINT_KEY, TranslationModule
 
 
 class Translator:
@@ -63,14 +63,20 @@ class Translator:
             device: ``None`` picks CUDA when available, else CPU.
             max_tokens: padded source tokens per batch.
             **decoding: overrides of decoding settings (``beam_size``, ``length_penalty``,
-                ``length_penalty_form``, ``max_len_a``, ``max_len_b``, ``min_len``).
+                ``length_penalty_form``, ``max_len_a``, ``max_len_b``, ``min_len``). The
+                architecture (``d_model``, ``vocab_size``, ...) is the checkpoint's; one given
+                here must equal it.
 
         Raises:
             FileNotFoundError: if the file does not exist.
             seq2seq.checkpoint.UnsafeCheckpointError: if it holds arbitrary pickled objects.
             seq2seq.checkpoint.CheckpointError: if it is not a checkpoint, or holds no model
                 weights.
-            ValueError: if it carries no tokenizer or model configuration.
+            ValueError: if it carries no tokenizer or model configuration; for an unknown
+                setting in ``decoding``, an architecture setting other than the checkpoint's
+                (``d_model: checkpoint 256 vs requested 64 (d_model=64 given to
+                from_checkpoint)``), or a decoding setting the module refuses (e.g.
+                ``model.max_len_a must be >= 0, got -1.0``).
         """
         checkpoint = load_checkpoint(path)
         check_model_checkpoint(checkpoint, path)
@@ -84,10 +90,24 @@ class Translator:
         settings = {
             k: v for k, v in checkpoint.get("hyper_parameters", {}).items() if k in accepted
         }
-        settings.update(extra["model_config"])
+        saved = extra["model_config"]
+        settings.update(saved)
         unknown = set(decoding) - accepted
         if unknown:
             raise ValueError(f"unknown decoding settings: {sorted(unknown)}")
+        # Checked here, in the caller's terms: the module's own check would speak of a config.
+        differing = [
+            f"{key}: checkpoint {saved[key]!r} vs requested {value!r}"
+            for key, value in decoding.items()
+            if key in saved and saved[key] != value and key not in _NON_STRUCTURAL
+        ]
+        if differing:
+            given = ", ".join(f"{key}={decoding[key]!r}" for key in decoding if key in saved)
+            raise ValueError(
+                f"checkpoint was built with other model settings: {'; '.join(differing)} "
+                f"({given} given to from_checkpoint); leave the architecture out, it is the "
+                "checkpoint's"
+            )
         settings.update(decoding)
         module = TranslationModule(**settings)
         module.on_load_checkpoint(checkpoint)
@@ -105,6 +125,7 @@ class Translator:
 
         Raises:
             TypeError: if ``sentences`` is a single string, not a list of sentences.
+            ValueError: if an entry holds a line break (``\\n``), naming its 0-based index.
         """
         return self._encode(sentences)
 
@@ -117,10 +138,19 @@ class Translator:
                 "(a string would be translated character by character); pass a one-item list: "
                 "translate([text])"
             )
+        sentences = list(sentences)
+        broken = [i for i, s in enumerate(sentences) if isinstance(s, str) and "\n" in s]
+        if broken:
+            others = len(broken) - 1
+            more = f" (and {others} more {'entry' if others == 1 else 'entries'})" if others else ""
+            raise ValueError(
+                f"sentences[{broken[0]}]{more} holds a line break (\\n): pass one "
+                "sentence per entry, e.g. text.splitlines(), not several lines in one string"
+            )
         tokenizer = self.module.tokenizer
         limit = self.module.model_config["max_positions"]
         encoded, cut = [], []
-        for i, ids in enumerate(tokenizer.encode(list(sentences))):
+        for i, ids in enumerate(tokenizer.encode(sentences)):
             if len(ids) + 1 > limit:
                 cut.append((i + 1, len(ids) + 1))
                 ids = ids[: limit - 1]
@@ -167,7 +197,9 @@ class Translator:
 
         Raises:
             TypeError: if ``sentences`` is a single string (pass ``[text]``).
-            ValueError: if ``n_best`` exceeds the beam size.
+            ValueError: if an entry holds a line break (``\\n``), naming its 0-based index
+                (``sentences[0] holds a line break ...``), or if ``n_best`` exceeds the beam
+                size.
         """
         encoded = self._encode(sentences)
         order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))

@@ -22,6 +22,7 @@ from seq2seq.cli import cli_main
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.module import TranslationModule
+from seq2seq.translator import Translator
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 VOCAB = 200
@@ -277,6 +278,28 @@ def test_d_model_not_divisible_by_n_heads():
         )  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("model.max_len_a", "-1", r"model\.max_len_a must be >= 0, got -1\.0"),
+        ("model.max_len_b", "-50", r"model\.max_len_b must be >= 0, got -50"),
+        ("model.min_len", "-1", r"model\.min_len must be >= 0, got -1"),
+        ("data.bucket_size", "0", r"data\.bucket_size must be >= 1 or null, got 0\."),
+        ("data.vocab_size", "3", r"data\.vocab_size must be > 4, got 3: the vocabulary holds"),
+    ],
+)
+def test_out_of_range_setting_is_refused_before_any_data_is_read(
+    tmp_path, pairs, option, value, message
+):
+    """ValueError naming the setting ('data.bucket_size must be >= 1 or null, got 0.'), before
+    SentencePiece is trained or any split tokenised (nothing is written to the cache)."""
+    data = _corpus(tmp_path / "data", pairs)
+    config = _fit_config(tmp_path, data)
+    with pytest.raises(ValueError, match=message):
+        cli_main(["fit", "--config", str(config), f"--{option}", value])
+    assert not (tmp_path / "cache").exists()
+
+
 def test_vocab_size_out_of_reach(tmp_path, pairs):
     """ValueError: 'SentencePiece could not build a unigram vocabulary of exactly
     vocab_size=5000 pieces ...: Vocabulary size is too high (5000). Please set it to a value
@@ -296,11 +319,13 @@ def test_tokenizer_file_is_not_a_sentencepiece_model(tmp_path, pairs):
 
 # ---------------------------------------------------------------------- checkpoints
 def test_resume_with_other_model_sizes(trained, tmp_path):
-    """ValueError: 'checkpoint was built with other model settings: d_model: checkpoint 32
-    vs config 48; d_ff: checkpoint 64 vs config 96', not a tensor size mismatch."""
+    """ValueError: '.../last.ckpt was trained with other model settings than the config:
+    model.d_model 32 (config 48), model.d_ff 64 (config 96); training resumes only with the
+    checkpoint's ...', before any data is prepared, not a tensor size mismatch."""
     config = _fit_config(tmp_path, trained / "data")
     ckpt = str(trained / "checkpoints" / "last.ckpt")
-    with pytest.raises(ValueError, match=r"d_model: checkpoint 32 vs config 48; d_ff: checkpoint"):
+    message = r"than the config: model\.d_model 32 \(config 48\), model\.d_ff 64 \(config 96\)"
+    with pytest.raises(ValueError, match=message):
         cli_main(
             ["fit", "--config", str(config), "--ckpt_path", ckpt, "--model.d_model", "48",
              "--model.d_ff", "96"]
@@ -308,11 +333,11 @@ def test_resume_with_other_model_sizes(trained, tmp_path):
 
 
 def test_resume_with_other_vocabulary_size(trained, tmp_path):
-    """ValueError: 'checkpoint was built with other model settings: vocab_size: checkpoint
-    200 vs config 150'."""
+    """ValueError: '.../last.ckpt was trained with other model settings than the config:
+    data.vocab_size 200 (config 150); ...'."""
     config = _fit_config(tmp_path, trained / "data")
     ckpt = str(trained / "checkpoints" / "last.ckpt")
-    with pytest.raises(ValueError, match="vocab_size: checkpoint 200 vs config 150"):
+    with pytest.raises(ValueError, match=r"than the config: data\.vocab_size 200 \(config 150\)"):
         cli_main(["fit", "--config", str(config), "--ckpt_path", ckpt, "--data.vocab_size", "150"])
 
 
@@ -347,6 +372,46 @@ def test_checkpoint_carries_config_and_tokenizer(trained, spm_file):
     assert tokenizer.encode(["Ein Hund läuft."]) == Tokenizer.load(spm_file).encode(
         ["Ein Hund läuft."]
     )
+
+
+# ---------------------------------------------------------------------- Python API
+@pytest.mark.parametrize(
+    ("name", "value"), [("max_len_a", -1.0), ("max_len_b", -50), ("min_len", -1)]
+)
+def test_translator_refuses_negative_length_limits(trained, name, value):
+    """ValueError: 'model.max_len_a must be >= 0, got -1.0', not translations cut short."""
+    ckpt = trained / "checkpoints" / "last.ckpt"
+    with pytest.raises(ValueError, match=rf"^model\.{name} must be >= 0, got {value}$"):
+        Translator.from_checkpoint(ckpt, device="cpu", **{name: value})
+
+
+def test_translator_with_other_model_sizes_names_the_request(trained):
+    """ValueError: 'checkpoint was built with other model settings: d_model: checkpoint 32 vs
+    requested 64 (d_model=64 given to from_checkpoint); ...', without a config to speak of."""
+    ckpt = trained / "checkpoints" / "last.ckpt"
+    with pytest.raises(ValueError) as info:
+        Translator.from_checkpoint(ckpt, device="cpu", d_model=64)
+    message = str(info.value)
+    assert "d_model: checkpoint 32 vs requested 64 (d_model=64 given to from_checkpoint)" in message
+    assert "config" not in message
+    assert (
+        Translator.from_checkpoint(ckpt, device="cpu", d_model=32).module.model_config["d_model"]
+        == 32
+    )  # the checkpoint's own value is accepted
+
+
+@pytest.mark.parametrize("separator", ["\n", "\r\n"], ids=["LF", "CRLF"])
+def test_translator_refuses_a_line_break_inside_an_entry(trained, separator):
+    """ValueError: 'sentences[1] holds a line break (\\n): pass one sentence per entry, ...',
+    not one merged translation of both lines (a bare CR is not a line break in seq2seq's text
+    files, which split on LF only)."""
+    translator = Translator.from_checkpoint(trained / "checkpoints" / "last.ckpt", device="cpu")
+    sentences = ["Ein Hund.", f"Zeile eins{separator}Zeile zwei", "Eine Katze."]
+    with pytest.raises(ValueError, match=r"^sentences\[1\] holds a line break"):
+        translator.translate(sentences)
+    with pytest.raises(ValueError, match=r"^sentences\[0\] \(and 1 more entry\) holds"):
+        translator.encode([sentences[1], sentences[1]])
+    assert len(translator.translate(["Zeile eins", "Zeile zwei"])) == 2
 
 
 # ---------------------------------------------------------------------- during training

@@ -440,3 +440,35 @@ def test_token_budgets_below_one_are_refused_at_once(tmp_path, option, value):
     """Refused when the data module is built, before any corpus is read."""
     with pytest.raises(ValueError, match=f"data.{option} must be >= 1"):
         datamodule.TranslationDataModule(data_dir=str(tmp_path / "nothing"), **{option: value})
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("bucket_size", 0, r"data\.bucket_size must be >= 1 or null, got 0\."),
+        ("vocab_size", 3, r"data\.vocab_size must be > 4, got 3: the vocabulary holds the 4 "),
+        ("max_positions", 1, r"data\.max_positions must be >= 2, got 1"),
+        ("max_length_ratio", 0.5, r"data\.max_length_ratio must be >= 1, got 0\.5\."),
+        ("num_workers", -1, r"data\.num_workers must be >= 0, got -1\."),
+        ("seed", -1, r"data\.seed must be >= 0, got -1\."),
+        ("character_coverage", 0.5, r"data\.character_coverage must be in \[0\.98, 1\.0\]"),
+    ],
+)
+def test_numeric_settings_out_of_range_are_refused_at_once(tmp_path, option, value, message):
+    """Refused when the data module is built, not after SentencePiece training, tokenisation
+    or the first loader (where the sampler, DataLoader or SentencePiece would refuse them)."""
+    with pytest.raises(ValueError, match=f"^{message}"):
+        datamodule.TranslationDataModule(data_dir=str(tmp_path / "nothing"), **{option: value})
+
+
+def test_same_source_and_target_language_is_warned_about(tmp_path):
+    """UserWarning: "--data.src_lang and --data.tgt_lang are both 'en': source and target are
+    read from the same files ..."; the data module is still built."""
+    with pytest.warns(UserWarning, match=r"--data\.src_lang and --data\.tgt_lang are both 'en'"):
+        dm = datamodule.TranslationDataModule(
+            data_dir=str(tmp_path / "nothing"), src_lang="en", tgt_lang="en"
+        )
+    assert dm.src_lang == dm.tgt_lang == "en"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        datamodule.TranslationDataModule(data_dir=str(tmp_path / "nothing"))  # de -> en

@@ -1,11 +1,14 @@
-"""TranslationModule's training loss: the fused path equals the plain one."""
+"""TranslationModule: the fused training loss equals the plain one; decoding settings are
+checked when the module is built."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from seq2seq.data.batching import collate
 from seq2seq.module import TranslationModule
+from seq2seq.nn import greedy_search
 
 
 def _module() -> TranslationModule:
@@ -67,3 +70,24 @@ def test_loss_under_bfloat16_autocast_matches_float32():
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in module.parameters())
     torch.testing.assert_close(low[0].float(), ref[0].float(), rtol=0.02, atol=0.0)
     assert int(low[2]) == int(ref[2]) == 16
+
+
+@pytest.mark.parametrize(
+    ("name", "value"), [("max_len_a", -1.0), ("max_len_b", -50), ("min_len", -1)]
+)
+def test_negative_length_limits_are_refused_at_construction(name, value):
+    """ValueError: 'model.max_len_a must be >= 0, got -1.0', not outputs cut short."""
+    with pytest.raises(ValueError, match=rf"^model\.{name} must be >= 0, got {value}$"):
+        TranslationModule(vocab_size=40, d_model=16, n_heads=2, d_ff=32, **{name: value})
+
+
+def test_min_len_above_the_maximum_length_is_allowed_and_the_maximum_wins():
+    module = TranslationModule(
+        vocab_size=40, d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, d_ff=32,
+        max_len_a=0.0, max_len_b=3, min_len=10,
+    )  # fmt: skip
+    hp = module.hparams
+    src = torch.randint(4, 40, (2, 5), generator=torch.Generator().manual_seed(0))
+    limits = dict(max_len_a=hp.max_len_a, max_len_b=hp.max_len_b, min_len=hp.min_len)
+    for hyps in greedy_search(module.model.eval(), src, None, 2, 3, **limits):
+        assert len(hyps[0].tokens) == 3

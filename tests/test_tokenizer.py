@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import re
 import unicodedata
 
 import pytest
@@ -93,12 +94,54 @@ def test_foreign_special_ids_are_rejected(lines, tmp_path):
         Tokenizer.load(f"{prefix}.model")
 
 
-@pytest.mark.parametrize("vocab_size", [100_000, 20])
-def test_unreachable_vocab_size(lines, tmp_path, vocab_size):
+@pytest.mark.parametrize(
+    ("vocab_size", "advice"),
+    [(100_000, r"Set vocab_size to at most \d+ "), (20, r"Set vocab_size to \d+ or more ")],
+)
+def test_unreachable_vocab_size(lines, tmp_path, vocab_size, advice):
+    """The message names vocab_size, the bound SentencePiece reported and the setting."""
     path = tmp_path / "too.model"
-    with pytest.raises(ValueError, match=rf"vocab_size={vocab_size}.*data\.vocab_size"):
+    with pytest.raises(ValueError, match=rf"vocab_size={vocab_size}.*data\.vocab_size") as info:
         Tokenizer.train(lines[:300], path, vocab_size)
+    assert re.search(advice, str(info.value))
     assert not path.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_vocab_size_below_the_special_pieces_is_refused_before_reading(tmp_path):
+    """ValueError: 'vocab_size must be > 4, got 3 (...): the vocabulary holds the 4 special
+    pieces (pad, unk, bos, eos) and ...', not SentencePiece's 'insert_id(...eos_id()...)'."""
+
+    def unread():
+        raise AssertionError("the corpus was read")
+        yield
+
+    with pytest.raises(ValueError, match=r"^vocab_size must be > 4, got 3 .*4 special pieces"):
+        Tokenizer.train(unread(), tmp_path / "tiny.model", 3)
+    assert not (tmp_path / "tiny.model").exists()
+
+
+@pytest.mark.parametrize(
+    ("byte_fallback", "needed"), [(False, 13), (True, 256 + 13)], ids=["chars", "bytes"]
+)
+def test_vocab_size_below_the_corpus_characters_says_how_many_are_needed(
+    tmp_path, byte_fallback, needed
+):
+    """'hello world' + 'hold the door': 4 special pieces, 8 letters and the word boundary
+    (and 256 byte pieces with byte_fallback). The message gives that number, not a claim that
+    SentencePiece reported a range, nor its internal check."""
+    sentences = ["hello world", "hold the door"]
+    with pytest.raises(ValueError) as info:
+        Tokenizer.train(sentences, tmp_path / "x.model", 10, byte_fallback=byte_fallback)
+    message = str(info.value)
+    assert f"needs at least {needed} pieces" in message
+    assert f"Set vocab_size to {needed} or more (set `data.vocab_size`" in message
+    assert "range SentencePiece reports" not in message and "INTERNAL" not in message
+    assert Tokenizer.train(sentences, tmp_path / "x.model", needed, byte_fallback=byte_fallback)
+
+
+def test_character_coverage_outside_sentencepiece_range_is_named(lines, tmp_path):
+    with pytest.raises(ValueError, match=r"character_coverage=0\.5 is outside \[0\.98, 1\.0\]"):
+        Tokenizer.train(lines[:300], tmp_path / "x.model", 200, character_coverage=0.5)
 
 
 def test_bpe_and_byte_fallback(lines, tmp_path):

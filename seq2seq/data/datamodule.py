@@ -40,7 +40,15 @@ from seq2seq.data.corpus import (
     read_lines,
 )
 from seq2seq.data.streaming import StreamingLoader, StreamingPairs
-from seq2seq.data.tokenizer import EOS_ID, PAD_ID, Tokenizer, flatten_ids, id_dtype
+from seq2seq.data.tokenizer import (
+    EOS_ID,
+    MIN_VOCAB_SIZE,
+    PAD_ID,
+    SPM_CHARACTER_COVERAGE,
+    Tokenizer,
+    flatten_ids,
+    id_dtype,
+)
 
 _CACHE_VERSION = "2"  # bump when the layout of the tokenised Arrow cache changes
 _ENCODE_CHUNK = 10_000  # sentence pairs tokenised at a time while building the cache
@@ -195,7 +203,8 @@ class TranslationDataModule(L.LightningDataModule):
         data_dir: Folder of the corpus (see :func:`seq2seq.data.corpus.locate_split` for the
             accepted layouts: aligned text files, TSV, JSONL, Parquet, ``save_to_disk``).
         src_lang: Source language code, as used in file names and dataset fields.
-        tgt_lang: Target language code.
+        tgt_lang: Target language code. The same code as ``src_lang`` is warned about (both
+            sides would be read from the same files), not refused.
         train_split: Name of the training split.
         val_split: Name of the validation split.
         test_splits: Names of the test splits, reported separately; default
@@ -205,10 +214,13 @@ class TranslationDataModule(L.LightningDataModule):
         hf_config: Configuration of ``hf_dataset`` on the Hub (e.g. ``"de-en"``).
         predict_file: Source-language text file to translate with ``predict``; every line,
             empty ones included, gives one example.
-        vocab_size: Number of SentencePiece pieces; the model's embedding size.
+        vocab_size: Number of SentencePiece pieces; the model's embedding size. At least
+            5: the 4 special pieces (pad, unk, bos, eos) and at least one piece per character
+            of the training corpus (SentencePiece's ``unigram`` and ``bpe`` models also need
+            the word-boundary piece ``▁``, so at least 6 for them).
         spm_model_type: SentencePiece algorithm: ``"unigram"`` or ``"bpe"``.
         character_coverage: Fraction of characters SentencePiece covers; the rest map to
-            ``<unk>`` (or bytes with ``byte_fallback``).
+            ``<unk>`` (or bytes with ``byte_fallback``). SentencePiece accepts 0.98 to 1.
         byte_fallback: Spell unknown characters as UTF-8 byte pieces.
         spm_input_sentence_size: Train SentencePiece on a random sample of this many
             sentences (0: all), for large corpora. With ``streaming``: train it on the
@@ -222,14 +234,14 @@ class TranslationDataModule(L.LightningDataModule):
             batch of its own, over the budget; a warning per split says how many pairs do.
         eval_max_tokens: Token budget of a held-out batch; default ``max_tokens``. Held-out
             sentences above it are batched, and warned about, in the same way.
-        bucket_size: Sort training examples within random buckets of this size instead of
-            globally (see :class:`TokenBudgetBatchSampler`).
-        max_positions: Longest sequence, in tokens with EOS/BOS, the model accepts.
+        bucket_size: Sort training examples within random buckets of this size (>= 1)
+            instead of globally (``None``; see :class:`TokenBudgetBatchSampler`).
+        max_positions: Longest sequence, in tokens with EOS/BOS, the model accepts (>= 2).
         max_length_ratio: Drop training pairs whose longer side has more than this many
-            times the tokens of the shorter side.
-        num_workers: DataLoader worker processes.
+            times the tokens of the shorter side (>= 1).
+        num_workers: DataLoader worker processes (0: batches are built in the main process).
         seed: Seed of the batch shuffling (epoch ``e`` uses ``seed + e``) and of
-            SentencePiece training.
+            SentencePiece training (>= 0).
         download: Download Multi30k files that are missing from ``data_dir``.
         subword_alpha: If > 0, training examples are re-segmented on every access with
             SentencePiece sampling (subword regularisation) using this alpha; batching still
@@ -244,6 +256,17 @@ class TranslationDataModule(L.LightningDataModule):
         stream_pool_size: With ``streaming``, pairs per pool: the window within which
             training pairs are shuffled, tokenised and held in memory at a time (per
             DataLoader worker).
+
+    Raises:
+        ValueError: When built, before any data is read, for a numeric setting out of its
+            range, naming it (``data.bucket_size must be >= 1 or null, got 0.``):
+            ``max_tokens``, ``eval_max_tokens``, ``bucket_size``, ``pad_to_multiple_of`` and
+            ``stream_pool_size`` below 1, ``vocab_size`` below 5, ``max_positions`` below 2,
+            ``max_length_ratio`` below 1, ``num_workers`` or ``seed`` below 0, or
+            ``character_coverage`` outside [0.98, 1].
+
+    Warns:
+        UserWarning: When built with ``src_lang`` equal to ``tgt_lang``.
     """
 
     def __init__(
@@ -303,14 +326,46 @@ class TranslationDataModule(L.LightningDataModule):
         self.seed = seed
         self.download = download
         self.subword_alpha = subword_alpha
+        # Refused before any data is read (not once SentencePiece is trained, the corpus
+        # tokenised and the first loader built, where these settings are first used).
         for name, value in (("max_tokens", max_tokens), ("eval_max_tokens", eval_max_tokens)):
-            if value is not None and value < 1:  # refused before any data is read
+            if value is not None and value < 1:
                 raise ValueError(f"data.{name} must be >= 1, got {value}.")
+        if bucket_size is not None and bucket_size < 1:
+            raise ValueError(f"data.bucket_size must be >= 1 or null, got {bucket_size}.")
+        if vocab_size < MIN_VOCAB_SIZE:
+            raise ValueError(
+                f"data.vocab_size must be > {MIN_VOCAB_SIZE - 1}, got {vocab_size}: the "
+                "vocabulary holds the 4 special pieces (pad, unk, bos, eos) and at least one "
+                "piece per character of the training corpus."
+            )
+        if max_positions < 2:
+            raise ValueError(
+                f"data.max_positions must be >= 2, got {max_positions}: a sequence holds at "
+                "least one token and its EOS (or BOS)."
+            )
+        if not max_length_ratio >= 1:  # the ratio of the longer side to the shorter one
+            raise ValueError(f"data.max_length_ratio must be >= 1, got {max_length_ratio}.")
+        for name, value in (("num_workers", num_workers), ("seed", seed)):
+            if value < 0:
+                raise ValueError(f"data.{name} must be >= 0, got {value}.")
+        low, high = SPM_CHARACTER_COVERAGE
+        if not low <= character_coverage <= high:
+            raise ValueError(
+                f"data.character_coverage must be in [{low}, {high}] (SentencePiece's range), "
+                f"got {character_coverage}."
+            )
         if pad_to_multiple_of < 1:
             raise ValueError(f"pad_to_multiple_of must be >= 1, got {pad_to_multiple_of}.")
         self.pad_to_multiple_of = pad_to_multiple_of
         if stream_pool_size < 1:
             raise ValueError(f"stream_pool_size must be >= 1, got {stream_pool_size}.")
+        if src_lang == tgt_lang:
+            rank_zero_warn(
+                f"--data.src_lang and --data.tgt_lang are both {src_lang!r}: source and target "
+                "are read from the same files (or dataset field), so the model learns to copy; "
+                "set them to the corpus's two languages unless this is intended."
+            )
         self.streaming = streaming
         self.stream_pool_size = stream_pool_size
 

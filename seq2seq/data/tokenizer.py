@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import io
 import random
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import chain
 from pathlib import Path
@@ -28,6 +29,21 @@ from seq2seq.files import atomic_write
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 
 _SPECIAL_IDS = {"pad": PAD_ID, "unk": UNK_ID, "bos": BOS_ID, "eos": EOS_ID}
+
+MIN_VOCAB_SIZE = len(_SPECIAL_IDS) + 1
+"""Smallest vocabulary :meth:`Tokenizer.train` accepts: the 4 special pieces and one more.
+SentencePiece itself needs one piece per character of the corpus besides the special ones
+(``unigram`` and ``bpe`` models also the word-boundary piece ``▁``: at least 6 pieces)."""
+
+SPM_CHARACTER_COVERAGE = (0.98, 1.0)
+"""The ``character_coverage`` values SentencePiece accepts (its trainer checks this range)."""
+
+# Parts of the trainer's errors: its source location and failed check ("INTERNAL:
+# src/trainer_interface.cc(638) [...] "), and the bounds it reports for a vocabulary below the
+# corpus's characters or beyond what the corpus can fill.
+_SPM_LOCATION = re.compile(r"^\w+: \S+\(\d+\) \[[^\]]*\]\s*")
+_TOO_SMALL = re.compile(r"smaller than required_chars\. (\d+) vs (\d+)")
+_TOO_HIGH = re.compile(r"too high \((\d+)\)\. Please set it to a value <= (\d+)")
 
 
 def id_dtype(vocab_size: int) -> np.dtype:
@@ -108,7 +124,8 @@ class Tokenizer:
                 target sentences together). Empty items are skipped.
             model_path: Where the ``.model`` file is written (atomically: a partial file never
                 appears under this name). The folder is created if needed.
-            vocab_size: Number of pieces, special pieces included.
+            vocab_size: Number of pieces, special pieces included; at least
+                :data:`MIN_VOCAB_SIZE` (5).
             model_type: ``"unigram"``, ``"bpe"``, ``"char"`` or ``"word"``.
             character_coverage: Fraction of characters covered by the model; rarer characters
                 map to ``<unk>`` (or bytes with ``byte_fallback``).
@@ -125,9 +142,19 @@ class Tokenizer:
             The trained tokenizer.
 
         Raises:
-            ValueError: If the corpus cannot supply ``vocab_size`` pieces (too many or too
-                few), naming ``vocab_size`` and SentencePiece's own explanation.
+            ValueError: If ``vocab_size`` is below :data:`MIN_VOCAB_SIZE` (before the corpus is
+                read), or if SentencePiece cannot build ``vocab_size`` pieces from the corpus
+                (fewer than it has characters, more than it can supply, or a
+                ``character_coverage`` it refuses), naming ``vocab_size``, the bound
+                SentencePiece reported (if it reported one) and what to change.
         """
+        if vocab_size < MIN_VOCAB_SIZE:
+            raise ValueError(
+                f"vocab_size must be > {MIN_VOCAB_SIZE - 1}, got {vocab_size} (set "
+                "`data.vocab_size`; `model.vocab_size` follows it): the vocabulary holds the 4 "
+                "special pieces (pad, unk, bos, eos) and at least one piece per character of "
+                "the training corpus."
+            )
         model_path = Path(model_path)
         spm.set_random_generator_seed(seed)
         sentences = (s for s in sentences if s)
@@ -164,12 +191,10 @@ class Tokenizer:
         except RuntimeError as err:
             if reading_errors:  # e.g. a misaligned corpus: its own error, not a vocabulary one
                 raise reading_errors[0] from None
-            reason = str(err).rstrip(".")
+            problem = _vocabulary_problem(str(err), byte_fallback, character_coverage)
             raise ValueError(
                 f"SentencePiece could not build a {model_type} vocabulary of exactly "
-                f"vocab_size={vocab_size} pieces from the training corpus: {reason}. Choose a "
-                "vocab_size within the range SentencePiece reports (set `data.vocab_size`; "
-                "`model.vocab_size` follows it) or train on more text."
+                f"vocab_size={vocab_size} pieces from the training corpus: {problem}"
             ) from err
         data = model.getvalue()
         with atomic_write(model_path, "wb") as f:  # no half-written model on a failure
@@ -301,6 +326,45 @@ class Tokenizer:
 
     def __repr__(self) -> str:
         return f"Tokenizer(name={self.name!r}, vocab_size={self.vocab_size})"
+
+
+def _vocabulary_problem(error: str, byte_fallback: bool, character_coverage: float) -> str:
+    """Why SentencePiece's trainer refused to build a vocabulary with ``error``, and what to
+    change; it names a bound only where SentencePiece reported one."""
+    setting = "(set `data.vocab_size`; `model.vocab_size` follows it)"
+    if match := _TOO_SMALL.search(error):
+        needed = match.group(2)
+        parts = "the 4 special pieces" + (
+            ", 256 byte pieces (byte_fallback)" if byte_fallback else ""
+        )
+        low = SPM_CHARACTER_COVERAGE[0]
+        lower = (
+            f", or lower character_coverage (down to {low}) so that its rarest characters map "
+            "to <unk>"
+            if character_coverage > low
+            else ""
+        )
+        return (
+            f"SentencePiece needs at least {needed} pieces for it ({parts} and one per "
+            f"character of the corpus that character_coverage={character_coverage} keeps, the "
+            f"word boundary ▁ included). Set vocab_size to {needed} or more {setting}{lower}."
+        )
+    if match := _TOO_HIGH.search(error):
+        return (
+            f"SentencePiece can build at most {match.group(2)} pieces from it. Set vocab_size "
+            f"to at most {match.group(2)} {setting} or train on more text."
+        )
+    if "character_coverage" in error:
+        low, high = SPM_CHARACTER_COVERAGE
+        return (
+            f"character_coverage={character_coverage} is outside [{low}, {high}], which "
+            "SentencePiece accepts (`data.character_coverage`)."
+        )
+    reason = _SPM_LOCATION.sub("", error).strip().rstrip(".") or error
+    return (
+        f"{reason}. Check vocab_size {setting} and the other SentencePiece settings, or train "
+        "on more text."
+    )
 
 
 def _reservoir_sample(items: Iterable[str], k: int, seed: int) -> list[str]:
