@@ -55,3 +55,15 @@ def test_data_pipeline_runs(tmp_path):
         timeout=300,
     )
     assert json.loads(out.read_text())
+
+
+def test_kv_cache_layout_runs(capsys):
+    sys.path[:0] = [str(ROOT / "benchmarks")]
+    try:
+        import kv_cache_layout
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    kv_cache_layout.main("--batch 2 --steps 3 --repeats 1 --evict-mb 1".split())
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines[2:5]] == ["1", "2", "3"]
+    assert lines[-1].startswith("sum over L=1..3: batch-major ")
