@@ -331,6 +331,9 @@ class LastCheckpoint(L.Callback):
     its optimizer update included, and stops at its end (a second Ctrl-C stops at once): an
     update cut short half-way would leave weights and optimizer state that no step of an
     uninterrupted run has. Outside a batch (e.g. during a validation) Ctrl-C stops at once.
+    With gradient accumulation a "batch" here is the whole window of ``accumulate_grad_batches``
+    batches of one optimizer step, for Ctrl-C and for Lightning's graceful stop on SIGTERM
+    alike: a stop between them would lose the gradients of the window's first batches.
     """
 
     def __init__(self) -> None:
@@ -338,6 +341,7 @@ class LastCheckpoint(L.Callback):
         self._start_step: int | None = None  # global step when this process started training
         self._in_batch = False  # inside a training batch (or an accumulation window)
         self._interrupt_pending = False
+        self._sigterm_pending = False  # a SIGTERM inside an accumulation window, held back
         self.stopped_on_ctrl_c = False  # fit stopped at a batch's end after a Ctrl-C
         self._previous_handler: Any = None  # the SIGINT handler replaced in on_train_start
 
@@ -357,15 +361,27 @@ class LastCheckpoint(L.Callback):
             if signal.getsignal(signal.SIGINT) == self._on_sigint:
                 signal.signal(signal.SIGINT, self._previous_handler)
             self._previous_handler = None
-        self._in_batch = self._interrupt_pending = False
+        self._in_batch = self._interrupt_pending = self._sigterm_pending = False
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, *args) -> None:
         self._in_batch = True
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args) -> None:
+        connector = getattr(trainer, "_signal_connector", None)
         if trainer.fit_loop.epoch_loop._should_accumulate():
-            return  # no optimizer update yet: the batch window goes on
+            # No optimizer update yet: the batch window goes on. A SIGTERM now would stop with
+            # the window's gradients accumulated but not applied, which a resumed run cannot
+            # recover (it skips the batches counted as done): Lightning's stop waits for the
+            # window's end.
+            if connector is not None and connector.received_sigterm:
+                connector.received_sigterm = False
+                self._sigterm_pending = True
+            return
         self._in_batch = False
+        if self._sigterm_pending:
+            self._sigterm_pending = False
+            if connector is not None:
+                connector.received_sigterm = True
         if self._interrupt_pending:
             self._interrupt_pending = False
             self.stopped_on_ctrl_c = True

@@ -77,6 +77,19 @@ class SignalAtStep(KillAtStep):
             os.kill(os.getpid(), signal.SIGTERM)
 
 
+class SignalInAccumulation(Callback):
+    """Sends SIGTERM to its own process during the backward pass of the first batch of the
+    accumulation window of optimizer step ``step`` (test helper)."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_before_backward(self, trainer, pl_module, loss) -> None:
+        loop = trainer.fit_loop.epoch_loop
+        if trainer.global_step == self.step and loop._should_accumulate():
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
 class StopAtStep(Callback):
     """Asks the trainer to stop after training batch ``step``, as ``max_time``'s timer does
     (test helper)."""
@@ -430,6 +443,38 @@ def test_sigterm_at_the_end_of_an_epoch_resumes_with_the_next_epoch_in_order(
         end = max(expected) + 1
         assert start < end
         assert got == {s: expected[s] for s in range(start, end)}, key
+
+
+def test_sigterm_inside_an_accumulation_window_stops_after_its_update(tmp_path, multi30k_dir):
+    """With accumulate_grad_batches 2, a SIGTERM after the first batch of a step's window stops
+    after the second one and its optimizer update (a stop in between would drop the first
+    batch's gradient: the resumed run skips it); the resumed run ends with the uninterrupted
+    run's weights."""
+    data = _write_corpus(multi30k_dir, tmp_path / "data", {"train": 600, "val": 20})
+
+    def config(name: str, stop: bool = False) -> Path:
+        helpers = []
+        if stop:
+            helpers = [{"class_path": "test_resume.SignalInAccumulation", "init_args": {"step": 3}}]
+        return _last_checkpoint_config(
+            tmp_path, data, name, stop, helpers=helpers, accumulate_grad_batches=2, max_steps=6
+        )
+
+    reference = _fit(config("reference"))
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    first = _fit(config("resumed", stop=True))
+    assert first.returncode == 128 + signal.SIGTERM, first.stderr[-3000:]
+    saved = load_checkpoint(tmp_path / "resumed" / "checkpoints" / "last.ckpt")
+    assert saved["global_step"] == 4
+    batches = saved["loops"]["fit_loop"]["epoch_loop.batch_progress"]["total"]["completed"]
+    assert batches == 8
+    resumed = _fit(config("resumed"), "--ckpt_path", "last")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    final = load_checkpoint(tmp_path / "resumed" / "checkpoints" / "last.ckpt")
+    reference_final = load_checkpoint(tmp_path / "reference" / "checkpoints" / "last.ckpt")
+    assert final["global_step"] == reference_final["global_step"] == 6
+    for key, value in reference_final["state_dict"].items():
+        assert torch.equal(final["state_dict"][key], value), key
 
 
 class FailAtTrainStart(Callback):
