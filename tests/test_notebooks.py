@@ -51,6 +51,30 @@ def test_attention_notebook(tiny_run, tmp_path, monkeypatch):
     assert "decoder.0.cross" in _text(notebook)
 
 
+def test_attention_notebook_with_rotary_positions(tiny_run, multi30k_dir, tmp_path, monkeypatch):
+    """A rotary model has no position table: the notebook says so instead of failing."""
+    from seq2seq.cli import cli_main
+
+    monkeypatch.chdir(tmp_path)
+    cli_main(
+        [
+            "fit",
+            "--config", str(Path(__file__).resolve().parents[1] / "configs" / "tiny.yaml"),
+            "--data.data_dir", str(multi30k_dir),
+            "--data.cache_dir", str(tiny_run / "data" / "cache"),
+            "--model.positional", "rotary",
+            "--trainer.max_steps", "2",
+            "--trainer.val_check_interval", "2",
+            "--trainer.limit_val_batches", "1",
+        ]
+    )  # fmt: skip
+    monkeypatch.setenv("SEQ2SEQ_CKPT", str(tmp_path / "checkpoints" / "tiny" / "last.ckpt"))
+    notebook = _execute("attention.ipynb", tmp_path)
+    images = [output for output in _outputs(notebook) if "image/png" in output.get("data", {})]
+    assert len(images) == 3  # attention maps only
+    assert "rotary positions: no position table to show" in _text(notebook)
+
+
 def test_quickstart_notebook(tiny_run, multi30k_dir, tmp_path, monkeypatch):
     # The notebook caches under ../data/cache; reuse the tiny run's SentencePiece model and
     # tokenised corpus (same settings), so the test does not train SentencePiece again.
