@@ -15,6 +15,7 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import BasePredictionWriter
 from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
@@ -450,10 +451,17 @@ class LastCheckpoint(L.Callback):
             return
         self._save(trainer, path)
         cause = "KeyboardInterrupt" if self.stopped_on_ctrl_c else type(exception).__name__
-        rank_zero_info(
-            f"{cause}: saved the training state at step "
-            f"{trainer.global_step} to {path}; resume with --ckpt_path last"
-        )
+        if self.stopped_on_ctrl_c or isinstance(exception, KeyboardInterrupt | SIGTERMException):
+            rank_zero_info(
+                f"{cause}: saved the training state at step "
+                f"{trainer.global_step} to {path}; resume with --ckpt_path last"
+            )
+        else:  # an error: resuming before its cause is mended meets it again
+            rank_zero_info(
+                f"training stopped on an error ({cause}, below); the training state at step "
+                f"{trainer.global_step} is saved to {path}: once the cause is mended, resume "
+                "with --ckpt_path last"
+            )
 
 
 class TextProgress(L.Callback):

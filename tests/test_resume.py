@@ -569,3 +569,27 @@ def test_validation_cut_short_by_ctrl_c_is_run_again_on_resume(tmp_path, multi30
     again = _fit(config("resumed"), "--ckpt_path", str(scored), "--trainer.max_steps", "11")
     assert again.returncode == 0, again.stderr[-3000:]
     assert not _logged(tmp_path / "resumed", "val/bleu", last_version=True)
+
+
+def test_last_checkpoint_message_tells_an_error_from_a_stop(monkeypatch, caplog):
+    """After Ctrl-C or SIGTERM the saved state is resumed as it is; after an error (e.g. a bad
+    line met in a streamed corpus) the message says to mend the cause first."""
+    import logging
+    from types import SimpleNamespace
+
+    from seq2seq.callbacks import LastCheckpoint
+
+    caplog.set_level(logging.INFO)
+    callback = LastCheckpoint()
+    callback._start_step = 0
+    monkeypatch.setattr(LastCheckpoint, "_path", lambda self, trainer: Path("run/last.ckpt"))
+    monkeypatch.setattr(LastCheckpoint, "_save", lambda self, trainer, path: None)
+    trainer = SimpleNamespace(global_step=5)
+    callback.on_exception(trainer, None, ValueError("misaligned files"))
+    assert (
+        "training stopped on an error (ValueError, below); the training state at step 5 is "
+        f"saved to {Path('run/last.ckpt')}: once the cause is mended, resume with --ckpt_path last"
+    ) in caplog.text
+    caplog.clear()
+    callback.on_exception(trainer, None, KeyboardInterrupt())
+    assert "KeyboardInterrupt: saved the training state at step 5" in caplog.text
