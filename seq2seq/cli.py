@@ -390,10 +390,11 @@ class Seq2SeqCLI(LightningCLI):
             self.save_config_callback = None
         try:
             trainer = super().instantiate_trainer(**kwargs)
-        except MisconfigurationException as err:
-            raise _no_accelerator(
-                err, self.config_init[self.subcommand].get("trainer", {})
-            ) from err
+        except (MisconfigurationException, TypeError) as err:
+            clearer = _no_accelerator(err, self.config_init[self.subcommand].get("trainer", {}))
+            if clearer is err:
+                raise
+            raise clearer from err
         if self.subcommand == "fit" and trainer.progress_bar_callback is None:
             if not _stdout_is_terminal():  # no bar, also with enable_progress_bar: false
                 trainer.callbacks.append(TextProgress(trainer.log_every_n_steps))
@@ -623,14 +624,19 @@ def _streaming_validation_advice(trainer: L.Trainer, datamodule) -> str | None:
     )
 
 
-def _no_accelerator(err: MisconfigurationException, trainer: dict) -> Exception:
+def _no_accelerator(err: Exception, trainer: dict) -> Exception:
     """Lightning's error for an accelerator this machine lacks ("No supported gpu backend
-    found!"), as one line naming the setting and the CPU trainer piece; other errors as they
-    are."""
+    found!"), or for ``devices: -1`` (all GPUs) on the CPU, as one line naming the setting and
+    what to pass; other errors as they are."""
     message = str(err)
+    accelerator = trainer.get("accelerator")
+    if "selected with `CPUAccelerator`" in message:
+        return ValueError(
+            f"--trainer.devices {trainer.get('devices')} with --trainer.accelerator "
+            f"{accelerator}: on the CPU give the number of processes, e.g. --trainer.devices 2"
+        )
     if "backend found" not in message and "is not available" not in message:
         return err
-    accelerator = trainer.get("accelerator")
     return ValueError(
         f"--trainer.accelerator {accelerator}: this machine has no such accelerator that "
         "PyTorch can use; train on the CPU with --trainer configs/trainer/cpu.yaml (or "

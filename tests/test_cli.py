@@ -960,3 +960,18 @@ def test_an_accelerator_the_machine_lacks_is_one_line(in_tmp, accelerator, monke
         "(SEQ2SEQ_TRACEBACK=1 shows where)"
     ), err
     assert not any(in_tmp.iterdir())
+
+
+def test_all_devices_on_the_cpu_is_one_line(in_tmp, monkeypatch, capsys):
+    """configs/trainer/ddp.yaml asks for devices -1 (every GPU); with the CPU accelerator
+    Lightning raised a TypeError with its traceback."""
+    monkeypatch.delenv("SEQ2SEQ_TRACEBACK", raising=False)
+    code, _, err = run_main(
+        monkeypatch, capsys, "fit", "--config", str(CONFIGS / "tiny.yaml"),
+        "--trainer", str(CONFIGS / "trainer" / "ddp.yaml"), "--trainer.accelerator", "cpu",
+    )  # fmt: skip
+    assert code == 1
+    assert err[-1] == (
+        "seq2seq: error: --trainer.devices -1 with --trainer.accelerator cpu: on the CPU give "
+        "the number of processes, e.g. --trainer.devices 2 (SEQ2SEQ_TRACEBACK=1 shows where)"
+    ), err
