@@ -183,6 +183,13 @@ def test_resume_mid_epoch_continues_with_unseen_batches():
 
     with pytest.raises(ValueError, match="seed"):
         TokenBudgetBatchSampler(lengths, max_tokens=400, seed=9).load_state_dict(state)
+    two = TokenBudgetBatchSampler(lengths, max_tokens=400, seed=2, num_replicas=2, rank=0)
+    with pytest.raises(
+        ValueError,
+        match=r"written by 1 data-parallel process\(es\), but this "
+        r"run has 2 \(--trainer.devices x --trainer.num_nodes\)",
+    ):
+        two.load_state_dict(state)
 
 
 def test_invalid_arguments():

@@ -228,7 +228,9 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
             ValueError: If the state was saved with a different seed or number of replicas,
                 which would give a different batch plan.
         """
-        for key in ("seed", "num_replicas"):
+        if "num_replicas" in state and state["num_replicas"] != self.num_replicas:
+            raise ValueError(replicas_mismatch_message(state["num_replicas"], self.num_replicas))
+        for key in ("seed",):
             if key in state and state[key] != getattr(self, key):
                 raise ValueError(
                     f"Sampler state was saved with {key}={state[key]}, but this sampler has "
@@ -236,6 +238,16 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
                 )
         self.epoch = int(state["epoch"])
         self._yielded = int(state["batches_yielded"])
+
+
+def replicas_mismatch_message(saved: int, current: int) -> str:
+    """Why a training position saved by ``saved`` data-parallel processes cannot be resumed by
+    ``current`` of them."""
+    return (
+        f"The checkpoint was written by {saved} data-parallel process(es), but this run has "
+        f"{current} (--trainer.devices x --trainer.num_nodes): each process's share of the "
+        f"batches that follow depends on their number; resume with {saved} process(es)."
+    )
 
 
 def filter_training_pairs(

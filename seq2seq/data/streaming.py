@@ -48,6 +48,7 @@ from seq2seq.data.batching import (
     describe_over_budget,
     filter_training_pairs,
     over_budget,
+    replicas_mismatch_message,
     training_budget_advice,
 )
 from seq2seq.data.corpus import CorpusSplit
@@ -295,7 +296,9 @@ class StreamingPairs(IterableDataset):
         """
         if not state:
             return
-        for key in ("seed", "num_replicas", "pool_size"):
+        if state["num_replicas"] != self.num_replicas:
+            raise ValueError(replicas_mismatch_message(state["num_replicas"], self.num_replicas))
+        for key in ("seed", "pool_size"):
             if state[key] != getattr(self, key):
                 raise ValueError(
                     f"Stream state was saved with {key}={state[key]}, but this run has "
