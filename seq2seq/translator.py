@@ -124,7 +124,8 @@ class Translator:
         ``seq2seq: warning: ...`` line).
 
         Raises:
-            TypeError: if ``sentences`` is a single string, not a list of sentences.
+            TypeError: if ``sentences`` is a single string, not a list of sentences, or one
+                of its entries is not a string (naming its 0-based index).
             ValueError: if an entry holds a line break (``\\n``), naming its 0-based index.
         """
         return self._encode(sentences)
@@ -139,7 +140,13 @@ class Translator:
                 "translate([text])"
             )
         sentences = list(sentences)
-        broken = [i for i, s in enumerate(sentences) if isinstance(s, str) and "\n" in s]
+        for i, sentence in enumerate(sentences):
+            if not isinstance(sentence, str):
+                raise TypeError(
+                    f"sentences[{i}] is {type(sentence).__name__}, not a string: pass one str "
+                    "per sentence ('' for an empty one)"
+                )
+        broken = [i for i, s in enumerate(sentences) if "\n" in s]
         if broken:
             others = len(broken) - 1
             more = f" (and {others} more {'entry' if others == 1 else 'entries'})" if others else ""
@@ -196,7 +203,8 @@ class Translator:
             One translation (or n-best list) per input sentence, in input order.
 
         Raises:
-            TypeError: if ``sentences`` is a single string (pass ``[text]``).
+            TypeError: if ``sentences`` is a single string (pass ``[text]``), or one of its
+                entries is not a string (naming its 0-based index).
             ValueError: if an entry holds a line break (``\\n``), naming its 0-based index
                 (``sentences[0] holds a line break ...``), or if ``n_best`` exceeds the beam
                 size.

@@ -412,6 +412,8 @@ def test_translator_refuses_a_line_break_inside_an_entry(trained, separator):
     with pytest.raises(ValueError, match=r"^sentences\[0\] \(and 1 more entry\) holds"):
         translator.encode([sentences[1], sentences[1]])
     assert len(translator.translate(["Zeile eins", "Zeile zwei"])) == 2
+    with pytest.raises(TypeError, match=r"^sentences\[1\] is NoneType, not a string"):
+        translator.translate(["Ein Mann.", None])
 
 
 # ---------------------------------------------------------------------- during training
