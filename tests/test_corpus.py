@@ -169,6 +169,16 @@ def _hf_dataset(src: list[str], tgt: list[str], nested: bool) -> datasets.Datase
     return datasets.Dataset.from_dict({"de": src, "en": tgt})
 
 
+def test_a_language_missing_from_translation_records_is_named(tmp_path):
+    """A save_to_disk DatasetDict of {'de', 'en'} translations read with src_lang fr names the
+    languages it has (it said "'fr' is None, not a string")."""
+    folder = tmp_path / "disk_dict"
+    dataset = _hf_dataset(["ein Hund", "eine Katze"], ["a dog", "a cat"], nested=True)
+    datasets.DatasetDict({"val": dataset}).save_to_disk(str(folder))
+    with pytest.raises(ValueError, match=r"row 0: its 'translation' has no 'fr'; it has \['de', "):
+        locate_split(folder, "val", "fr", "en").read()
+
+
 def test_locate_split_every_format(tmp_path, val_pairs):
     src, tgt = (side[:50] for side in val_pairs)
     text = tmp_path / "text"

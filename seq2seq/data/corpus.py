@@ -386,6 +386,13 @@ def _pairs_of_batch(
     """``(src_lines, tgt_lines)`` of a column batch in either layout, checked to be strings."""
     if "translation" in batch:
         pairs = batch["translation"]
+        for row, pair in enumerate(pairs, start=first_row):
+            for lang in (src_lang, tgt_lang):
+                if isinstance(pair, Mapping) and lang not in pair:
+                    raise ValueError(
+                        f"{name}, row {row}: its 'translation' has no {lang!r}; it has "
+                        f"{sorted(pair)} (set --data.src_lang and --data.tgt_lang to two of them)."
+                    )
         src = [pair.get(src_lang) if pair else None for pair in pairs]
         tgt = [pair.get(tgt_lang) if pair else None for pair in pairs]
     else:
