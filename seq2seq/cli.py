@@ -1043,10 +1043,15 @@ _DROP_ADVERTISEMENT = _DropAdvertisement()
 
 
 def _silence_lightning_notices() -> None:
-    """Keep the output to what concerns the run: no litlogger advertisement, and no PyTorch
-    deprecation warning raised inside Lightning's own code on every command."""
+    """Keep the output to what concerns the run: no litlogger advertisement, no PyTorch
+    deprecation warning raised inside Lightning's own code on every command, and under DDP
+    no advice to log the held-out scores with ``sync_dist=True`` (``TranslationModule`` sums
+    them over the processes itself, so every process logs the same values)."""
     logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_DROP_ADVERTISEMENT)
     warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
+    warnings.filterwarnings(
+        "ignore", message=r"It is recommended to use `self\.log\('(val|test)/.*sync_dist=True"
+    )
 
 
 def cli_main(args: Sequence[str] | None = None) -> Seq2SeqCLI | None:

@@ -975,3 +975,20 @@ def test_all_devices_on_the_cpu_is_one_line(in_tmp, monkeypatch, capsys):
         "seq2seq: error: --trainer.devices -1 with --trainer.accelerator cpu: on the CPU give "
         "the number of processes, e.g. --trainer.devices 2 (SEQ2SEQ_TRACEBACK=1 shows where)"
     ), err
+
+
+def test_sync_dist_advice_for_the_held_out_scores_is_silenced():
+    """Under DDP Lightning advises sync_dist=True for every epoch-level value; the held-out
+    scores are summed over the processes by the module already (other values keep it)."""
+    from seq2seq.cli import _silence_lightning_notices
+
+    advice = (
+        "It is recommended to use `self.log({!r}, ..., sync_dist=True)` when logging on epoch "
+        "level in distributed setting to accumulate the metric across devices."
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _silence_lightning_notices()
+        for name in ("val/loss", "test/bleu", "train/loss"):
+            warnings.warn(advice.format(name), stacklevel=1)
+    assert [str(w.message) for w in caught] == [advice.format("train/loss")]
