@@ -590,12 +590,14 @@ class Seq2SeqCLI(LightningCLI):
     def after_instantiate_classes(self) -> None:
         ckpt_path = self.config[self.subcommand].get("ckpt_path") if self.subcommand else None
         if (
-            self.subcommand != "fit"
-            and not _untrained_or_none(ckpt_path)
+            not _untrained_or_none(ckpt_path)
             and Path(ckpt_path).is_file()
+            and not (self.subcommand == "fit" and getattr(self.datamodule, "tokenizer_path", None))
         ):
-            # Evaluate and predict with the tokenizer the checkpoint was trained with.
-            checkpoint = load_checkpoint(ckpt_path)
+            # Evaluate, predict and resume training with the tokenizer the checkpoint was
+            # trained with (a resumed run trains no SentencePiece model, also on a corpus that
+            # has grown since); an explicit --data.tokenizer_path wins for fit.
+            checkpoint = load_checkpoint(ckpt_path, mmap=True)
             tokenizer = tokenizer_from_checkpoint(checkpoint)
             if tokenizer is not None:
                 self.datamodule.tokenizer = tokenizer

@@ -593,3 +593,35 @@ def test_last_checkpoint_message_tells_an_error_from_a_stop(monkeypatch, caplog)
     caplog.clear()
     callback.on_exception(trainer, None, KeyboardInterrupt())
     assert "KeyboardInterrupt: saved the training state at step 5" in caplog.text
+
+
+def test_resume_on_a_grown_corpus_keeps_the_checkpoints_tokenizer(tmp_path, multi30k_dir):
+    """fit --ckpt_path last after lines were added to the training files continues with the
+    checkpoint's SentencePiece model: no new one is trained (it would differ, and the module
+    would refuse it after the corpus was tokenised)."""
+    from seq2seq.cli import cli_main
+
+    data = _write_corpus(multi30k_dir, tmp_path / "data", {"train": 600, "val": 20})
+    argv = [
+        "fit",
+        "--config", str(CONFIGS / "tiny.yaml"),
+        "--data.data_dir", str(data),
+        "--data.cache_dir", str(tmp_path / "cache"),
+        "--data.vocab_size", "300",
+        "--data.test_splits", "[]",
+        "--data.download", "false",
+        "--trainer.default_root_dir", str(tmp_path),
+        "--checkpoint_dir", str(tmp_path / "checkpoints"),
+        "--trainer.val_check_interval", "2",
+        "--trainer.limit_val_batches", "1",
+    ]  # fmt: skip
+    cli_main([*argv, "--trainer.max_steps", "2"])
+    models = sorted((tmp_path / "cache").glob("spm_*.model"))
+    assert len(models) == 1
+    _write_corpus(multi30k_dir, tmp_path / "more", {"train": 800})
+    for lang in ("de", "en"):
+        grown = (tmp_path / "more" / f"train.{lang}").read_text(encoding="utf-8")
+        (data / f"train.{lang}").write_text(grown, encoding="utf-8")
+    cli = cli_main([*argv, "--trainer.max_steps", "4", "--ckpt_path", "last"])
+    assert cli.trainer.global_step == 4
+    assert sorted((tmp_path / "cache").glob("spm_*.model")) == models
