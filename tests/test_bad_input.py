@@ -343,13 +343,28 @@ def test_resume_with_other_vocabulary_size(trained, tmp_path):
 
 def test_resume_with_other_sentencepiece_model_of_same_size(trained, tmp_path, pairs):
     """ValueError: "the checkpoint's SentencePiece model differs from the data module's (...)
-    although both have 200 pieces: ...", instead of training on wrongly encoded text."""
+    although both have 200 pieces: ...", instead of training on wrongly encoded text. A resumed
+    run uses the checkpoint's model unless --data.tokenizer_path names another one."""
+    from seq2seq.data.tokenizer import Tokenizer
+
     src, tgt = pairs["train"]
     data = _corpus(tmp_path / "data", pairs, train=(src[:250], tgt[:250]))
     config = _fit_config(tmp_path, data)
     ckpt = str(trained / "checkpoints" / "last.ckpt")
+    other = tmp_path / "other.model"
+    Tokenizer.train(src[:250] + tgt[:250], other, VOCAB)
     with pytest.raises(ValueError, match="SentencePiece model differs .* both have 200 pieces"):
-        cli_main(["fit", "--config", str(config), "--ckpt_path", ckpt])
+        cli_main(
+            [
+                "fit",
+                "--config",
+                str(config),
+                "--ckpt_path",
+                ckpt,
+                "--data.tokenizer_path",
+                str(other),
+            ]
+        )
 
 
 def test_manual_load_with_other_model_sizes(trained):
