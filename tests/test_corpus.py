@@ -179,6 +179,16 @@ def test_a_language_missing_from_translation_records_is_named(tmp_path):
         locate_split(folder, "val", "fr", "en").read()
 
 
+def test_a_missing_data_folder_is_named_as_such(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"data.data_dir \S*nope does not exist\. Point"):
+        locate_split(tmp_path / "nope", "train", "de", "en")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(FileNotFoundError, match=r"data.data_dir \S*file is not a folder\."):
+        locate_split(tmp_path / "file", "train", "de", "en")
+    with pytest.raises(FileNotFoundError, match=r"in \S*; looked for: "):  # a folder: the list
+        locate_split(tmp_path, "train", "de", "en")
+
+
 def test_locate_split_every_format(tmp_path, val_pairs):
     src, tgt = (side[:50] for side in val_pairs)
     text = tmp_path / "text"

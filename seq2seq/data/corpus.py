@@ -644,8 +644,9 @@ def locate_split(
         The split's location.
 
     Raises:
-        FileNotFoundError: If nothing is found, listing every path looked for; or if only one
-            side of a pair of text files exists, naming the missing side.
+        FileNotFoundError: If ``data_dir`` is not a folder (saying so), if nothing is found in
+            it, listing every path looked for; or if only one side of a pair of text files
+            exists, naming the missing side.
         ValueError: If ``hf_config`` names a language pair other than ``src_lang`` and
             ``tgt_lang``.
     """
@@ -688,6 +689,12 @@ def locate_split(
                 return found(fmt, path)
     if (root / split / "state.json").is_file():
         return found("hf_disk", root / split)
+    if not root.is_dir():
+        what = "is not a folder" if root.exists() else "does not exist"
+        raise FileNotFoundError(
+            f"No {src_lang}-{tgt_lang} data for split {split!r}: data.data_dir {root} {what}. "
+            "Point `data.data_dir` at the corpus folder or set `data.hf_dataset`."
+        )
     looked = [*src_candidates, *tgt_candidates, *(p for c in single.values() for p in c)]
     looked += [root / "dataset_dict.json", root / split / "state.json"]
     raise FileNotFoundError(
