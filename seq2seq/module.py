@@ -621,6 +621,13 @@ class TranslationModule(L.LightningModule):
         lines = [
             f"{key}: {score.text}\n  signature: {score.signature}" for score in scores.values()
         ]
+        total = self._heldout_size(key)
+        if total is not None and len(hyps) < total:
+            limit = "limit_val_batches" if key == "val" else "limit_test_batches"
+            lines.append(
+                f"  scored on {len(hyps)} of the {total} sentences (--trainer.{limit}): not the "
+                "whole set's score"
+            )
         if self.trainer.fast_dev_run:  # a smoke run writes no files (no logs, no checkpoints)
             self.print("\n".join(lines))
             return
@@ -636,6 +643,19 @@ class TranslationModule(L.LightningModule):
         write_lines(
             hyp_path.with_suffix(".scores"), [f"{s.text}\t{s.signature}" for s in scores.values()]
         )
+
+    def _heldout_size(self, key: str) -> int | None:
+        """Sentences in the held-out set ``key`` (``val`` or ``test/<name>``) of the trainer's
+        data module, if it says."""
+        datamodule = getattr(self.trainer, "datamodule", None)
+        if key == "val":
+            dataset = getattr(datamodule, "val_set", None)
+        else:
+            dataset = (getattr(datamodule, "test_sets", None) or {}).get(key.partition("/")[2])
+        try:
+            return len(dataset) if dataset is not None else None
+        except TypeError:
+            return None
 
     def _log_dir(self) -> Path:
         logger = self.trainer.logger

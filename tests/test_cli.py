@@ -992,3 +992,23 @@ def test_sync_dist_advice_for_the_held_out_scores_is_silenced():
         for name in ("val/loss", "test/bleu", "train/loss"):
             warnings.warn(advice.format(name), stacklevel=1)
     assert [str(w.message) for w in caught] == [advice.format("train/loss")]
+
+
+def test_a_score_on_part_of_a_set_says_so(tiny_run, multi30k_dir, monkeypatch, capsys):
+    """tiny.yaml tests 2 batches (limit_test_batches 2): the printed score says how many of the
+    set's sentences it covers."""
+    monkeypatch.chdir(tiny_run)
+    cli_main(
+        [
+            "test",
+            "--config", str(CONFIGS / "tiny.yaml"),
+            "--data.data_dir", str(multi30k_dir),
+            "--ckpt_path", "last",
+            "--model.beam_size", "1",
+        ]
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    scored = [line for line in out.splitlines() if "scored on" in line]
+    assert scored and scored[0].strip().endswith(
+        "of the 1000 sentences (--trainer.limit_test_batches): not the whole set's score"
+    ), out
