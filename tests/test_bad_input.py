@@ -12,6 +12,7 @@ import gzip
 import io
 import logging
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -183,6 +184,34 @@ def test_missing_file(tmp_path, pairs, spm_file):
         FileNotFoundError, match=r"'en' file for split 'train': looked for .*train\.en"
     ):
         _datamodule(data, spm_file).prepare_data()
+
+
+@pytest.mark.parametrize(
+    ("split", "stage"), [("val", "fit"), ("val", "validate"), ("test_2016_flickr", "test")]
+)
+def test_missing_heldout_split_is_named_before_sentencepiece_is_trained(
+    tmp_path, pairs, split, stage
+):
+    """FileNotFoundError: "No 'de' file for split 'val': looked for .../val.de and
+    .../val.de.gz", raised for the split the stage reads before SentencePiece is trained on the
+    training split (nothing is written to the cache)."""
+    data = _corpus(tmp_path / "data", pairs)
+    (data / f"{split}.de").unlink()
+    dm = _datamodule(data, None, cache_dir=str(tmp_path / "cache"))
+    dm.trainer = SimpleNamespace(state=SimpleNamespace(fn=SimpleNamespace(value=stage)))
+    with pytest.raises(FileNotFoundError, match=rf"'de' file for split '{split}': looked for"):
+        dm.prepare_data()
+    assert not (tmp_path / "cache").exists()
+
+
+def test_missing_split_of_another_stage_is_skipped(tmp_path, pairs):
+    """``fit`` without test files trains and tokenises what it reads."""
+    data = _corpus(tmp_path / "data", pairs)
+    (data / "test_2016_flickr.de").unlink()
+    dm = _datamodule(data, None, cache_dir=str(tmp_path / "cache"))
+    dm.trainer = SimpleNamespace(state=SimpleNamespace(fn=SimpleNamespace(value="fit")))
+    dm.prepare_data()
+    assert sorted(dm.tokenized_splits) == ["train", "val"]
 
 
 @pytest.mark.parametrize("lines", [0, 50], ids=["no lines", "blank lines"])

@@ -20,6 +20,7 @@ from seq2seq.data.corpus import (
     find_split,
     iter_lines,
     iter_parallel,
+    iter_tsv,
     locate_split,
     read_jsonl,
     read_lines,
@@ -136,6 +137,15 @@ def test_read_tsv(tmp_path, val_pairs):
     bad.write_text("a\tb\nonly one field\n")
     with pytest.raises(ValueError, match=r"bad\.tsv, line 2: expected 2 .* found 1"):
         read_tsv(bad)
+
+
+def test_tsv_blank_lines_are_skipped_and_a_lone_tab_is_an_empty_pair(tmp_path):
+    """As in JSON lines, a blank line holds no record; ``\t`` alone is a pair of empty sides
+    (dropped and counted by the training filter, kept in held-out sets)."""
+    path = tmp_path / "train.tsv"
+    path.write_text("a\tb\n\n  \nc\td\n\t\n")
+    assert read_tsv(path) == (["a", "c", ""], ["b", "d", ""])
+    assert list(iter_tsv(path)) == [("a", "b"), ("c", "d"), ("", "")]
 
 
 @pytest.mark.parametrize("nested", [True, False])

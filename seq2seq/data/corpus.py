@@ -257,6 +257,9 @@ def find_split(data_dir: str | Path, split: str, lang: str) -> Path:
 def read_tsv(path: str | Path) -> tuple[list[str], list[str]]:
     """Reads a two-column TSV file (source, tab, target), plain or gzip-compressed.
 
+    Blank lines (no tab, nothing but white space) hold no record and are skipped, as in JSON lines
+    (and pandas' ``read_csv``); a pair with both sides empty is a line holding just the tab.
+
     Args:
         path: The file.
 
@@ -265,8 +268,8 @@ def read_tsv(path: str | Path) -> tuple[list[str], list[str]]:
 
     Raises:
         FileNotFoundError: If ``path`` is missing.
-        ValueError: If a line does not have exactly two tab-separated fields (naming the file
-            and the 1-based line), or on invalid UTF-8.
+        ValueError: If a non-blank line does not have exactly two tab-separated fields
+            (naming the file and the 1-based line), or on invalid UTF-8.
     """
     return _unzip(iter_tsv(path))
 
@@ -274,6 +277,8 @@ def read_tsv(path: str | Path) -> tuple[list[str], list[str]]:
 def iter_tsv(path: str | Path) -> Iterator[tuple[str, str]]:
     """Reads a two-column TSV file pair by pair (see :func:`read_tsv`)."""
     for number, line in enumerate(iter_lines(path), start=1):
+        if "\t" not in line and not line.strip():
+            continue
         fields = line.split("\t")
         if len(fields) != 2:
             raise ValueError(

@@ -388,6 +388,14 @@ class TranslationDataModule(L.LightningDataModule):
     def _all_splits(self) -> list[str]:
         return [self.train_split, self.val_split, *self.test_set_names]
 
+    def _stage_splits(self, stage: str | None) -> list[str]:
+        """The held-out splits a Lightning stage reads (``setup`` raises for a missing one)."""
+        if stage in ("fit", "validate"):
+            return [self.val_split]
+        if stage == "test":
+            return list(self.test_set_names)
+        return []
+
     def _locate(self, split: str) -> CorpusSplit:
         return locate_split(
             self.data_dir, split, self.src_lang, self.tgt_lang, self.hf_dataset, self.hf_config
@@ -579,11 +587,13 @@ class TranslationDataModule(L.LightningDataModule):
     def prepare_data(self) -> None:
         """Downloads missing Multi30k files, trains SentencePiece, tokenises every split.
 
-        Splits whose files are absent (other than the training split) are skipped here;
-        ``setup`` reports them when a stage needs them.
+        Held-out splits whose files are absent are skipped, except those the trainer's stage
+        reads (the validation split for ``fit`` and ``validate``, the test sets for ``test``):
+        these are reported here, before SentencePiece is trained or any split tokenised.
 
         Raises:
-            FileNotFoundError: If the training split cannot be found.
+            FileNotFoundError: If the training split, or a held-out split the stage reads,
+                cannot be found.
             ValueError: If the training split is empty or SentencePiece cannot reach
                 ``vocab_size`` (see :meth:`Tokenizer.train`).
             ConnectionError: If a download fails.
@@ -594,6 +604,8 @@ class TranslationDataModule(L.LightningDataModule):
             return  # only the predict file is read, in setup()
         training = stage in ("fit", None) or self.tokenizer is None
         self._download_missing(training)
+        for split in self._stage_splits(stage):  # a missing split is named before long work
+            self._locate(split)
         tokenizer = self._prepare_tokenizer() if self.tokenizer is None else self.tokenizer
         for split in self._all_splits():
             if split == self.train_split and not training:
