@@ -289,7 +289,7 @@ def resolve_ckpt_path(alias: str, checkpoint_dirs: Sequence[str | Path]) -> Path
             continue
         if alias == "last":
             return last
-        checkpoint = load_checkpoint(last)
+        checkpoint = load_checkpoint(last, mmap=True)  # callback states only
         for key, state in checkpoint.get("callbacks", {}).items():
             if key.startswith("ModelCheckpoint") and state.get("best_model_path"):
                 best = directory / Path(state["best_model_path"]).name

@@ -369,7 +369,7 @@ class Seq2SeqCLI(LightningCLI):
         ckpt_path = self.config[subcommand].get("ckpt_path")
         if subcommand == "fit" or _untrained_or_none(ckpt_path) or not Path(ckpt_path).is_file():
             return
-        checkpoint = load_checkpoint(ckpt_path)
+        checkpoint = load_checkpoint(ckpt_path, mmap=True)  # settings only
         saved = checkpoint.get(CHECKPOINT_KEY, {}).get("model_config", {})
         if saved:
             model = self.config[subcommand]["model"]
