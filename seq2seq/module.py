@@ -186,6 +186,8 @@ class TranslationModule(L.LightningModule):
         self._heldout_sums: dict[str, torch.Tensor] = {}
         self._last_batch_time: float | None = None
         self.register_buffer("_window_tokens", torch.zeros((), dtype=torch.long), persistent=False)
+        # Summed label-smoothed loss and NLL of the optimizer step's micro-batches (float32).
+        self.register_buffer("_window_losses", torch.zeros(2), persistent=False)
         self.register_buffer(
             "_window_nonfinite", torch.zeros((), dtype=torch.bool), persistent=False
         )
@@ -381,11 +383,12 @@ class TranslationModule(L.LightningModule):
         # micro-batches on all processes), as fairseq does. Lightning divides the returned
         # loss by accumulate_grad_batches, which the multiplication here cancels.
         self._window_tokens = self._window_tokens + n_tokens.detach()
+        # train/loss, train/nll and train/ppl are logged per optimizer step, over all its
+        # micro-batches on all processes (on_before_optimizer_step).
+        self._window_losses = (
+            self._window_losses + torch.stack([loss_sum, nll_sum]).detach().float()
+        )
         tokens = int(batch["n_tokens"])  # a Python int from collate: no device sync
-        self.log("train/loss", loss_sum.detach() / n_tokens, prog_bar=True, batch_size=tokens)
-        nll = nll_sum.detach() / n_tokens
-        self.log("train/nll", nll, batch_size=tokens)
-        self.log("train/ppl", torch.exp(nll.clamp(max=50)), batch_size=tokens)
         pad = self.model.pad_id
         positions = batch["src"].numel() + batch["tgt_out"].numel()
         real = (batch["src"] != pad).sum() + n_tokens
@@ -418,16 +421,25 @@ class TranslationModule(L.LightningModule):
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         # Gradients hold d(sum of token losses); turn them into d(mean over the real target
         # tokens of this optimizer step). DDP has averaged them over processes, hence `world`.
+        # The same sums give the logged training loss: label-smoothed loss and NLL per real
+        # target token of the whole optimizer step (every micro-batch, every process), as
+        # fairseq reports it, not the last micro-batch of process 0.
         world = self.trainer.world_size
         total = self._window_tokens.float()
         nonfinite = self._window_nonfinite.float()
+        sums = torch.cat([torch.stack([total, nonfinite]), self._window_losses])
         if world > 1:
-            sums = self.trainer.strategy.reduce(torch.stack([total, nonfinite]), reduce_op="sum")
-            total, nonfinite = sums.unbind()
+            sums = self.trainer.strategy.reduce(sums, reduce_op="sum")
+        total, nonfinite, loss_sum, nll_sum = sums.unbind()
         if nonfinite.item():  # the one host synchronisation per optimizer step
             self._raise_nonfinite()
         self._window_nonfinite = torch.zeros_like(self._window_nonfinite)
+        self._window_losses = torch.zeros_like(self._window_losses)
         self._window_batches = []
+        per_token = torch.stack([loss_sum, nll_sum]) / total.clamp(min=1)
+        self.log("train/loss", per_token[0], prog_bar=True)
+        self.log("train/nll", per_token[1])
+        self.log("train/ppl", torch.exp(per_token[1].clamp(max=50)))
         scale = world / total.clamp(min=1)
         grads = [p.grad for p in self.parameters() if p.grad is not None]
         torch._foreach_mul_(grads, scale)

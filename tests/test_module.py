@@ -91,3 +91,48 @@ def test_min_len_above_the_maximum_length_is_allowed_and_the_maximum_wins():
     limits = dict(max_len_a=hp.max_len_a, max_len_b=hp.max_len_b, min_len=hp.min_len)
     for hyps in greedy_search(module.model.eval(), src, None, 2, 3, **limits):
         assert len(hyps[0].tokens) == 3
+
+
+def _batch_of(seed: int, lengths: list[tuple[int, int]]) -> dict:
+    g = torch.Generator().manual_seed(seed)
+    examples = [
+        {
+            "index": i,
+            "src": torch.randint(4, 40, (n,), generator=g).tolist() + [3],
+            "tgt": torch.randint(4, 40, (m,), generator=g).tolist(),
+        }
+        for i, (n, m) in enumerate(lengths)
+    ]
+    return collate(examples, pad_id=0)
+
+
+def test_logged_training_loss_covers_every_micro_batch_of_the_step(tmp_path):
+    """With gradient accumulation, train/loss and train/nll are the per-token means over all
+    micro-batches of the optimizer step (weighted by their target tokens), not the last
+    micro-batch's."""
+    import lightning as L
+
+    batches = [_batch(), _batch_of(1, [(4, 30), (7, 25)])]
+    module = _module()
+    with torch.no_grad():
+        expected = [module._loss_sums(b) for b in batches]
+    tokens = sum(int(n) for _, _, n in expected)
+    loss = sum(float(s) for s, _, _ in expected) / tokens
+    nll = sum(float(s) for _, s, _ in expected) / tokens
+    last_only = float(expected[1][0]) / int(expected[1][2])
+    assert abs(loss - last_only) > 1e-3  # the two micro-batches differ
+    trainer = L.Trainer(
+        accelerator="cpu",
+        max_steps=1,
+        accumulate_grad_batches=2,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+    )
+    trainer.fit(module, train_dataloaders=torch.utils.data.DataLoader(batches, batch_size=None))
+    metrics = trainer.callback_metrics
+    assert float(metrics["train/loss"]) == pytest.approx(loss, rel=1e-5)
+    assert float(metrics["train/nll"]) == pytest.approx(nll, rel=1e-5)
+    assert float(metrics["train/ppl"]) == pytest.approx(torch.tensor(nll).exp().item(), rel=1e-5)
