@@ -353,6 +353,14 @@ class Seq2SeqCLI(LightningCLI):
                         f"config: {', '.join(differing)}; training resumes only with the "
                         "checkpoint's (give the config it was trained with)"
                     )
+            if subcommand == "fit" and hasattr(config.get("data"), "get"):
+                other = _other_languages(checkpoint, config["data"])
+                if other:
+                    raise ValueError(
+                        f"{config['ckpt_path']} was trained {other}; training resumes only in "
+                        "the checkpoint's direction (start a new run, in another "
+                        "--checkpoint_dir, for the other one)"
+                    )
             data_state = checkpoint.get(TranslationDataModule.__qualname__)
             if subcommand == "fit" and data_state and hasattr(config.get("data"), "get"):
                 # Before SentencePiece and the data cache are built for settings that the
@@ -370,6 +378,18 @@ class Seq2SeqCLI(LightningCLI):
         if subcommand == "fit" or _untrained_or_none(ckpt_path) or not Path(ckpt_path).is_file():
             return
         checkpoint = load_checkpoint(ckpt_path, mmap=True)  # settings only
+        data = self.config[subcommand]["data"]
+        other = _other_languages(checkpoint, data)
+        if other:
+            if rank_zero_only.rank == 0:
+                print(
+                    f"seq2seq: warning: {ckpt_path} was trained {other}; {subcommand} uses the "
+                    "checkpoint's languages",
+                    file=sys.stderr,
+                )
+            src, tgt = _checkpoint_languages(checkpoint)
+            data["src_lang"], data["tgt_lang"] = src, tgt
+            self.config[subcommand]["model"]["tgt_lang"] = tgt  # sacreBLEU's tokenizer choice
         saved = checkpoint.get(CHECKPOINT_KEY, {}).get("model_config", {})
         if saved:
             model = self.config[subcommand]["model"]
@@ -911,6 +931,29 @@ def _checkpoint_dirs(config) -> list[Path]:
         for init_args in _model_checkpoints(config)
         if hasattr(init_args, "get") and init_args.get("dirpath")
     ]
+
+
+def _checkpoint_languages(checkpoint: dict) -> tuple[str, str] | None:
+    """``(src_lang, tgt_lang)`` of the data module a checkpoint was trained with (Lightning
+    saves its settings), or ``None`` if it does not say."""
+    settings = checkpoint.get("datamodule_hyper_parameters") or {}
+    src, tgt = settings.get("src_lang"), settings.get("tgt_lang")
+    return (src, tgt) if isinstance(src, str) and isinstance(tgt, str) else None
+
+
+def _other_languages(checkpoint: dict, data: dict | Namespace) -> str | None:
+    """``"de->en (data.src_lang de, data.tgt_lang en), not en->de as configured"`` when the
+    checkpoint's language pair differs from the config's ``data`` settings, else ``None``."""
+    saved = _checkpoint_languages(checkpoint)
+    if saved is None or not hasattr(data, "get"):
+        return None
+    mine = (data.get("src_lang"), data.get("tgt_lang"))
+    if None in mine or tuple(saved) == mine:
+        return None
+    return (
+        f"{saved[0]}->{saved[1]} (data.src_lang {saved[0]}, data.tgt_lang {saved[1]}), not "
+        f"{mine[0]}->{mine[1]} as configured"
+    )
 
 
 _DATA_LINKED = ("vocab_size", "max_positions")

@@ -361,6 +361,35 @@ def test_resume_with_other_model_sizes(trained, tmp_path):
         )  # fmt: skip
 
 
+def test_resume_in_the_other_direction_is_refused(trained, tmp_path):
+    """ValueError: '.../last.ckpt was trained de->en (data.src_lang de, data.tgt_lang en), not
+    en->de as configured; training resumes only in the checkpoint's direction ...', before any
+    data is read, instead of training the de->en model on en->de pairs."""
+    config = _fit_config(tmp_path, trained / "data")
+    ckpt = str(trained / "checkpoints" / "last.ckpt")
+    with pytest.raises(ValueError, match=r"trained de->en \(data\.src_lang de, .* not en->de"):
+        cli_main(
+            ["fit", "--config", str(config), "--ckpt_path", ckpt, "--data.src_lang", "en",
+             "--data.tgt_lang", "de"]
+        )  # fmt: skip
+    assert not (tmp_path / "cache").exists()
+
+
+def test_evaluating_in_the_other_direction_uses_the_checkpoints(trained, tmp_path, capsys):
+    """'seq2seq: warning: .../last.ckpt was trained de->en (...), not en->de as configured; test
+    uses the checkpoint's languages': the test set is read and scored de->en."""
+    config = _fit_config(tmp_path, trained / "data", limit_test_batches=1)
+    ckpt = str(trained / "checkpoints" / "last.ckpt")
+    cli = cli_main(
+        ["test", "--config", str(config), "--ckpt_path", ckpt, "--data.src_lang", "en",
+         "--data.tgt_lang", "de"]
+    )  # fmt: skip
+    err = capsys.readouterr().err
+    assert "seq2seq: warning: " in err and "not en->de as configured; test uses the" in err
+    assert (cli.datamodule.src_lang, cli.datamodule.tgt_lang) == ("de", "en")
+    assert cli.model.hparams.tgt_lang == "en"
+
+
 def test_resume_with_other_vocabulary_size(trained, tmp_path):
     """ValueError: '.../last.ckpt was trained with other model settings than the config:
     data.vocab_size 200 (config 150); ...'."""
