@@ -472,3 +472,26 @@ def test_same_source_and_target_language_is_warned_about(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         datamodule.TranslationDataModule(data_dir=str(tmp_path / "nothing"))  # de -> en
+
+
+@pytest.mark.parametrize(
+    ("stage", "wanted"),
+    [
+        ("fit", []),  # train and val are there; the missing test set is not fit's
+        (None, ["test_2016_flickr.de.gz", "test_2016_flickr.en.gz"]),
+    ],
+)
+def test_downloads_only_the_splits_the_stage_reads(corpus, tmp_path, monkeypatch, stage, wanted):
+    """``fit`` on a folder holding train and val but no Multi30k test set downloads nothing
+    (download=True); without a stage (direct use), every configured split is completed."""
+    folder = tmp_path / "own"
+    folder.mkdir()
+    for name in ("train.de.gz", "train.en.gz", "val.de.gz", "val.en.gz"):
+        (folder / name).write_bytes((corpus / name).read_bytes())
+    asked = []
+    monkeypatch.setattr(datamodule, "download_multi30k", lambda d, files: asked.extend(files))
+    dm = _dm(folder, tmp_path / "cache", download=True)
+    if stage is not None:
+        dm.trainer = SimpleNamespace(state=SimpleNamespace(fn=SimpleNamespace(value=stage)))
+    dm.prepare_data()
+    assert asked == wanted

@@ -401,12 +401,18 @@ class TranslationDataModule(L.LightningDataModule):
             self.data_dir, split, self.src_lang, self.tgt_lang, self.hf_dataset, self.hf_config
         )
 
-    def _download_missing(self, training: bool = True) -> None:
-        """Downloads the Multi30k files of configured splits that cannot be found."""
+    def _download_missing(self, training: bool = True, stage: str | None = None) -> None:
+        """Downloads the Multi30k files that cannot be found of the splits ``stage`` reads
+        (every configured split for ``None``): the training split when ``training``, the
+        held-out splits of :meth:`_stage_splits`. ``fit`` on a corpus of one's own therefore
+        fetches no Multi30k test set."""
         if not self.download or self.hf_dataset is not None:
             return
+        splits = self._all_splits() if stage is None else self._stage_splits(stage)
+        if stage is not None and training:
+            splits = [self.train_split, *splits]
         wanted = []
-        for split in self._all_splits():
+        for split in dict.fromkeys(splits):
             if split == self.train_split and not training:
                 continue
             try:
@@ -603,7 +609,7 @@ class TranslationDataModule(L.LightningDataModule):
         if stage == "predict" and self.tokenizer is not None:
             return  # only the predict file is read, in setup()
         training = stage in ("fit", None) or self.tokenizer is None
-        self._download_missing(training)
+        self._download_missing(training, stage)
         for split in self._stage_splits(stage):  # a missing split is named before long work
             self._locate(split)
         tokenizer = self._prepare_tokenizer() if self.tokenizer is None else self.tokenizer
