@@ -279,10 +279,13 @@ def resolve_ckpt_path(alias: str, checkpoint_dirs: Sequence[str | Path]) -> Path
 
     Raises:
         FileNotFoundError: naming the folders searched, if no such checkpoint exists (or the
-            recorded best file is missing from the folder of its ``last.ckpt``).
+            recorded best file is missing from the folder of its ``last.ckpt``); for
+            ``best`` with only ``last.ckpt`` files that record none (a run stopped before its
+            first validation), naming them and pointing to ``--ckpt_path last``.
     """
     searched = [Path(d) for d in checkpoint_dirs]
     missing = []
+    unscored = []  # last.ckpt files that name no best checkpoint
     for directory in searched:
         last = directory / "last.ckpt"
         if not last.is_file():
@@ -290,6 +293,7 @@ def resolve_ckpt_path(alias: str, checkpoint_dirs: Sequence[str | Path]) -> Path
         if alias == "last":
             return last
         checkpoint = load_checkpoint(last, mmap=True)  # callback states only
+        unscored.append(last)
         for key, state in checkpoint.get("callbacks", {}).items():
             if key.startswith("ModelCheckpoint") and state.get("best_model_path"):
                 best = directory / Path(state["best_model_path"]).name
@@ -301,6 +305,13 @@ def resolve_ckpt_path(alias: str, checkpoint_dirs: Sequence[str | Path]) -> Path
     if missing:
         raise FileNotFoundError(
             f"--ckpt_path {alias}: {'; '.join(missing)}; pass the path of a .ckpt file"
+        )
+    if unscored:
+        found = ", ".join(str(path) for path in unscored)
+        raise FileNotFoundError(
+            f"--ckpt_path best: {found} records no best checkpoint (the run stopped before its "
+            "first validation, or its ModelCheckpoint keeps none); use --ckpt_path last, or "
+            "resume the run (seq2seq fit --ckpt_path last) until it validates"
         )
     where = ", ".join(str(d) for d in searched) or "(no ModelCheckpoint dirpath configured)"
     raise FileNotFoundError(

@@ -33,7 +33,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities.exceptions import MisconfigurationException, SIGTERMException
-from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_only, rank_zero_warn
+from lightning.pytorch.utilities.rank_zero import rank_zero_only, rank_zero_warn
 
 from seq2seq.callbacks import TextProgress, TranslationWriter
 from seq2seq.checkpoint import (
@@ -322,7 +322,12 @@ class Seq2SeqCLI(LightningCLI):
                 if not config.get("trainer", {}).get("fast_dev_run"):
                     _refuse_earlier_checkpoints(dirs)
                 where = ", ".join(str(d) for d in dirs) or "the configured checkpoint folder"
-                rank_zero_info(f"--ckpt_path last: no last.ckpt in {where}; training from scratch")
+                if rank_zero_only.rank == 0:  # a mistyped folder would start over unseen
+                    print(
+                        f"seq2seq: warning: --ckpt_path last: no last.ckpt in {where}; "
+                        "training from scratch",
+                        file=sys.stderr,
+                    )
         elif subcommand == "fit" and not ckpt_path:
             # A smoke run (fast_dev_run) writes no checkpoint, so it may run beside a real run's.
             if not config.get("trainer", {}).get("fast_dev_run"):

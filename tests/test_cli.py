@@ -138,7 +138,7 @@ def test_help_still_lists_every_option(monkeypatch, capsys):
     assert "--model.d_model" in out.out and "--trainer.max_epochs" in out.out
 
 
-def test_fit_fast_dev_run(in_tmp, multi30k_dir, caplog):
+def test_fit_fast_dev_run(in_tmp, multi30k_dir, capsys):
     cli = cli_main(
         [
             "fit",
@@ -150,7 +150,11 @@ def test_fit_fast_dev_run(in_tmp, multi30k_dir, caplog):
     )  # fmt: skip
     assert cli.trainer.global_step == 1
     assert torch.isfinite(cli.trainer.callback_metrics["train/loss"])
-    assert "no last.ckpt in checkpoints/tiny; training from scratch" in caplog.text
+    err = capsys.readouterr().err
+    assert (
+        "seq2seq: warning: --ckpt_path last: no last.ckpt in checkpoints/tiny; training from "
+        "scratch"
+    ) in err
     assert not (in_tmp / "checkpoints").exists()  # a smoke run writes no checkpoint, nor its folder
 
 
@@ -885,6 +889,20 @@ def test_best_of_a_copied_run_folder_is_its_own_file(tiny_run, tmp_path):
     ):
         resolve_ckpt_path("best", [copy])
     assert (tiny_run / "checkpoints/tiny" / best.name).is_file()  # the original is still there
+
+
+def test_best_of_a_run_stopped_before_its_first_validation_points_to_last(tiny_run, tmp_path):
+    """FileNotFoundError: '--ckpt_path best: .../last.ckpt records no best checkpoint (the run
+    stopped before its first validation, ...); use --ckpt_path last, ...'."""
+    checkpoint = load_checkpoint(tiny_run / "checkpoints/tiny/last.ckpt")
+    for key, state in checkpoint["callbacks"].items():
+        if key.startswith("ModelCheckpoint"):
+            state["best_model_path"] = ""
+    (tmp_path / "run").mkdir()
+    torch.save(checkpoint, tmp_path / "run" / "last.ckpt")
+    with pytest.raises(FileNotFoundError, match=r"last\.ckpt records no best checkpoint .* use "):
+        resolve_ckpt_path("best", [tmp_path / "run"])
+    assert resolve_ckpt_path("last", [tmp_path / "run"]) == tmp_path / "run" / "last.ckpt"
 
 
 def test_fit_prints_no_lightning_advertisement_or_internal_deprecation(
