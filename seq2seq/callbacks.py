@@ -399,6 +399,13 @@ class LastCheckpoint(L.Callback):
         if path is None or trainer.global_step in (0, self._saved_step):
             return
         self._save(trainer, path)
+        checkpoint = trainer.checkpoint_callback
+        if getattr(checkpoint, "monitor", None) and not getattr(checkpoint, "best_model_path", ""):
+            rank_zero_info(
+                f"training ended at step {trainer.global_step} before its first validation: no "
+                f"checkpoint is scored by {checkpoint.monitor} yet (--ckpt_path best finds "
+                f"none); the training state is in {path}: use --ckpt_path last"
+            )
 
     def _path(self, trainer: L.Trainer) -> Path | None:
         checkpoint = trainer.checkpoint_callback

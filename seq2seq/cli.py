@@ -1094,13 +1094,20 @@ _DROP_ADVERTISEMENT = _DropAdvertisement()
 
 def _silence_lightning_notices() -> None:
     """Keep the output to what concerns the run: no litlogger advertisement, no PyTorch
-    deprecation warning raised inside Lightning's own code on every command, and under DDP
+    deprecation warning raised inside Lightning's own code on every command, no
+    ``ModelCheckpoint`` "could not find the monitored key" before the first validation, and
+    under DDP
     no advice to log the held-out scores with ``sync_dist=True`` (``TranslationModule`` sums
     them over the processes itself, so every process logs the same values)."""
     logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_DROP_ADVERTISEMENT)
     warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
     warnings.filterwarnings(
         "ignore", message=r"It is recommended to use `self\.log\('(val|test)/.*sync_dist=True"
+    )
+    # Warned (instead of raised) only while no validation has run, e.g. a run stopped by
+    # max_steps before its first one: LastCheckpoint says so in words of the run instead.
+    warnings.filterwarnings(
+        "ignore", message=r"`ModelCheckpoint\(monitor=.*could not find the monitored key"
     )
 
 

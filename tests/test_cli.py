@@ -908,8 +908,10 @@ def test_best_of_a_run_stopped_before_its_first_validation_points_to_last(tiny_r
 def test_fit_prints_no_lightning_advertisement_or_internal_deprecation(
     tmp_path, multi30k_dir, monkeypatch, caplog
 ):
-    """No litlogger "💡 Tip", no PyTorch deprecation raised inside Lightning, and no
-    "Checkpoint directory ... is not empty" when resuming into the run's own folder."""
+    """No litlogger "💡 Tip", no PyTorch deprecation raised inside Lightning, no
+    "Checkpoint directory ... is not empty" when resuming into the run's own folder, and no
+    ModelCheckpoint "could not find the monitored key" when a run ends before its first
+    validation (a line of seq2seq's says so)."""
     monkeypatch.chdir(tmp_path)
     base = ["fit", "--config", str(CONFIGS / "tiny.yaml"), "--data.data_dir", str(multi30k_dir)]
     with warnings.catch_warnings(record=True) as caught:
@@ -918,7 +920,15 @@ def test_fit_prints_no_lightning_advertisement_or_internal_deprecation(
         cli_main([*base, "--trainer.max_steps", "3", "--ckpt_path", "last"])
     messages = [str(w.message) for w in caught]
     assert not [m for m in messages if "LeafSpec" in m or "is not empty" in m]
+    assert not [m for m in messages if "could not find the monitored key" in m]
     assert not [r for r in caplog.records if "Tip" in r.getMessage()]
+    # Both runs stop (max_steps) before the first validation (step 10): said in the run's terms.
+    ended = [
+        r.getMessage() for r in caplog.records if "before its first validation" in r.getMessage()
+    ]
+    assert len(ended) == 2, ended
+    assert ended[1].startswith("training ended at step 3 before its first validation: no ")
+    assert "use --ckpt_path last" in ended[1]
 
 
 @pytest.mark.parametrize("command", ["validate", "test", "predict"])
