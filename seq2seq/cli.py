@@ -74,6 +74,15 @@ def _traceback_wanted() -> bool:
     return os.environ.get("SEQ2SEQ_TRACEBACK", "").strip().lower() not in _OFF_VALUES
 
 
+_RST_ROLE = re.compile(r":(?:func|class|meth|attr|data|mod|obj):`~?([^`]+)`")
+
+
+def _plain_help(text: str) -> str:
+    """``--help`` text without reStructuredText markup: roles become their target's name,
+    double back-quotes go."""
+    return _RST_ROLE.sub(r"\1", text).replace("``", "")
+
+
 class Seq2SeqArgumentParser(LightningArgumentParser):
     """The parser of ``fit``/``validate``/``test``/``predict``: argument errors in a few lines.
 
@@ -83,6 +92,11 @@ class Seq2SeqArgumentParser(LightningArgumentParser):
     is argparse's 2. ``SEQ2SEQ_TRACEBACK=1`` (or jsonargparse's ``JSONARGPARSE_DEBUG=1``)
     restores jsonargparse's own report: the usage and the full message.
     """
+
+    def format_help(self) -> str:
+        """The help text, with the docstrings' reStructuredText roles and double back-quotes
+        shown as plain text (``:func:`~a.b``` as ``a.b``)."""
+        return _plain_help(super().format_help())
 
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:
         if (
@@ -257,6 +271,13 @@ class Seq2SeqCLI(LightningCLI):
     command removes the log and checkpoint folders it created that are still empty when it
     ends (also when it fails).
     """
+
+    def setup_parser(self, add_subcommands: bool, main_kwargs: dict, subparser_kwargs: dict):
+        main_kwargs = {"description": _DESCRIPTION, "usage": _USAGE, **main_kwargs}
+        super().setup_parser(add_subcommands, main_kwargs, subparser_kwargs)
+        for action in self.parser._actions:  # the subcommands' one-line helps: seq2seq's words
+            for choice in getattr(action, "_choices_actions", []):
+                choice.help = _SUBCOMMAND_HELP.get(choice.dest, choice.help)
 
     def _prepare_subcommand_parser(self, klass, subcommand: str, **kwargs):
         parser = super()._prepare_subcommand_parser(klass, subcommand, **kwargs)
@@ -1150,6 +1171,18 @@ USER_ERRORS = (
     pickle.UnpicklingError,  # a file given as --ckpt_path that is no checkpoint
     MisconfigurationException,  # e.g. a GPU accelerator on a machine without one
 )
+
+_DESCRIPTION = "Train, evaluate and use encoder-decoder Transformer translation models."
+_USAGE = (
+    "seq2seq [-c CONFIG] {fit,validate,test,predict} [OPTIONS]\n"
+    "       seq2seq {translate,average} [OPTIONS]"
+)
+_SUBCOMMAND_HELP = {
+    "fit": "train a model (or resume a run with --ckpt_path last)",
+    "validate": "score a checkpoint on the validation set (data.val_split)",
+    "test": "score a checkpoint on the test sets (data.test_splits): BLEU, chrF, TER",
+    "predict": "translate data.predict_file with a checkpoint, through the Trainer",
+}
 
 _COMMANDS_HELP = """
 Further commands (each has --help):

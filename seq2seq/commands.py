@@ -14,6 +14,11 @@ from seq2seq.data.corpus import decode_lines, read_lines
 from seq2seq.files import atomic_write, check_output_file
 
 
+def _plain(doc: str | None) -> str:
+    """A docstring as ``--help`` text: without reStructuredText's double back-quotes."""
+    return (doc or "").replace("``", "")
+
+
 def translate(argv: Sequence[str]) -> None:
     """``seq2seq translate --ckpt_path model.ckpt [--input F] [--output F] [--beam_size K]``.
 
@@ -25,22 +30,36 @@ def translate(argv: Sequence[str]) -> None:
     0.0000, in N rows with ``--n_best N`` like any other line.
     """
     parser = argparse.ArgumentParser(
-        prog="seq2seq translate", description=translate.__doc__, allow_abbrev=False
+        prog="seq2seq translate", description=_plain(translate.__doc__), allow_abbrev=False
     )
     parser.add_argument("--ckpt_path", required=True, help="checkpoint written by seq2seq fit")
     parser.add_argument(
         "--input", default="-", help="source file, one sentence per line (- = stdin)"
     )
     parser.add_argument("--output", default="-", help="output file (- = stdout)")
-    parser.add_argument("--beam_size", type=int, default=None, help="beam size (1 = greedy)")
-    parser.add_argument("--n_best", type=int, default=1, help="hypotheses per sentence")
+    parser.add_argument(
+        "--beam_size",
+        type=int,
+        default=None,
+        help="beam size, 1 = greedy (default: the checkpoint's model.beam_size)",
+    )
+    parser.add_argument(
+        "--n_best", type=int, default=1, help="hypotheses per sentence (default: 1)"
+    )
     parser.add_argument(
         "--scores",
         action="store_true",
         help="write score<TAB>text lines (--n_best above 1 always writes scores)",
     )
-    parser.add_argument("--length_penalty", type=float, default=None, help="length penalty alpha")
-    parser.add_argument("--max_tokens", type=int, default=4096, help="source tokens per batch")
+    parser.add_argument(
+        "--length_penalty",
+        type=float,
+        default=None,
+        help="length penalty alpha (default: the checkpoint's model.length_penalty)",
+    )
+    parser.add_argument(
+        "--max_tokens", type=int, default=4096, help="source tokens per batch (default: 4096)"
+    )
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: auto)")
     args = parser.parse_args(list(argv))
 
@@ -144,7 +163,7 @@ def average(argv: Sequence[str]) -> None:
     average`` (weights only) are not counted among them, nor a second name (link) of a file.
     """
     parser = argparse.ArgumentParser(
-        prog="seq2seq average", description=average.__doc__, allow_abbrev=False
+        prog="seq2seq average", description=_plain(average.__doc__), allow_abbrev=False
     )
     parser.add_argument("--inputs", nargs="+", default=None, help="checkpoints to average")
     parser.add_argument(

@@ -136,6 +136,25 @@ def test_help_still_lists_every_option(monkeypatch, capsys):
     assert code == 0
     assert len(out.out.splitlines()) > 50
     assert "--model.d_model" in out.out and "--trainer.max_epochs" in out.out
+    # Docstrings shown as plain text: no reStructuredText markup.
+    assert "``" not in out.out and ":func:" not in out.out and ":class:" not in out.out
+    assert "seq2seq.data.corpus.locate_split" in out.out
+
+
+def test_top_level_and_translate_help_name_every_command_and_default(monkeypatch, capsys):
+    code, captured = _exit_of_main(monkeypatch, capsys, "--help")
+    assert code == 0
+    out = captured.out
+    usage = out[: out.index("\n\n")]
+    for command in ("fit", "validate", "test", "predict", "translate", "average"):
+        assert command in usage, usage
+    assert "Lightning Trainer command line tool" not in out
+    assert "score a checkpoint on the test sets" in " ".join(out.split())
+    code, out = _exit_of_main(monkeypatch, capsys, "translate", "--help")
+    assert code == 0 and "``" not in out.out
+    text = " ".join(out.out.split())
+    assert "(default: the checkpoint's model.beam_size)" in text
+    assert "(default: 4096)" in text
 
 
 def test_fit_fast_dev_run(in_tmp, multi30k_dir, capsys):
