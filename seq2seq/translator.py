@@ -6,6 +6,7 @@ Example::
 
     translator = Translator.from_checkpoint("checkpoints/multi30k_de_en/last.ckpt")
     translator.translate(["Ein Mann fährt Fahrrad."])  # -> ["A man is riding a bike."]
+    translator.translate("Ein Mann fährt Fahrrad.")  # -> "A man is riding a bike."
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import inspect
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import torch
 
@@ -123,9 +124,16 @@ class Translator:
         lines (1-based, the first ten) and the longest (``seq2seq translate`` prints it as a
         ``seq2seq: warning: ...`` line).
 
+        Args:
+            sentences: source sentences, one per entry.
+
+        Returns:
+            One list of token ids per sentence, in input order.
+
         Raises:
-            TypeError: if ``sentences`` is a single string, not a list of sentences, or one
-                of its entries is not a string (naming its 0-based index).
+            TypeError: if ``sentences`` is a single string (pass ``[text]``; unlike
+                :meth:`translate`, ``encode`` takes lists only) or bytes, or one of its
+                entries is not a string (naming its 0-based index).
             ValueError: if an entry holds a line break (``\\n``), naming its 0-based index.
         """
         return self._encode(sentences)
@@ -133,11 +141,15 @@ class Translator:
     def _encode(self, sentences: Sequence[str]) -> list[list[int]]:
         """:meth:`encode`; its warning points at the code that called :meth:`encode` or
         :meth:`translate`."""
-        if isinstance(sentences, str | bytes):
+        if isinstance(sentences, bytes | bytearray):
             raise TypeError(
-                f"sentences must be a list of sentences, not a {type(sentences).__name__} "
-                "(a string would be translated character by character); pass a one-item list: "
-                "translate([text])"
+                f"sentences must be a str or a list of str, not {type(sentences).__name__}: "
+                "decode the text first (text.decode('utf-8'))"
+            )
+        if isinstance(sentences, str):
+            raise TypeError(
+                "sentences must be a list of sentences, not a str (a string would be encoded "
+                "character by character); pass a one-item list: encode([text])"
             )
         sentences = list(sentences)
         for i, sentence in enumerate(sentences):
@@ -180,17 +192,36 @@ class Translator:
             warnings.warn(message, UserWarning, stacklevel=3)
         return encoded
 
+    @overload
+    def translate(
+        self,
+        sentences: str,
+        beam_size: int | None = None,
+        n_best: int = 1,
+        return_scores: bool = False,
+    ) -> str | list[tuple[str, float]]: ...
+
+    @overload
     def translate(
         self,
         sentences: Sequence[str],
         beam_size: int | None = None,
         n_best: int = 1,
         return_scores: bool = False,
-    ) -> list[str] | list[list[tuple[str, float]]]:
-        """Translate sentences, keeping their order.
+    ) -> list[str] | list[list[tuple[str, float]]]: ...
+
+    def translate(
+        self,
+        sentences: str | Sequence[str],
+        beam_size: int | None = None,
+        n_best: int = 1,
+        return_scores: bool = False,
+    ) -> str | list[tuple[str, float]] | list[str] | list[list[tuple[str, float]]]:
+        """Translate one sentence, or a list of sentences keeping their order.
 
         Args:
-            sentences: source sentences, one per entry (newlines inside are not allowed).
+            sentences: one source sentence (a ``str``), or a list (any sequence) of them, one
+                per entry; newlines inside a sentence are not allowed.
             beam_size: ``None`` uses the module's ``beam_size``; 1 is greedy search.
             n_best: with 1, return one string per sentence; with more, a list of
                 ``(text, score)`` pairs per sentence, best first (the score is the
@@ -200,15 +231,27 @@ class Translator:
                 sentence instead of the string.
 
         Returns:
-            One translation (or n-best list) per input sentence, in input order.
+            For a list, one translation (or n-best list) per input sentence, in input order:
+            ``list[str]``, or ``list[list[tuple[str, float]]]`` with ``n_best`` > 1 or
+            ``return_scores``. For a single ``str``, that one sentence's result alone: a
+            ``str``, or its ``list[tuple[str, float]]`` (as Hugging Face pipelines return one
+            result for one input).
 
         Raises:
-            TypeError: if ``sentences`` is a single string (pass ``[text]``), or one of its
-                entries is not a string (naming its 0-based index).
+            TypeError: if ``sentences`` is bytes (decode it first), or one of its entries is
+                not a string (naming its 0-based index).
             ValueError: if an entry holds a line break (``\\n``), naming its 0-based index
-                (``sentences[0] holds a line break ...``), or if ``n_best`` exceeds the beam
-                size.
+                (``sentences[0] holds a line break ...``; for a single string, ``the sentence
+                holds a line break ...``), or if ``n_best`` exceeds the beam size.
         """
+        single = isinstance(sentences, str)
+        if single:
+            if "\n" in sentences:
+                raise ValueError(
+                    "the sentence holds a line break (\\n): translate one sentence per call, "
+                    "or several as a list, e.g. translate(text.splitlines())"
+                )
+            sentences = [sentences]
         encoded = self._encode(sentences)
         order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
         results: list[Any] = [None] * len(encoded)
@@ -229,4 +272,4 @@ class Translator:
             for i, h in zip(chunk, hyps, strict=True):
                 results[i] = h[0][0] if n_best == 1 and not return_scores else h
             start = end
-        return results
+        return results[0] if single else results

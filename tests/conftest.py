@@ -23,12 +23,56 @@ def _multi30k_dir() -> Path:
 MULTI30K = _multi30k_dir()
 
 
+def _multi30k_hint() -> str:
+    """Says where Multi30k was looked for and how to point the tests at it."""
+    env = os.environ.get("SEQ2SEQ_MULTI30K")
+    where = (
+        f"SEQ2SEQ_MULTI30K={env}"
+        if env
+        else "SEQ2SEQ_MULTI30K is unset, so the tests look in ../shared/data/multi30k beside "
+        "the checkout"
+    )
+    return (
+        f"Multi30k not found: {MULTI30K / 'train.de.gz'} does not exist ({where}); set "
+        "SEQ2SEQ_MULTI30K to the folder holding the Multi30k files (train.de.gz, val.en.gz, ...)"
+    )
+
+
 def pytest_collection_modifyitems(config, items):
     if not torch.cuda.is_available():
         skip = pytest.mark.skip(reason="needs a CUDA device")
         for item in items:
             if "gpu" in item.keywords:
                 item.add_marker(skip)
+
+
+def _needs_multi30k(item) -> bool:
+    """Whether a collected test reads Multi30k: it uses the ``multi30k_dir`` fixture (directly
+    or through another fixture such as ``tiny_run``), or its module imports ``MULTI30K``.
+    Tests marked to be skipped do not count."""
+    if item.get_closest_marker("skip") is not None:
+        return False
+    module = getattr(item, "module", None)
+    return "multi30k_dir" in getattr(item, "fixturenames", ()) or hasattr(module, "MULTI30K")
+
+
+def pytest_collection_finish(session):
+    """Stops the run before any test when a selected test needs Multi30k and it is missing,
+    with one message saying where it was looked for and how to point the tests at it
+    (instead of a ``FileNotFoundError`` from every test that reads it).
+
+    Raises:
+        pytest.exit: with exit status 4 (``ExitCode.USAGE_ERROR``) in that case; never with
+            ``--collect-only``.
+    """
+    if session.config.option.collectonly or (MULTI30K / "train.de.gz").is_file():
+        return
+    needing = [item.nodeid for item in session.items if _needs_multi30k(item)]
+    if needing:
+        pytest.exit(
+            f"{_multi30k_hint()}. {len(needing)} selected test(s) use it, e.g. {needing[0]}.",
+            returncode=pytest.ExitCode.USAGE_ERROR,
+        )
 
 
 def quiet_cpu_trainer(root: Path, **kwargs):
@@ -53,7 +97,7 @@ def quiet_cpu_trainer(root: Path, **kwargs):
 def multi30k_dir() -> Path:
     """Folder with Multi30k task-1 raw files (``train.de.gz`` ...)."""
     if not (MULTI30K / "train.de.gz").is_file():
-        pytest.fail(f"Multi30k not found at {MULTI30K}; set SEQ2SEQ_MULTI30K to its folder")
+        pytest.fail(_multi30k_hint())
     return MULTI30K
 
 

@@ -277,16 +277,32 @@ def test_translator_n_best_lists_have_n_entries(tiny_run):
     assert [hyps[0] for hyps in scored] == [hyps[0] for hyps in results]
 
 
-def test_translator_refuses_a_single_string(tiny_run):
+def test_translator_translates_a_single_string_to_a_single_result(tiny_run):
+    """``translate(text)`` returns that sentence's result alone (as Hugging Face pipelines do),
+    not a list, and not one translation per character; lists behave as before."""
     from seq2seq.translator import Translator
 
     translator = Translator.from_checkpoint(tiny_run / "checkpoints/tiny/last.ckpt", device="cpu")
-    text = "Ein Mann fährt Fahrrad."
-    for call in (translator.translate, translator.encode):
-        with pytest.raises(TypeError, match=r"list of sentences.*translate\(\[text\]\)"):
-            call(text)
-    assert len(translator.translate([text], beam_size=1)) == 1
-    assert len(translator.translate((text, text), beam_size=1)) == 2
+    text, other = "Ein Mann fährt Fahrrad.", "Ein Hund läuft."
+    single = translator.translate(text, beam_size=2)
+    assert isinstance(single, str) and [single] == translator.translate([text], beam_size=2)
+    n_best = translator.translate(text, beam_size=2, n_best=2)
+    assert n_best == translator.translate([text], beam_size=2, n_best=2)[0]
+    assert len(n_best) == 2 and all(isinstance(t, str) for t, _ in n_best)
+    assert translator.translate(text, beam_size=2, return_scores=True) == [n_best[0]]
+    assert translator.translate("", beam_size=2) == ""  # nothing to translate: empty
+    assert len(translator.translate((text, other), beam_size=1)) == 2
+    with pytest.warns(UserWarning, match=r"^input line 1 has \d+ tokens") as record:
+        assert isinstance(translator.translate("Hund " * 100, beam_size=1), str)
+    assert len(record) == 1 and record[0].filename == __file__
+    with pytest.raises(ValueError, match=r"^the sentence holds a line break \(\\n\): "):
+        translator.translate(f"{text}\n{other}")
+    with pytest.raises(TypeError, match=r"not bytes: decode the text first"):
+        translator.translate(text.encode())
+    # encode takes lists only: a string would be encoded character by character.
+    with pytest.raises(TypeError, match=r"list of sentences.*encode\(\[text\]\)"):
+        translator.encode(text)
+    assert len(translator.encode([text])) == 1
 
 
 @pytest.mark.parametrize("value", ["", "0", "false", "False", "no", "OFF", " off "])

@@ -148,6 +148,82 @@ def test_tsv_blank_lines_are_skipped_and_a_lone_tab_is_an_empty_pair(tmp_path):
     assert list(iter_tsv(path)) == [("a", "b"), ("c", "d"), ("", "")]
 
 
+@pytest.mark.parametrize("header", ["de\ten", "en\tde", " en \t de "])
+def test_a_tsv_header_sets_which_column_is_the_source(tmp_path, header):
+    """A ``de<TAB>en`` or ``en<TAB>de`` first line is no pair: it names the columns, so a run
+    de->en or en->de reads the right side as the source whatever the column order."""
+    de, en = ["ein Hund", "", "eine Katze"], ["a dog", "", "a cat"]
+    columns = (de, en) if header.split()[0] == "de" else (en, de)
+    body = "".join(f"{a}\t{b}\n" for a, b in zip(*columns, strict=True))
+    path = tmp_path / "train.tsv.gz"
+    path.write_bytes(gzip.compress(f"\ufeff\n  \n{header}\n\n{body}".encode()))
+    assert read_tsv(path, "de", "en") == (de, en)
+    assert read_tsv(path, "en", "de") == (en, de)
+    assert list(iter_tsv(path, src_lang="en", tgt_lang="de")) == list(zip(en, de, strict=True))
+    # The languages reach the reader from locate_split, chunked and streaming reading included.
+    corpus = locate_split(tmp_path, "train", "en", "de")
+    assert corpus.format == "tsv" and corpus.read() == (en, de)
+    for streaming in (False, True):
+        chunks = list(corpus.iter_chunks(2, start=1, streaming=streaming))
+        assert chunks == [(en[1:], de[1:])]
+    # Without languages there is no header detection: column 1 is the source, the header a pair.
+    assert read_tsv(path)[0][0] == header.split("\t")[0]
+    assert len(read_tsv(path)[0]) == 4
+
+
+def test_a_tsv_without_header_keeps_the_column_order(tmp_path):
+    """No header: column 1 is the source whatever the languages (a first pair is no header)."""
+    path = tmp_path / "train.tsv"
+    path.write_text("Hund\tdog\nKatze\tcat\n")
+    assert read_tsv(path, "de", "en") == (["Hund", "Katze"], ["dog", "cat"])
+    assert read_tsv(path, "en", "de") == (["Hund", "Katze"], ["dog", "cat"])
+    path.write_text("de\ten\n")  # a header and nothing else
+    assert read_tsv(path, "de", "en") == ([], [])
+    assert locate_split(tmp_path, "train", "en", "de").read() == ([], [])
+
+
+@pytest.mark.parametrize(
+    ("header", "found"),
+    [
+        ("fr\ten", "'fr' and 'en'"),
+        ("de\tde", "'de' and 'de'"),
+        ("EN\tDE", "'EN' and 'DE'"),
+        ("en\tfr", "'en' and 'fr'"),
+    ],
+)
+def test_a_tsv_header_of_other_languages_is_an_error(tmp_path, header, found):
+    path = tmp_path / "train.tsv"
+    path.write_text(f"{header}\nein Hund\ta dog\n")
+    message = (
+        rf"train\.tsv, line 1: the header names the languages {found}, but "
+        r"data\.src_lang='de' and data\.tgt_lang='en'; a TSV header must name exactly these two"
+    )
+    with pytest.raises(ValueError, match=message):
+        read_tsv(path, "de", "en")
+    with pytest.raises(ValueError, match=message):
+        list(locate_split(tmp_path, "train", "de", "en").iter_chunks(10, streaming=True))
+    path.write_text(f"\n{header}\n")
+    with pytest.raises(ValueError, match=r"train\.tsv, line 2: the header names"):
+        read_tsv(path, "de", "en")
+
+
+def test_a_first_pair_of_short_words_is_no_header(tmp_path):
+    """Two short words naming neither language of the run are a sentence pair, not a header
+    (nor an error)."""
+    path = tmp_path / "train.tsv"
+    path.write_text("die\tthe\nein Hund\ta dog\n")
+    assert read_tsv(path, "de", "en") == (["die", "ein Hund"], ["the", "a dog"])
+    path.write_text("deu_Latn\teng_Latn\nein Hund\ta dog\n")
+    assert read_tsv(path, "de", "en")[0] == ["deu_Latn", "ein Hund"]
+
+
+def test_read_tsv_needs_both_languages_or_neither(tmp_path):
+    path = tmp_path / "train.tsv"
+    path.write_text("de\ten\n")
+    with pytest.raises(ValueError, match=r"train\.tsv: give both src_lang and tgt_lang"):
+        read_tsv(path, "de")
+
+
 @pytest.mark.parametrize("nested", [True, False])
 def test_read_jsonl_both_layouts(tmp_path, val_pairs, nested):
     src, tgt = val_pairs
@@ -236,6 +312,8 @@ def test_locate_split_every_format(tmp_path, val_pairs):
         corpus = locate_split(folder, "val", "de", "en")
         assert corpus.format == fmt, folder
         assert corpus.read() == (src, tgt), folder
+        if fmt != "tsv":  # every other format picks the sides by language (TSV: by header)
+            assert locate_split(folder, "val", "en", "de").read() == (tgt, src), folder
         assert len(corpus.fingerprint()) == 64
         assert len(corpus.stream_fingerprint()) == 64
         # Chunked reading, from any start, gives the same pairs (Parquet: 2 row groups).

@@ -4,7 +4,8 @@ A split of a parallel corpus (``train``, ``val``, ``test_2016_flickr``, ...) can
 
 * two aligned text files ``<split>.<src>`` / ``<split>.<tgt>`` (each optionally ``.gz``),
   one sentence per line;
-* a TSV file ``<split>.tsv[.gz]`` with two tab-separated columns, source then target;
+* a TSV file ``<split>.tsv[.gz]`` with two tab-separated columns: source then target, unless
+  an optional header line (``de<TAB>en``, see :func:`read_tsv`) names the column languages;
 * a JSON-lines file ``<split>.jsonl[.gz]`` whose lines are either
   ``{"translation": {"de": ..., "en": ...}}`` (the Hugging Face layout) or flat
   ``{"de": ..., "en": ...}``;
@@ -26,6 +27,7 @@ import gzip
 import hashlib
 import json
 import os
+import re
 import tempfile
 import urllib.error
 import urllib.request
@@ -254,28 +256,70 @@ def find_split(data_dir: str | Path, split: str, lang: str) -> Path:
     )
 
 
-def read_tsv(path: str | Path) -> tuple[list[str], list[str]]:
-    """Reads a two-column TSV file (source, tab, target), plain or gzip-compressed.
+def read_tsv(
+    path: str | Path, src_lang: str | None = None, tgt_lang: str | None = None
+) -> tuple[list[str], list[str]]:
+    """Reads a two-column TSV file of sentence pairs, plain or gzip-compressed.
 
     Blank lines (no tab, nothing but white space) hold no record and are skipped, as in JSON lines
     (and pandas' ``read_csv``); a pair with both sides empty is a line holding just the tab.
 
+    Which column is the source: with ``src_lang`` and ``tgt_lang`` given, the first non-blank
+    line may be a header naming the two languages, e.g. ``de<TAB>en``, in either order: it is
+    not a pair, and the column headed ``src_lang`` is the source (so ``en<TAB>de`` read with
+    ``src_lang="de"`` swaps the columns). Without a header, or with ``src_lang`` and
+    ``tgt_lang`` left None (no header detection: a header line is read as a pair), column 1 is
+    the source and column 2 the target, whatever the languages.
+
     Args:
         path: The file.
+        src_lang: Source language code, for the header; None reads no header.
+        tgt_lang: Target language code, for the header; None reads no header.
 
     Returns:
-        ``(src_lines, tgt_lines)``.
+        ``(src_lines, tgt_lines)``, of equal length, without the header.
 
     Raises:
         FileNotFoundError: If ``path`` is missing.
         ValueError: If a non-blank line does not have exactly two tab-separated fields
-            (naming the file and the 1-based line), or on invalid UTF-8.
+            (naming the file and the 1-based line), on invalid UTF-8, if only one of
+            ``src_lang`` and ``tgt_lang`` is given, or if the first non-blank line looks like a
+            header (two language codes: 2-3 letters, all lower or all upper case, optionally
+            with ``-``/``_`` subtags such as ``pt_BR``), one of them ``src_lang`` or
+            ``tgt_lang`` in any case, but does not name exactly ``src_lang`` and ``tgt_lang``
+            (naming the file, the line, the codes found and the codes expected). Two short
+            words naming neither (``die<TAB>the``) are a sentence pair.
     """
-    return _unzip(iter_tsv(path))
+    return _unzip(iter_tsv(path, src_lang, tgt_lang))
 
 
-def iter_tsv(path: str | Path) -> Iterator[tuple[str, str]]:
-    """Reads a two-column TSV file pair by pair (see :func:`read_tsv`)."""
+_LANG_CODE = re.compile(r"(?:[a-z]{2,3}|[A-Z]{2,3})(?:[-_][A-Za-z0-9]{2,8})*")
+"""What a TSV header field looks like: ``de``, ``eng``, ``pt_BR``, ``zh-Hans``, ``EN``."""
+
+
+def iter_tsv(
+    path: str | Path, src_lang: str | None = None, tgt_lang: str | None = None
+) -> Iterator[tuple[str, str]]:
+    """Reads a two-column TSV file pair by pair (see :func:`read_tsv`).
+
+    Args:
+        path: The file.
+        src_lang: Source language code, for the header; None reads no header.
+        tgt_lang: Target language code, for the header; None reads no header.
+
+    Yields:
+        ``(src, tgt)``; a header line yields nothing.
+
+    Raises:
+        FileNotFoundError: If ``path`` is missing.
+        ValueError: As :func:`read_tsv` (on the offending line, after the pairs before it).
+    """
+    if (src_lang is None) != (tgt_lang is None):
+        raise ValueError(
+            f"Reading {path}: give both src_lang and tgt_lang (for the TSV header) or neither; "
+            f"got src_lang={src_lang!r}, tgt_lang={tgt_lang!r}."
+        )
+    first, swap = src_lang is not None, False
     for number, line in enumerate(iter_lines(path), start=1):
         if "\t" not in line and not line.strip():
             continue
@@ -285,7 +329,35 @@ def iter_tsv(path: str | Path) -> Iterator[tuple[str, str]]:
                 f"{path}, line {number}: expected 2 tab-separated fields (source, target), "
                 f"found {len(fields)}."
             )
-        yield fields[0], fields[1]
+        if first:
+            first = False
+            header = _tsv_header(fields, src_lang, tgt_lang, f"{path}, line {number}")
+            if header is not None:
+                swap = header
+                continue
+        yield (fields[1], fields[0]) if swap else (fields[0], fields[1])
+
+
+def _tsv_header(fields: list[str], src_lang: str, tgt_lang: str, where: str) -> bool | None:
+    """Whether the first line ``fields`` is a header with the columns (target, source) (True)
+    or (source, target) (False); None if it is a sentence pair. Raises ValueError for a header
+    of other languages."""
+    codes = [field.strip() for field in fields]
+    if codes == [src_lang, tgt_lang]:
+        return False
+    if codes == [tgt_lang, src_lang]:
+        return True
+    mine = {src_lang.lower(), tgt_lang.lower()}
+    if all(_LANG_CODE.fullmatch(code) for code in codes) and mine & {c.lower() for c in codes}:
+        raise ValueError(
+            f"{where}: the header names the languages {codes[0]!r} and {codes[1]!r}, but "
+            f"data.src_lang={src_lang!r} and data.tgt_lang={tgt_lang!r}; a TSV header must "
+            f"name exactly these two ({src_lang}<TAB>{tgt_lang} or {tgt_lang}<TAB>{src_lang}). "
+            "Set --data.src_lang and --data.tgt_lang to the file's languages, fix the header, "
+            f"or, if this line is a sentence pair, put the header {src_lang}<TAB>{tgt_lang} "
+            "before it."
+        )
+    return None
 
 
 def _unzip(pairs: Iterator[tuple[str, str]]) -> tuple[list[str], list[str]]:
@@ -501,7 +573,7 @@ class CorpusSplit:
             if self.format == "text":
                 pairs = iter_parallel(*self.paths)
             elif self.format == "tsv":
-                pairs = iter_tsv(self.paths[0])
+                pairs = iter_tsv(self.paths[0], self.src_lang, self.tgt_lang)
             else:
                 pairs = iter_jsonl(self.paths[0], self.src_lang, self.tgt_lang)
             next(islice(pairs, start, start), None)  # skips `start` pairs
@@ -577,7 +649,7 @@ class CorpusSplit:
         if self.format == "text":
             return read_parallel(*self.paths)
         if self.format == "tsv":
-            return read_tsv(self.paths[0])
+            return read_tsv(self.paths[0], self.src_lang, self.tgt_lang)
         if self.format == "jsonl":
             return read_jsonl(self.paths[0], self.src_lang, self.tgt_lang)
         return read_hf_dataset(self._hf_dataset(), self.src_lang, self.tgt_lang, self.describe())
