@@ -33,7 +33,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities.exceptions import MisconfigurationException, SIGTERMException
-from lightning.pytorch.utilities.rank_zero import rank_zero_only, rank_zero_warn
+from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_only, rank_zero_warn
 
 from seq2seq.callbacks import TextProgress, TranslationWriter
 from seq2seq.checkpoint import (
@@ -45,6 +45,7 @@ from seq2seq.checkpoint import (
 )
 from seq2seq.data.corpus import iter_lines
 from seq2seq.data.datamodule import TranslationDataModule, cli_value
+from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.evaluation import write_lines
 from seq2seq.files import check_output_file
 from seq2seq.module import (
@@ -306,6 +307,15 @@ class Seq2SeqCLI(LightningCLI):
             "in trainer.callbacks (where fit writes them and where --ckpt_path best and last "
             "are looked up).",
         )
+        parser.add_argument(
+            "--init_from",
+            type=str | None,
+            default=None,
+            help="fit only: start a new run from the model weights of this checkpoint (written "
+            "by seq2seq fit or seq2seq average), with its model settings and SentencePiece "
+            "model; optimizer, learning-rate schedule, step count and data position start "
+            "afresh (fine-tuning). Not with --ckpt_path, which resumes a run.",
+        )
 
     def parse_arguments(self, parser, args) -> None:
         super().parse_arguments(parser, args)
@@ -317,6 +327,9 @@ class Seq2SeqCLI(LightningCLI):
             _set_checkpoint_dirs(config, config["checkpoint_dir"])
         ckpt_path = config.get("ckpt_path")
         self._resumed_step = None
+        self._init_from = None
+        if config.get("init_from"):
+            self._parse_init_from(subcommand, config)
         if subcommand in _USES:
             if not ckpt_path:
                 verb, verbs = _USES[subcommand]
@@ -394,6 +407,41 @@ class Seq2SeqCLI(LightningCLI):
                 refusal = TranslationDataModule.resume_refusal(data_state, config["data"])
                 if refusal:
                     raise ValueError(f"{config['ckpt_path']}: {refusal}")
+
+    def _parse_init_from(self, subcommand: str, config) -> None:
+        """Check ``--init_from`` and take the model settings from its checkpoint (before any
+        data is read)."""
+        path = config["init_from"]
+        parser = self._subcommand_parsers[subcommand]
+        if subcommand != "fit":
+            parser.error(
+                f"--init_from is for fit (a new run from a checkpoint's weights), not {subcommand}"
+            )
+        if config.get("ckpt_path"):
+            parser.error(
+                "give either --ckpt_path (resume a run: its optimizer, schedule and data "
+                "position too) or --init_from (a new run from a checkpoint's weights), not both"
+            )
+        checkpoint = load_checkpoint(path, mmap=True)
+        check_model_checkpoint(checkpoint, path)
+        if tokenizer_from_checkpoint(checkpoint) is None:
+            raise CheckpointError(f"--init_from {path} holds no SentencePiece model")
+        saved = checkpoint.get(CHECKPOINT_KEY, {}).get("model_config", {})
+        if saved:
+            _warn_other_architecture("fit --init_from", path, saved, config["model"])
+            for key, value in saved.items():
+                config["model"][key] = value
+            for key in _DATA_LINKED:
+                if key in saved:
+                    config["data"][key] = saved[key]
+        other = _other_languages(checkpoint, config["data"])
+        if other and rank_zero_only.rank == 0:
+            print(
+                f"seq2seq: warning: --init_from {path} was trained {other}; fit trains "
+                "it on the configured pairs",
+                file=sys.stderr,
+            )
+        self._init_from = path
 
     def _parse_ckpt_path(self) -> None:
         """Take the model architecture (not decoding settings) from ``--ckpt_path``."""
@@ -634,6 +682,9 @@ class Seq2SeqCLI(LightningCLI):
             )
 
     def after_instantiate_classes(self) -> None:
+        if getattr(self, "_init_from", None) and self.subcommand == "fit":
+            self._load_initial_weights(self._init_from)
+            return
         ckpt_path = self.config[self.subcommand].get("ckpt_path") if self.subcommand else None
         if (
             not _untrained_or_none(ckpt_path)
@@ -648,6 +699,34 @@ class Seq2SeqCLI(LightningCLI):
             if tokenizer is not None:
                 self.datamodule.tokenizer = tokenizer
                 self.model.tokenizer = tokenizer
+
+    def _load_initial_weights(self, path: str) -> None:
+        """``fit --init_from``: the checkpoint's SentencePiece model and model weights, before
+        the data is prepared (no SentencePiece model is trained)."""
+        checkpoint = load_checkpoint(path, mmap=True)
+        tokenizer = tokenizer_from_checkpoint(checkpoint)
+        named = getattr(self.datamodule, "tokenizer_path", None)
+        if named and Path(named).is_file():
+            if Tokenizer.load(named).to_bytes() != tokenizer.to_bytes():
+                raise ValueError(
+                    f"--data.tokenizer_path {named} is another SentencePiece model than the one "
+                    f"--init_from {path} was trained with; leave data.tokenizer_path unset (the "
+                    "checkpoint's is used)"
+                )
+        self.datamodule.tokenizer = tokenizer
+        self.model.tokenizer = tokenizer
+        state = {
+            key[len("model.") :]: value
+            for key, value in checkpoint["state_dict"].items()
+            if key.startswith("model.")
+        }
+        self.model.model.load_state_dict(state)
+        step = checkpoint.get("global_step")
+        rank_zero_info(
+            f"initialised the model from {path}"
+            + (f" (trained {step} steps)" if step is not None else "")
+            + "; optimizer, learning-rate schedule, step count and data position start afresh"
+        )
 
 
 def _streaming_validation_advice(trainer: L.Trainer, datamodule) -> str | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import re
 import signal
 import subprocess
 import sys
@@ -1059,3 +1060,47 @@ def test_a_score_on_part_of_a_set_says_so(tiny_run, multi30k_dir, monkeypatch, c
     assert scored and scored[0].strip().endswith(
         "of the 1000 sentences (--trainer.limit_test_batches): not the whole set's score"
     ), out
+
+
+def test_init_from_starts_a_new_run_from_a_checkpoints_weights(tiny_run, multi30k_dir, in_tmp):
+    """fit --init_from: the checkpoint's model settings, SentencePiece model and weights (here
+    kept unchanged by a zero learning rate), a fresh optimizer and step count; no SentencePiece
+    model is trained. Not with --ckpt_path, nor for other commands."""
+    source = tiny_run / "checkpoints/tiny/last.ckpt"
+    saved = load_checkpoint(source)
+    assert saved["global_step"] > 1
+    cli = cli_main(
+        [
+            "fit", "--config", str(CONFIGS / "tiny.yaml"),
+            "--data.data_dir", str(multi30k_dir), "--data.cache_dir", "cache",
+            "--init_from", str(source), "--checkpoint_dir", "finetuned",
+            "--model.d_model", "48",  # the checkpoint's settings win (with a warning)
+            "--model.optimizer.init_args.lr", "0.0", "--trainer.max_steps", "1",
+            "--trainer.limit_val_batches", "0",
+        ]
+    )  # fmt: skip
+    assert cli.trainer.global_step == 1
+    state = cli.model.state_dict()
+    for key, value in saved["state_dict"].items():
+        torch.testing.assert_close(state[key], value, rtol=0, atol=0, msg=key)
+    assert cli.datamodule.tokenizer.to_bytes() == cli.model.tokenizer.to_bytes()
+    assert not list((in_tmp / "cache").glob("*.model"))  # the checkpoint's, none trained
+    written = load_checkpoint(in_tmp / "finetuned/last.ckpt")
+    assert written["global_step"] == 1
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["fit", "--ckpt_path", "x.ckpt"], "give either --ckpt_path .* or --init_from"),
+        (["test", "--ckpt_path", "x.ckpt"], "--init_from is for fit"),
+    ],
+)
+def test_init_from_is_refused_with_a_resume_or_outside_fit(
+    tiny_run, in_tmp, monkeypatch, capsys, argv, message
+):
+    source = str(tiny_run / "checkpoints/tiny/last.ckpt")
+    config = ["--config", str(CONFIGS / "tiny.yaml"), "--init_from", source]
+    code, _, err = run_main(monkeypatch, capsys, argv[0], *config, *argv[1:])
+    assert code == 2
+    assert re.search(message, err[0]), err
