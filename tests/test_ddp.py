@@ -39,8 +39,9 @@ TIMEOUT_S = 240  # per subprocess run; a hang fails the test instead of blocking
 
 
 class Recorder(L.Callback):
-    """Writes, per rank, the loss of every training batch before its step, the indices of the
-    held-out sentences the rank decoded, the held-out scores and the final parameters."""
+    """Writes, per rank, the loss of every training batch before its step, the logged
+    ``train/loss`` of every optimizer step, the indices of the held-out sentences the rank
+    decoded, the held-out scores and the final parameters."""
 
     def __init__(self, out_dir: str = "records") -> None:
         self.out_dir = Path(out_dir)
@@ -54,6 +55,11 @@ class Recorder(L.Callback):
             )
         mean = float(loss_sum) / batch["n_tokens"]
         self.record["train"].append([sorted(batch["index"].tolist()), mean])
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        logged = trainer.callback_metrics.get("train/loss")  # of the last optimizer step
+        if logged is not None and trainer.global_step:
+            self.record.setdefault("logged", {})[str(trainer.global_step)] = float(logged)
 
     def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, *_) -> None:
         self.record["val_indices"].append(batch["index"].tolist())
@@ -208,6 +214,22 @@ def test_ddp_training_equals_single_process(fits):
         params = torch.load(ddp / f"records/params{rank}.pt")
         for name, value in reference.items():
             torch.testing.assert_close(params[name], value, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_logged_training_loss_is_the_whole_steps_on_every_rank(fits):
+    """train/loss of each optimizer step covers both of its batches: the same value logged by
+    the single process (accumulating 2) and by both DDP ranks (one batch each)."""
+    single, ddp = fits
+    (one,) = _records(single, 1)
+    two = _records(ddp, 2)
+    assert sorted(one["logged"]) == ["1", "2", "3"]
+    for rank in two:
+        assert rank["logged"].keys() == one["logged"].keys()
+        for step, loss in one["logged"].items():
+            assert rank["logged"][step] == pytest.approx(loss, rel=1e-5), step
+    # Not one of the two batches' own losses (the batches differ).
+    first_step = [loss for _, loss in one["train"][:2]]
+    assert all(abs(one["logged"]["1"] - loss) > 1e-4 for loss in first_step)
 
 
 def test_ddp_validation_equals_single_process(fits):
