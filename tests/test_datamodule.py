@@ -495,3 +495,23 @@ def test_downloads_only_the_splits_the_stage_reads(corpus, tmp_path, monkeypatch
         dm.trainer = SimpleNamespace(state=SimpleNamespace(fn=SimpleNamespace(value=stage)))
     dm.prepare_data()
     assert asked == wanted
+
+
+def test_both_directions_share_one_sentencepiece_model(corpus, tmp_path, caplog):
+    """An en->de run reuses the joint model a de->en run trained on the same corpus (cached under
+    the name and digest of the de-en reading), and the other way round."""
+    cache = tmp_path / "cache"
+    with caplog.at_level(logging.INFO):
+        forward = _dm(corpus, cache, src_lang="en", tgt_lang="de")
+        forward.prepare_data()
+        assert caplog.text.count("Training a unigram SentencePiece model") == 1
+        backward = _dm(corpus, cache)  # de -> en
+        backward.prepare_data()
+        assert caplog.text.count("Training a unigram SentencePiece model") == 1
+    models = sorted(p.name for p in cache.glob("*.model"))
+    assert len(models) == 1 and models[0].startswith("spm_deen_unigram_600_")
+    forward.setup("fit")
+    backward.setup("fit")
+    assert forward.tokenizer.to_bytes() == backward.tokenizer.to_bytes()
+    # The tokenised splits are per direction: source and target swapped.
+    assert forward.train_set[0]["src"][:-1] == backward.train_set[0]["tgt"]

@@ -32,7 +32,7 @@ import tempfile
 import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import islice
 from pathlib import Path
 
@@ -520,6 +520,11 @@ class CorpusSplit:
     paths: tuple[Path, ...] = ()
     hf_name: str | None = None
     hf_config: str | None = None
+
+    def reversed(self) -> CorpusSplit:
+        """The same split read in the other direction (source and target swapped)."""
+        paths = self.paths[::-1] if self.format == "text" else self.paths
+        return replace(self, src_lang=self.tgt_lang, tgt_lang=self.src_lang, paths=paths)
 
     def describe(self) -> str:
         """Human-readable location, for messages (e.g. ``data/train.de.gz + data/train.en.gz``)."""

@@ -438,7 +438,7 @@ class TranslationDataModule(L.LightningDataModule):
             corpus = f"{train.fingerprint()}|{self.spm_input_sentence_size}"
         settings = f"{corpus}|{self.character_coverage}|{self.byte_fallback}|{self.seed}"
         digest = hashlib.sha256(settings.encode()).hexdigest()[:12]
-        name = f"spm_{self.src_lang}{self.tgt_lang}_{self.spm_model_type}_{self.vocab_size}"
+        name = f"spm_{train.src_lang}{train.tgt_lang}_{self.spm_model_type}_{self.vocab_size}"
         return self.cache_dir / f"{name}_{digest}.model"
 
     def _prepare_tokenizer(self) -> Tokenizer:
@@ -447,7 +447,12 @@ class TranslationDataModule(L.LightningDataModule):
             tokenizer = Tokenizer.load(self.tokenizer_path)
             path = Path(self.tokenizer_path)
         else:
+            # One joint model serves both directions of a language pair: it is trained on (and
+            # cached under the name and digest of) the split read in the order of the language
+            # codes (de-en for an en->de run too).
             train = self._locate(self.train_split)
+            if train.src_lang > train.tgt_lang:
+                train = train.reversed()
             path = self._tokenizer_file(train)
             if path.is_file():
                 tokenizer = Tokenizer.load(path)
