@@ -475,25 +475,32 @@ def test_same_source_and_target_language_is_warned_about(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("stage", "wanted"),
+    ("own", "stage", "wanted"),
     [
-        ("fit", []),  # train and val are there; the missing test set is not fit's
-        (None, ["test_2016_flickr.de.gz", "test_2016_flickr.en.gz"]),
+        (False, "fit", []),  # train and val are there; the missing test set is not fit's
+        (False, "test", ["test_2016_flickr.de.gz", "test_2016_flickr.en.gz"]),
+        (False, None, ["test_2016_flickr.de.gz", "test_2016_flickr.en.gz"]),
+        (True, "test", []),  # a corpus of one's own is never completed with Multi30k files
+        (True, None, []),
     ],
 )
-def test_downloads_only_the_splits_the_stage_reads(corpus, tmp_path, monkeypatch, stage, wanted):
-    """``fit`` on a folder holding train and val but no Multi30k test set downloads nothing
-    (download=True); without a stage (direct use), every configured split is completed."""
-    folder = tmp_path / "own"
+def test_downloads_only_the_multi30k_splits_the_stage_reads(
+    corpus, tmp_path, monkeypatch, own, stage, wanted
+):
+    """With download=True, a Multi30k folder (its own train files) lacking the test set gets
+    the test files for ``test`` (or without a stage), not for ``fit``; a folder of one's own
+    (other train files under the same names) gets nothing: the missing split is reported."""
+    folder = tmp_path / "data"
     folder.mkdir()
     for name in ("train.de.gz", "train.en.gz", "val.de.gz", "val.en.gz"):
-        (folder / name).write_bytes((corpus / name).read_bytes())
+        source = corpus if own or name.startswith("val") else MULTI30K
+        (folder / name).write_bytes((source / name).read_bytes())
     asked = []
     monkeypatch.setattr(datamodule, "download_multi30k", lambda d, files: asked.extend(files))
-    dm = _dm(folder, tmp_path / "cache", download=True)
+    dm = _dm(folder, tmp_path / "cache", download=True, tokenizer_path=None)
     if stage is not None:
         dm.trainer = SimpleNamespace(state=SimpleNamespace(fn=SimpleNamespace(value=stage)))
-    dm.prepare_data()
+    dm._download_missing(training=stage != "test", stage=stage)
     assert asked == wanted
 
 

@@ -35,6 +35,7 @@ from seq2seq.data.batching import (
 from seq2seq.data.corpus import (
     MULTI30K_SHA256,
     CorpusSplit,
+    _sha256,
     download_multi30k,
     locate_split,
     read_lines,
@@ -405,8 +406,14 @@ class TranslationDataModule(L.LightningDataModule):
         """Downloads the Multi30k files that cannot be found of the splits ``stage`` reads
         (every configured split for ``None``): the training split when ``training``, the
         held-out splits of :meth:`_stage_splits`. ``fit`` on a corpus of one's own therefore
-        fetches no Multi30k test set."""
+        fetches no Multi30k test set.
+
+        Only a Multi30k folder is completed: one without a training split yet, or whose
+        ``train.<lang>.gz`` files are Multi30k's own (by SHA-256). A corpus of one's own that
+        lacks a split is never filled with Multi30k's: the missing split is reported."""
         if not self.download or self.hf_dataset is not None:
+            return
+        if not self._multi30k_folder():
             return
         splits = self._all_splits() if stage is None else self._stage_splits(stage)
         if stage is not None and training:
@@ -427,6 +434,20 @@ class TranslationDataModule(L.LightningDataModule):
         if wanted:
             rank_zero_info(f"Downloading {', '.join(wanted)} into {self.data_dir}")
             download_multi30k(self.data_dir, files=wanted)
+
+    def _multi30k_folder(self) -> bool:
+        """Whether ``data_dir`` holds no training split or Multi30k's own training files."""
+        try:
+            train = self._locate(self.train_split)
+        except FileNotFoundError:
+            return True
+        expected = [f"{self.train_split}.{lang}.gz" for lang in (self.src_lang, self.tgt_lang)]
+        if train.format != "text" or not all(name in MULTI30K_SHA256 for name in expected):
+            return False
+        return all(
+            path.name in MULTI30K_SHA256 and _sha256(path) == MULTI30K_SHA256[path.name]
+            for path in train.paths
+        )
 
     # ------------------------------------------------------------------ tokenizer
     def _tokenizer_file(self, train: CorpusSplit) -> Path:
