@@ -274,14 +274,33 @@ class Seq2SeqCLI(LightningCLI):
     """
 
     def setup_parser(self, add_subcommands: bool, main_kwargs: dict, subparser_kwargs: dict):
-        main_kwargs = {"description": _DESCRIPTION, "usage": _USAGE, **main_kwargs}
+        main_kwargs = {"description": _DESCRIPTION, **main_kwargs}
         super().setup_parser(add_subcommands, main_kwargs, subparser_kwargs)
+        self.parser.usage = _USAGE  # after the subcommands, whose own usage starts with prog
         for action in self.parser._actions:  # the subcommands' one-line helps: seq2seq's words
             for choice in getattr(action, "_choices_actions", []):
                 choice.help = _SUBCOMMAND_HELP.get(choice.dest, choice.help)
 
     def _prepare_subcommand_parser(self, klass, subcommand: str, **kwargs):
         parser = super()._prepare_subcommand_parser(klass, subcommand, **kwargs)
+        if subcommand in _SUBCOMMAND_HELP:  # not Lightning's first sentences, cut short
+            parser.description = _SUBCOMMAND_HELP[subcommand][0].upper() + (
+                _SUBCOMMAND_HELP[subcommand][1:] + "."
+            )
+        for group in parser._action_groups:  # the method's argument group: the same words
+            if group.title and group.title.startswith(("Runs the full", "Perform one", "Run inf")):
+                group.title = f"{subcommand} arguments"
+        if subcommand == "fit":
+            for action in parser._actions:
+                if action.dest == "ckpt_path":
+                    action.help = (
+                        "Resume the run of this checkpoint: last (the last.ckpt in the dirpath "
+                        "of the config's ModelCheckpoint; without one, a new run starts, with a "
+                        "warning) or the last.ckpt file of a run. A checkpoint older than its "
+                        "folder's last.ckpt, best included, is refused (resuming it would "
+                        "overwrite the later checkpoints): start a new run from it with "
+                        "--init_from FILE --checkpoint_dir NEW."
+                    )
         if subcommand in _USES:
             for action in parser._actions:
                 if action.dest == "ckpt_path":
@@ -375,11 +394,14 @@ class Seq2SeqCLI(LightningCLI):
             checkpoint = load_checkpoint(config["ckpt_path"], mmap=True)
             check_model_checkpoint(checkpoint, config["ckpt_path"], trainer=True)
             self._resumed_step = checkpoint.get("global_step")
+            if subcommand == "fit":
+                _refuse_resuming_behind_last(config["ckpt_path"], self._resumed_step)
             if subcommand == "fit" and "optimizer_states" not in checkpoint:
                 raise CheckpointError(
                     f"{config['ckpt_path']} holds model weights only (e.g. written by "
                     "`seq2seq average`): training cannot resume from it; give a checkpoint "
-                    "written by `seq2seq fit`"
+                    "written by `seq2seq fit`, or start a new run from its weights with "
+                    f"--init_from {config['ckpt_path']}"
                 )
             saved = checkpoint.get(CHECKPOINT_KEY, {}).get("model_config", {})
             if subcommand == "fit" and saved and hasattr(config.get("model"), "get"):
@@ -1036,6 +1058,30 @@ def _checkpoint_dirs(config) -> list[Path]:
         for init_args in _model_checkpoints(config)
         if hasattr(init_args, "get") and init_args.get("dirpath")
     ]
+
+
+def _refuse_resuming_behind_last(ckpt_path: str | Path, step: int | None) -> None:
+    """Refuses ``fit --ckpt_path`` with a checkpoint older than the ``last.ckpt`` of its own
+    folder (``best``, say): the resumed run would write its checkpoints over the later ones.
+
+    Raises:
+        ValueError: naming both steps and the ways out.
+    """
+    path = Path(ckpt_path)
+    last = path.parent / "last.ckpt"
+    if step is None or not last.is_file() or os.path.samefile(last, path):
+        return
+    try:
+        last_step = load_checkpoint(last, mmap=True).get("global_step")
+    except (OSError, CheckpointError):
+        return
+    if last_step is not None and last_step > step:
+        raise ValueError(
+            f"--ckpt_path {path} is at step {step}, behind {last} (step {last_step}): resuming "
+            "it would overwrite the run's later checkpoints; resume the run with --ckpt_path "
+            f"last, or start a new run from {path.name} with --init_from {path} "
+            "--checkpoint_dir NEW_FOLDER"
+        )
 
 
 def _checkpoint_languages(checkpoint: dict) -> tuple[str, str] | None:

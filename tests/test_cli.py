@@ -156,6 +156,14 @@ def test_top_level_and_translate_help_name_every_command_and_default(monkeypatch
     text = " ".join(out.out.split())
     assert "(default: the checkpoint's model.beam_size)" in text
     assert "(default: 4096)" in text
+    # A command's own help: its usage line alone, seq2seq's summary, no sentence cut short.
+    code, out = _exit_of_main(monkeypatch, capsys, "test", "--help")
+    assert code == 0 and out.out.startswith("usage: seq2seq [options] test ")
+    assert "{translate,average}" not in out.out and "never run on your" not in out.out
+    assert "Score a checkpoint on the test sets" in out.out
+    code, out = _exit_of_main(monkeypatch, capsys, "fit", "--help")
+    text = " ".join(out.out.split())
+    assert '"hpc"' not in text and "Resume the run of this checkpoint" in text
 
 
 def test_fit_fast_dev_run(in_tmp, multi30k_dir, capsys):
@@ -1104,3 +1112,32 @@ def test_init_from_is_refused_with_a_resume_or_outside_fit(
     code, _, err = run_main(monkeypatch, capsys, argv[0], *config, *argv[1:])
     assert code == 2
     assert re.search(message, err[0]), err
+
+
+def test_resuming_a_checkpoint_behind_its_folders_last_is_refused(
+    tiny_run, multi30k_dir, in_tmp, monkeypatch, capsys
+):
+    """fit --ckpt_path with a checkpoint older than its folder's last.ckpt (best, say) would
+    overwrite the later checkpoints: refused, naming both steps and --init_from."""
+    import shutil
+
+    copy = in_tmp / "run"
+    shutil.copytree(tiny_run / "checkpoints/tiny", copy)
+    steps = {
+        path: load_checkpoint(path, mmap=True)["global_step"]
+        for path in copy.glob("*.ckpt")
+        if path.name != "last.ckpt"
+    }
+    older = min(steps, key=steps.get)
+    last_step = load_checkpoint(copy / "last.ckpt", mmap=True)["global_step"]
+    assert steps[older] < last_step
+    before = sorted((p.name, p.stat().st_mtime_ns) for p in copy.iterdir())
+    code, _, err = run_main(
+        monkeypatch, capsys, "fit", "--config", str(CONFIGS / "tiny.yaml"),
+        "--data.data_dir", str(multi30k_dir), "--checkpoint_dir", str(copy),
+        "--ckpt_path", str(older),
+    )  # fmt: skip
+    assert code == 1
+    assert f"is at step {steps[older]}, behind {copy / 'last.ckpt'} (step {last_step})" in err[-1]
+    assert "--init_from" in err[-1]
+    assert sorted((p.name, p.stat().st_mtime_ns) for p in copy.iterdir()) == before
