@@ -296,9 +296,9 @@ class Seq2SeqCLI(LightningCLI):
                     action.help = (
                         "Resume the run of this checkpoint: last (the last.ckpt in the dirpath "
                         "of the config's ModelCheckpoint; without one, a new run starts, with a "
-                        "warning) or the last.ckpt file of a run. A checkpoint older than its "
-                        "folder's last.ckpt, best included, is refused (resuming it would "
-                        "overwrite the later checkpoints): start a new run from it with "
+                        "warning) or a checkpoint file. From a checkpoint older than its "
+                        "folder's last.ckpt (best, say) the resumed run overwrites the later "
+                        "checkpoints, with a warning; to keep them, start a new run from it with "
                         "--init_from FILE --checkpoint_dir NEW."
                     )
         if subcommand in _USES:
@@ -395,7 +395,7 @@ class Seq2SeqCLI(LightningCLI):
             check_model_checkpoint(checkpoint, config["ckpt_path"], trainer=True)
             self._resumed_step = checkpoint.get("global_step")
             if subcommand == "fit":
-                _refuse_resuming_behind_last(config["ckpt_path"], self._resumed_step)
+                _warn_resuming_behind_last(config["ckpt_path"], self._resumed_step)
             if subcommand == "fit" and "optimizer_states" not in checkpoint:
                 raise CheckpointError(
                     f"{config['ckpt_path']} holds model weights only (e.g. written by "
@@ -1060,13 +1060,10 @@ def _checkpoint_dirs(config) -> list[Path]:
     ]
 
 
-def _refuse_resuming_behind_last(ckpt_path: str | Path, step: int | None) -> None:
-    """Refuses ``fit --ckpt_path`` with a checkpoint older than the ``last.ckpt`` of its own
-    folder (``best``, say): the resumed run would write its checkpoints over the later ones.
-
-    Raises:
-        ValueError: naming both steps and the ways out.
-    """
+def _warn_resuming_behind_last(ckpt_path: str | Path, step: int | None) -> None:
+    """Warns (one line, global rank 0) when ``fit --ckpt_path`` names a checkpoint older than
+    the ``last.ckpt`` of its own folder (``best``, say): the resumed run writes its checkpoints
+    over the later ones, ``last.ckpt`` included (as fairseq's ``--restore-file`` does)."""
     path = Path(ckpt_path)
     last = path.parent / "last.ckpt"
     if step is None or not last.is_file() or os.path.samefile(last, path):
@@ -1075,12 +1072,13 @@ def _refuse_resuming_behind_last(ckpt_path: str | Path, step: int | None) -> Non
         last_step = load_checkpoint(last, mmap=True).get("global_step")
     except (OSError, CheckpointError):
         return
-    if last_step is not None and last_step > step:
-        raise ValueError(
-            f"--ckpt_path {path} is at step {step}, behind {last} (step {last_step}): resuming "
-            "it would overwrite the run's later checkpoints; resume the run with --ckpt_path "
-            f"last, or start a new run from {path.name} with --init_from {path} "
-            "--checkpoint_dir NEW_FOLDER"
+    if last_step is not None and last_step > step and rank_zero_only.rank == 0:
+        print(
+            f"seq2seq: warning: --ckpt_path {path} is at step {step}, behind {last} (step "
+            f"{last_step}): the resumed run writes its checkpoints over the later ones; to keep "
+            f"them, resume with --ckpt_path last, or start a new run from it with --init_from "
+            f"{path} --checkpoint_dir NEW_FOLDER",
+            file=sys.stderr,
         )
 
 
