@@ -25,18 +25,23 @@ def _module() -> TranslationModule:
     )
 
 
-def _batch() -> dict:
-    """Three pairs of different lengths (16 target tokens with EOS), padded."""
-    g = torch.Generator().manual_seed(0)
+def _batch_of(seed: int, lengths: list[tuple[int, int]]) -> dict:
+    """Pairs of random ids with the given (source, target) lengths, padded."""
+    g = torch.Generator().manual_seed(seed)
     examples = [
         {
             "index": i,
             "src": torch.randint(4, 40, (n,), generator=g).tolist() + [3],
             "tgt": torch.randint(4, 40, (m,), generator=g).tolist(),
         }
-        for i, (n, m) in enumerate([(5, 9), (2, 3), (11, 1)])
+        for i, (n, m) in enumerate(lengths)
     ]
     return collate(examples, pad_id=0)
+
+
+def _batch() -> dict:
+    """Three pairs of different lengths (16 target tokens with EOS), padded."""
+    return _batch_of(0, [(5, 9), (2, 3), (11, 1)])
 
 
 def test_fused_loss_path_equals_full_logits_path():
@@ -91,19 +96,6 @@ def test_min_len_above_the_maximum_length_is_allowed_and_the_maximum_wins():
     limits = dict(max_len_a=hp.max_len_a, max_len_b=hp.max_len_b, min_len=hp.min_len)
     for hyps in greedy_search(module.model.eval(), src, None, 2, 3, **limits):
         assert len(hyps[0].tokens) == 3
-
-
-def _batch_of(seed: int, lengths: list[tuple[int, int]]) -> dict:
-    g = torch.Generator().manual_seed(seed)
-    examples = [
-        {
-            "index": i,
-            "src": torch.randint(4, 40, (n,), generator=g).tolist() + [3],
-            "tgt": torch.randint(4, 40, (m,), generator=g).tolist(),
-        }
-        for i, (n, m) in enumerate(lengths)
-    ]
-    return collate(examples, pad_id=0)
 
 
 def test_logged_training_loss_covers_every_micro_batch_of_the_step(tmp_path):

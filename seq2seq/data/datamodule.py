@@ -413,8 +413,6 @@ class TranslationDataModule(L.LightningDataModule):
         lacks a split is never filled with Multi30k's: the missing split is reported."""
         if not self.download or self.hf_dataset is not None:
             return
-        if not self._multi30k_folder():
-            return
         splits = self._all_splits() if stage is None else self._stage_splits(stage)
         if stage is not None and training:
             splits = [self.train_split, *splits]
@@ -431,7 +429,7 @@ class TranslationDataModule(L.LightningDataModule):
                     for name in names
                     if name in MULTI30K_SHA256 and not (self.data_dir / name[:-3]).is_file()
                 ]
-        if wanted:
+        if wanted and self._multi30k_folder():  # hashes the training files only then
             rank_zero_info(f"Downloading {', '.join(wanted)} into {self.data_dir}")
             download_multi30k(self.data_dir, files=wanted)
 
