@@ -85,6 +85,10 @@ def translate(argv: Sequence[str]) -> None:
             parser.error(f"--output {args.output} is the input file; give another file name")
         if output.exists() and Path(args.ckpt_path).exists() and output.samefile(args.ckpt_path):
             parser.error(f"--output {args.output} is the checkpoint; give another file name")
+    source = Path(args.input)
+    if args.input != "-" and (source.is_dir() or not source.exists()):  # a pipe is fine
+        what = "is a folder" if source.is_dir() else "not found"
+        raise FileNotFoundError(f"--input {args.input}: {what} (a file, or - for stdin)")
     if args.ckpt_path in ("best", "last") and not Path(args.ckpt_path).exists():
         raise FileNotFoundError(
             f"checkpoint not found: {args.ckpt_path}; the aliases best and last work with "

@@ -316,6 +316,22 @@ def test_traceback_switch_off_values_keep_errors_to_one_line(value, tmp_path, mo
     ]
 
 
+def test_translate_names_a_missing_input_before_reading_the_checkpoint(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SEQ2SEQ_TRACEBACK", raising=False)
+    argv = ["translate", "--ckpt_path", "nope.ckpt", "--input"]
+    code, _, err = run_main(monkeypatch, capsys, *argv, "nope.de")
+    assert code == 1
+    assert err == [
+        "seq2seq: error: --input nope.de: not found (a file, or - for stdin) "
+        "(SEQ2SEQ_TRACEBACK=1 shows where)"
+    ]
+    code, _, err = run_main(monkeypatch, capsys, *argv, str(tmp_path))
+    assert code == 1 and f"--input {tmp_path}: is a folder" in err[0]
+
+
 @pytest.mark.parametrize("value", ["1", "true", "yes", "on", "2"])
 def test_traceback_switch_on_values_raise(value, tmp_path, monkeypatch, capsys):
     from seq2seq.cli import main
