@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import quiet_cpu_trainer
 
 from seq2seq.data.batching import collate
 from seq2seq.module import TranslationModule
@@ -102,8 +103,6 @@ def test_logged_training_loss_covers_every_micro_batch_of_the_step(tmp_path):
     """With gradient accumulation, train/loss and train/nll are the per-token means over all
     micro-batches of the optimizer step (weighted by their target tokens), not the last
     micro-batch's."""
-    import lightning as L
-
     batches = [_batch(), _batch_of(1, [(4, 30), (7, 25)])]
     module = _module()
     with torch.no_grad():
@@ -113,16 +112,7 @@ def test_logged_training_loss_covers_every_micro_batch_of_the_step(tmp_path):
     nll = sum(float(s) for _, s, _ in expected) / tokens
     last_only = float(expected[1][0]) / int(expected[1][2])
     assert abs(loss - last_only) > 1e-3  # the two micro-batches differ
-    trainer = L.Trainer(
-        accelerator="cpu",
-        max_steps=1,
-        accumulate_grad_batches=2,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        default_root_dir=tmp_path,
-    )
+    trainer = quiet_cpu_trainer(tmp_path, max_steps=1, accumulate_grad_batches=2)
     trainer.fit(module, train_dataloaders=torch.utils.data.DataLoader(batches, batch_size=None))
     metrics = trainer.callback_metrics
     assert float(metrics["train/loss"]) == pytest.approx(loss, rel=1e-5)
