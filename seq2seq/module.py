@@ -185,6 +185,7 @@ class TranslationModule(L.LightningModule):
         self._outputs: dict[str, list[tuple[int, str, str]]] = {}
         self._heldout_sums: dict[str, torch.Tensor] = {}
         self._last_batch_time: float | None = None
+        self._rate_tokens, self._rate_seconds = 0, 0.0  # train/tokens_per_s window
         self.register_buffer("_window_tokens", torch.zeros((), dtype=torch.long), persistent=False)
         # Summed label-smoothed loss and NLL of the optimizer step's micro-batches (float32).
         self.register_buffer("_window_losses", torch.zeros(2), persistent=False)
@@ -399,15 +400,21 @@ class TranslationModule(L.LightningModule):
         self._batch_tokens = int(batch.get("n_tokens", 0))
 
     def on_train_batch_end(self, outputs, batch: dict[str, Any], batch_idx: int) -> None:
+        # train/tokens_per_s: this process's real target tokens over the time of the batches
+        # since the value last went to the logger (every log_every_n_steps optimizer steps), as
+        # fairseq's wps; a batch right after a validation or an epoch's start, whose time since
+        # the previous batch is unknown, is left out.
         now = time.perf_counter()
         if self._last_batch_time is not None and self._batch_tokens:
-            elapsed = now - self._last_batch_time
-            if elapsed > 0:
-                self.log("train/tokens_per_s", self._batch_tokens / elapsed, prog_bar=True)
+            self._rate_tokens += self._batch_tokens
+            self._rate_seconds += now - self._last_batch_time
         self._last_batch_time = now
-        optimizer = self.trainer.optimizers[0] if self.trainer.optimizers else None
-        if optimizer is not None:
-            self.log("train/lr", optimizer.param_groups[0]["lr"], prog_bar=True)
+        if self._rate_seconds > 0:
+            rate = self._rate_tokens / self._rate_seconds
+            self.log("train/tokens_per_s", rate, prog_bar=True)
+            connector = getattr(self.trainer, "_logger_connector", None)
+            if getattr(connector, "should_update_logs", True):  # written to the logger now
+                self._rate_tokens, self._rate_seconds = 0, 0.0
 
     def on_train_start(self) -> None:
         # A run resumed mid-epoch continues its epoch without on_train_epoch_start.
@@ -440,6 +447,8 @@ class TranslationModule(L.LightningModule):
         self.log("train/loss", per_token[0], prog_bar=True)
         self.log("train/nll", per_token[1])
         self.log("train/ppl", torch.exp(per_token[1].clamp(max=50)))
+        # The learning rate this step is taken with (the scheduler moves it on afterwards).
+        self.log("train/lr", float(optimizer.param_groups[0]["lr"]), prog_bar=True)
         scale = world / total.clamp(min=1)
         grads = [p.grad for p in self.parameters() if p.grad is not None]
         torch._foreach_mul_(grads, scale)

@@ -64,6 +64,44 @@ def test_training_scalars_every_log_step(events):
         assert all(math.isfinite(v) for v in _values(events, tag)), tag
 
 
+def test_logged_learning_rate_is_the_one_of_the_step(events):
+    """train/lr at TensorBoard step s is the rate optimizer step s + 1 was taken with
+    (configs/tiny.yaml: peak 0.003, InverseSqrtLR warm-up 5), not the next step's, which the
+    scheduler has set by the end of the batch."""
+    for event in events.Scalars("train/lr"):
+        step = event.step + 1  # Lightning's axis counts optimizer steps from 0
+        expected = 0.003 * min(step / 5, math.sqrt(5 / step))
+        assert event.value == pytest.approx(expected, rel=1e-6), (event.step, event.value)
+
+
+def test_tokens_per_s_averages_the_batches_since_the_last_logged_value(monkeypatch):
+    """train/tokens_per_s: the tokens of the batches since the value last went to the logger,
+    over their time (a slow batch between two logged steps is not lost), as fairseq's wps."""
+    from seq2seq import module as module_file
+    from seq2seq.module import TranslationModule
+
+    module = TranslationModule(vocab_size=16, d_model=8, n_heads=2, d_ff=16)
+    connector = SimpleNamespace(should_update_logs=False)
+    module._trainer = SimpleNamespace(_logger_connector=connector)
+    logged = []
+    monkeypatch.setattr(module, "log", lambda name, value, **kw: logged.append((name, value)))
+    clock = [0.0]
+    monkeypatch.setattr(module_file.time, "perf_counter", lambda: clock[0])
+
+    def batch(ends_at: float, written: bool) -> None:
+        module.on_train_batch_start({"n_tokens": 100}, 0)
+        clock[0], connector.should_update_logs = ends_at, written
+        module.on_train_batch_end(None, {"n_tokens": 100}, 0)
+
+    batch(0.0, False)  # the first batch: no time since a previous one, no rate
+    assert logged == []
+    batch(1.0, False)  # 100 tokens in 1 s
+    batch(4.0, True)  # 100 more in 3 s: logged over both batches, then a new window
+    batch(5.0, False)  # 100 tokens in 1 s
+    assert [value for _, value in logged] == pytest.approx([100.0, 50.0, 100.0])
+    assert {name for name, _ in logged} == {"train/tokens_per_s"}
+
+
 def test_validation_scalars_every_validation(events):
     tags = events.Tags()["scalars"]
     for tag in VAL_SCALARS:
