@@ -15,6 +15,7 @@ import difflib
 import logging
 import os
 import pickle
+import platform
 import re
 import signal
 import sys
@@ -1310,7 +1311,26 @@ _SUBCOMMAND_HELP = {
 _COMMANDS_HELP = """
 Further commands (each has --help):
   translate           translate text with a checkpoint alone (stdin/stdout or --input/--output)
-  average             average the parameters of several checkpoints"""
+  average             average the parameters of several checkpoints
+
+seq2seq --version prints the versions of seq2seq, torch, lightning, sentencepiece and sacrebleu."""
+
+
+def version_line() -> str:
+    """``seq2seq X.Y.Z (torch A, lightning B, sentencepiece C, sacrebleu D, Python E)``: the
+    versions that decide what a run computes, for a bug report or a paper's setup."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from seq2seq import __version__
+
+    parts = []
+    for name in ("torch", "lightning", "sentencepiece", "sacrebleu"):
+        try:
+            parts.append(f"{name} {version(name)}")
+        except PackageNotFoundError:
+            parts.append(f"{name} not installed")
+    parts.append(f"Python {platform.python_version()}")
+    return f"seq2seq {__version__} ({', '.join(parts)})"
 
 
 def main() -> int:
@@ -1323,6 +1343,9 @@ def main() -> int:
         with their traceback; argument errors exit with status 2.
     """
     argv = sys.argv[1:]
+    if argv[:1] in (["--version"], ["-V"]):
+        print(version_line())
+        return 0
     if not argv or argv[0] in ("-h", "--help"):
         try:
             cli_main()

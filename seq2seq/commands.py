@@ -58,6 +58,31 @@ def translate(argv: Sequence[str]) -> None:
         help="length penalty alpha (default: the checkpoint's model.length_penalty)",
     )
     parser.add_argument(
+        "--length_penalty_form",
+        choices=("fairseq", "gnmt"),
+        default=None,
+        help="score / len**alpha (fairseq) or score / ((5 + len) / 6)**alpha (gnmt) (default: "
+        "the checkpoint's model.length_penalty_form)",
+    )
+    parser.add_argument(
+        "--max_len_a",
+        type=float,
+        default=None,
+        help="a in max_len = a * source tokens + b (default: the checkpoint's model.max_len_a)",
+    )
+    parser.add_argument(
+        "--max_len_b",
+        type=int,
+        default=None,
+        help="b in max_len = a * source tokens + b (default: the checkpoint's model.max_len_b)",
+    )
+    parser.add_argument(
+        "--min_len",
+        type=int,
+        default=None,
+        help="no end of sentence before this many tokens (default: the checkpoint's model.min_len)",
+    )
+    parser.add_argument(
         "--max_tokens", type=int, default=4096, help="source tokens per batch (default: 4096)"
     )
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: auto)")
@@ -65,9 +90,18 @@ def translate(argv: Sequence[str]) -> None:
 
     from seq2seq.translator import Translator
 
-    decoding = {} if args.length_penalty is None else {"length_penalty": args.length_penalty}
-    if args.beam_size is not None:
-        decoding["beam_size"] = args.beam_size
+    decoding = {
+        name: getattr(args, name)
+        for name in (
+            "beam_size",
+            "length_penalty",
+            "length_penalty_form",
+            "max_len_a",
+            "max_len_b",
+            "min_len",
+        )
+        if getattr(args, name) is not None
+    }
     for name in ("beam_size", "n_best", "max_tokens"):
         value = getattr(args, name)
         if value is not None and value < 1:
@@ -76,8 +110,14 @@ def translate(argv: Sequence[str]) -> None:
         parser.error(f"--n_best {args.n_best} exceeds --beam_size {args.beam_size}")
     if args.device is not None:
         _check_device(parser, args.device)
-    if args.length_penalty is not None and not math.isfinite(args.length_penalty):
-        parser.error(f"--length_penalty must be a finite number, got {args.length_penalty}")
+    for name in ("length_penalty", "max_len_a"):
+        value = getattr(args, name)
+        if value is not None and not math.isfinite(value):
+            parser.error(f"--{name} must be a finite number, got {value}")
+    for name in ("max_len_a", "max_len_b", "min_len"):
+        value = getattr(args, name)
+        if value is not None and value < 0:
+            parser.error(f"--{name} must be >= 0, got {value}")
     if args.output != "-":
         output = Path(args.output)
         _check_output(parser, output)

@@ -263,6 +263,48 @@ def test_translate_n_best_writes_n_rows_for_empty_lines(tiny_run, monkeypatch, c
             assert rows[3 * blank : 3 * blank + 3] == [[str(blank), "0.0000", ""]] * 3
 
 
+def test_translate_takes_the_length_settings_of_the_api(tiny_run, monkeypatch, capsys):
+    """``--max_len_a/--max_len_b/--min_len/--length_penalty_form`` override the checkpoint's
+    decoding settings as ``Translator.from_checkpoint`` does; bad values exit 2 first."""
+    from seq2seq.translator import Translator
+
+    monkeypatch.delenv("SEQ2SEQ_TRACEBACK", raising=False)
+    ckpt = str(tiny_run / "checkpoints/tiny/last.ckpt")
+    lines = ["Ein Hund läuft über die Wiese.", "Eine Frau singt."]
+    source = "".join(f"{line}\n" for line in lines).encode()
+    settings = {"max_len_a": 0.0, "max_len_b": 6, "min_len": 6, "length_penalty_form": "gnmt"}
+    argv = [f"--{k}={v}" for k, v in settings.items()]
+    code, out, err = run_main(
+        monkeypatch, capsys, "translate", "--ckpt_path", ckpt, "--beam_size", "2", "--scores",
+        *argv, stdin=source,
+    )  # fmt: skip
+    assert code == 0, err
+    api = Translator.from_checkpoint(ckpt, device="cpu", **settings)
+    expected = api.translate(lines, beam_size=2, return_scores=True)
+    assert out.splitlines() == [f"{hyps[0][1]:.4f}\t{hyps[0][0]}" for hyps in expected]
+    default = Translator.from_checkpoint(ckpt, device="cpu")
+    assert default.translate(lines, beam_size=2, return_scores=True) != expected
+    for extra, message in [
+        (["--min_len", "-1"], "--min_len must be >= 0, got -1"),
+        (["--max_len_a", "inf"], "--max_len_a must be a finite number"),
+        (["--length_penalty_form", "none"], "argument --length_penalty_form: invalid choice"),
+    ]:
+        code, out, err = run_main(
+            monkeypatch, capsys, "translate", "--ckpt_path", ckpt, *extra, stdin=source
+        )
+        assert code == 2 and out == "" and message in err[-1], (extra, err)
+
+
+def test_version_names_the_versions_that_decide_a_run(monkeypatch, capsys):
+    from importlib.metadata import version
+
+    for flag in ("--version", "-V"):
+        code, out, err = run_main(monkeypatch, capsys, flag)
+        assert code == 0 and err == [], err
+        assert out.startswith(f"seq2seq {version('seq2seq')} (torch {torch.__version__}, "), out
+        assert "lightning " in out and "sacrebleu " in out and len(out.splitlines()) == 1
+
+
 def test_translator_n_best_lists_have_n_entries(tiny_run):
     from seq2seq.translator import Translator
 
