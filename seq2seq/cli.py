@@ -445,6 +445,13 @@ class Seq2SeqCLI(LightningCLI):
                 "give either --ckpt_path (resume a run: its optimizer, schedule and data "
                 "position too) or --init_from (a new run from a checkpoint's weights), not both"
             )
+        if path in ("best", "last") and not Path(path).exists():
+            # The aliases name checkpoints of this run's folder, which a new run starts empty.
+            raise FileNotFoundError(
+                f"--init_from {path}: the aliases best and last name this run's own "
+                "checkpoints (--ckpt_path); --init_from needs the file of the checkpoint to "
+                "start from, e.g. checkpoints/multi30k_de_en/last.ckpt"
+            )
         checkpoint = load_checkpoint(path, mmap=True)
         check_model_checkpoint(checkpoint, path)
         if tokenizer_from_checkpoint(checkpoint) is None:

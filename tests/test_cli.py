@@ -1114,6 +1114,16 @@ def test_init_from_is_refused_with_a_resume_or_outside_fit(
     assert re.search(message, err[0]), err
 
 
+@pytest.mark.parametrize("alias", ["best", "last"])
+def test_init_from_an_alias_asks_for_the_file(in_tmp, monkeypatch, capsys, alias):
+    """best and last name the new run's own (empty) checkpoint folder: one line saying so."""
+    config = ["--config", str(CONFIGS / "tiny.yaml"), "--init_from", alias]
+    code, out, err = run_main(monkeypatch, capsys, "fit", *config)
+    assert code == 1 and out == ""
+    assert len(err) == 1 and err[0].startswith(f"seq2seq: error: --init_from {alias}: "), err
+    assert "needs the file of the checkpoint" in err[0]
+
+
 def test_resuming_a_checkpoint_behind_its_folders_last_is_warned_about(tiny_run, capsys):
     """fit --ckpt_path with a checkpoint older than its folder's last.ckpt (best, say) writes
     over the later checkpoints: one warning line names both steps and --init_from."""
