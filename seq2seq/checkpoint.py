@@ -354,8 +354,9 @@ def average_checkpoints(paths: Sequence[str | Path], output: str | Path) -> Path
             checkpoint is read; see :func:`seq2seq.files.check_output_file`).
         CheckpointError: (a ``ValueError``) naming both files, if a checkpoint holds no model
             weights (:func:`check_model_checkpoint`), or its model settings, SentencePiece
-            model (or whether it carries one), parameter names or shapes differ from the
-            first checkpoint's (naming the first difference); nothing is written then. Also
+            model (or whether it carries one), language pair (``data.src_lang``,
+            ``data.tgt_lang``), parameter names or shapes differ from the first checkpoint's
+            (naming the first difference); nothing is written then. Also
             raised by :func:`load_checkpoint` for a file that is no checkpoint.
     """
     if not paths:
@@ -405,6 +406,14 @@ def average_checkpoints(paths: Sequence[str | Path], output: str | Path) -> Path
     return output
 
 
+def language_pair(checkpoint: dict[str, Any]) -> tuple[str, str] | None:
+    """``(src_lang, tgt_lang)`` of the data module a checkpoint was trained with (Lightning
+    saves its settings as ``datamodule_hyper_parameters``), or ``None`` if it does not say."""
+    settings = checkpoint.get("datamodule_hyper_parameters") or {}
+    src, tgt = settings.get("src_lang"), settings.get("tgt_lang")
+    return (src, tgt) if isinstance(src, str) and isinstance(tgt, str) else None
+
+
 def _check_same_model(
     first_path: str | Path, first: dict[str, Any], path: str | Path, checkpoint: dict[str, Any]
 ) -> None:
@@ -433,6 +442,13 @@ def _check_same_model(
         raise CheckpointError(
             f"cannot average {path} with {first_path}: they were built with other model "
             f"settings ({'; '.join(differing)}); average checkpoints of one model"
+        )
+    pair_a, pair_b = language_pair(first), language_pair(checkpoint)
+    if pair_a and pair_b and pair_a != pair_b:
+        # One joint SentencePiece model serves both directions, so nothing else tells them apart.
+        raise CheckpointError(
+            f"cannot average {path} with {first_path}: they translate other directions "
+            f"({'->'.join(pair_b)} and {'->'.join(pair_a)}); average checkpoints of one model"
         )
     blob_a, blob_b = extra_a.get("tokenizer"), extra_b.get("tokenizer")
     if blob_a is None and blob_b is None:

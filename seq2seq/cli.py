@@ -41,6 +41,7 @@ from seq2seq.checkpoint import (
     AtomicCheckpointIO,
     CheckpointError,
     check_model_checkpoint,
+    language_pair,
     load_checkpoint,
     resolve_ckpt_path,
 )
@@ -491,7 +492,7 @@ class Seq2SeqCLI(LightningCLI):
                     "checkpoint's languages",
                     file=sys.stderr,
                 )
-            src, tgt = _checkpoint_languages(checkpoint)
+            src, tgt = language_pair(checkpoint)
             data["src_lang"], data["tgt_lang"] = src, tgt
             self.config[subcommand]["model"]["tgt_lang"] = tgt  # sacreBLEU's tokenizer choice
         saved = checkpoint.get(CHECKPOINT_KEY, {}).get("model_config", {})
@@ -1090,18 +1091,10 @@ def _warn_resuming_behind_last(ckpt_path: str | Path, step: int | None) -> None:
         )
 
 
-def _checkpoint_languages(checkpoint: dict) -> tuple[str, str] | None:
-    """``(src_lang, tgt_lang)`` of the data module a checkpoint was trained with (Lightning
-    saves its settings), or ``None`` if it does not say."""
-    settings = checkpoint.get("datamodule_hyper_parameters") or {}
-    src, tgt = settings.get("src_lang"), settings.get("tgt_lang")
-    return (src, tgt) if isinstance(src, str) and isinstance(tgt, str) else None
-
-
 def _other_languages(checkpoint: dict, data: dict | Namespace) -> str | None:
     """``"de->en (data.src_lang de, data.tgt_lang en), not en->de as configured"`` when the
     checkpoint's language pair differs from the config's ``data`` settings, else ``None``."""
-    saved = _checkpoint_languages(checkpoint)
+    saved = language_pair(checkpoint)
     if saved is None or not hasattr(data, "get"):
         return None
     mine = (data.get("src_lang"), data.get("tgt_lang"))

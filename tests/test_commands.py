@@ -206,8 +206,9 @@ def _variant(checkpoint: dict, path: Path, **seq2seq_entries) -> Path:
 def test_average_refuses_checkpoints_with_other_tokenizers_or_settings(
     tiny_run, other_tokenizer_blob, tmp_path, monkeypatch, capsys
 ):
-    """Equal shapes are not enough: a vocabulary of the same size but other pieces, or another
-    activation, makes the mean of the weights meaningless. The error names both files."""
+    """Equal shapes are not enough: a vocabulary of the same size but other pieces, another
+    activation or the other direction (one joint SentencePiece model serves both) makes the
+    mean of the weights meaningless. The error names both files."""
     monkeypatch.delenv("SEQ2SEQ_TRACEBACK", raising=False)
     monkeypatch.chdir(tmp_path)
     last = tiny_run / "checkpoints/tiny/last.ckpt"
@@ -221,8 +222,16 @@ def test_average_refuses_checkpoints_with_other_tokenizers_or_settings(
     no_tokenizer = dict(checkpoint)
     no_tokenizer["seq2seq"] = {k: v for k, v in checkpoint["seq2seq"].items() if k != "tokenizer"}
     torch.save(no_tokenizer, tmp_path / "no_spm.ckpt")
+    reversed_pair = dict(checkpoint)
+    reversed_pair["datamodule_hyper_parameters"] = {
+        **checkpoint["datamodule_hyper_parameters"],
+        "src_lang": "en",
+        "tgt_lang": "de",
+    }
+    torch.save(reversed_pair, tmp_path / "en_de.ckpt")
     cases = [
         (other_vocab, ["en_vocab.ckpt", "different SentencePiece models", "500 pieces"]),
+        (tmp_path / "en_de.ckpt", ["en_de.ckpt", "other directions (en->de and de->en)"]),
         (gelu, ["gelu.ckpt", "other model settings", "activation: 'relu' in", "'gelu' in"]),
         (tmp_path / "no_spm.ckpt", ["no_spm.ckpt carries none"]),
     ]
