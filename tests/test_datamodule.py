@@ -522,3 +522,18 @@ def test_both_directions_share_one_sentencepiece_model(corpus, tmp_path, caplog)
     assert forward.tokenizer.to_bytes() == backward.tokenizer.to_bytes()
     # The tokenised splits are per direction: source and target swapped.
     assert forward.train_set[0]["src"][:-1] == backward.train_set[0]["tgt"]
+
+
+def test_no_download_is_announced_for_files_that_are_there(tmp_path, monkeypatch):
+    """--data.src_lang fr on a Multi30k folder: the English files are there (gzipped), the
+    French ones are no Multi30k files: nothing to fetch, so no "Downloading" line; setup then
+    names the missing French file."""
+    folder = tmp_path / "data"
+    folder.mkdir()
+    for name in ("train.de.gz", "train.en.gz", "val.de.gz", "val.en.gz"):
+        (folder / name).write_bytes((MULTI30K / name).read_bytes())
+    asked = []
+    monkeypatch.setattr(datamodule, "download_multi30k", lambda d, files: asked.extend(files))
+    dm = _dm(folder, tmp_path / "cache", download=True, tokenizer_path=None, src_lang="fr")
+    dm._download_missing(training=True, stage="fit")
+    assert asked == []

@@ -427,7 +427,8 @@ class TranslationDataModule(L.LightningDataModule):
                 wanted += [
                     name
                     for name in names
-                    if name in MULTI30K_SHA256 and not (self.data_dir / name[:-3]).is_file()
+                    if name in MULTI30K_SHA256
+                    and not any((self.data_dir / f).is_file() for f in (name, name[:-3]))
                 ]
         if wanted and self._multi30k_folder():  # hashes the training files only then
             rank_zero_info(f"Downloading {', '.join(wanted)} into {self.data_dir}")
