@@ -615,6 +615,10 @@ class Seq2SeqCLI(LightningCLI):
         kwargs = super()._prepare_subcommand_kwargs(subcommand)
         if subcommand in _USES and str(kwargs.get("ckpt_path")) == UNTRAINED:
             kwargs["ckpt_path"] = None  # Lightning: the model's current (fresh) weights
+        if subcommand == "test" and len(getattr(self.datamodule, "test_set_names", [])) > 1:
+            # Lightning's table repeats every set's metrics under every set's column; the
+            # module prints one row per set instead.
+            kwargs["verbose"] = False
         return kwargs
 
     def _run_subcommand(self, subcommand: str) -> None:

@@ -607,10 +607,18 @@ class TranslationModule(L.LightningModule):
             first = next(iter(scores.values()))
             for name, score in first.items():
                 self.log(f"test/{name}", score.value, add_dataloader_idx=False)
+        if len(scores) > 1 and self.trainer.global_rank == 0:
+            self.print(_score_table(scores))
 
     def _score_outputs(self) -> dict[str, dict[str, Score]]:
         results = {}
-        for key, items in sorted(self._outputs.items()):
+        # In the order of data.test_splits (test/bleu is the first set's), the same on every
+        # process whichever set's batches came first.
+        names = getattr(getattr(self.trainer, "datamodule", None), "test_set_names", None) or []
+        order = {f"test/{name}": i for i, name in enumerate(names)}
+        for key, items in sorted(
+            self._outputs.items(), key=lambda kv: (order.get(kv[0], -1), kv[0])
+        ):
             ordered = gather_in_order(items)
             self.last_hypotheses[key] = ordered
             hyps = [hyp for _, hyp, _ in ordered]
@@ -686,3 +694,30 @@ class TranslationModule(L.LightningModule):
 
 # Settings that change training or decoding but not the shapes of the saved weights.
 _NON_STRUCTURAL = {"dropout", "attention_dropout", "activation_dropout"}
+
+
+def _score_table(scores: dict[str, dict[str, Score]]) -> str:
+    """One row per test set, in ``data.test_splits`` order, one column per metric::
+
+    set               BLEU  chrF2    TER
+    newstest2013     26.41  54.12  58.30
+    newstest2014     27.02  55.60  57.11
+    (test/bleu, test/chrf, test/ter: newstest2013's)
+    """
+    names = [key.removeprefix("test/") for key in scores]
+    first = next(iter(scores.values()))
+    rows = [["set", *(score.text.split(" = ")[0] for score in first.values())]]
+    rows += [
+        [name, *(f"{score.value:.2f}" for score in sets.values())]
+        for name, sets in zip(names, scores.values(), strict=True)
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = [
+        "  ".join(
+            cell.ljust(w) if i == 0 else cell.rjust(w)
+            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+        )
+        for row in rows
+    ]
+    lines.append(f"({', '.join(f'test/{m}' for m in first)}: {names[0]}'s)")
+    return "\n".join(lines)

@@ -198,6 +198,34 @@ def test_tiny_run_outputs(tiny_run):
     assert last["global_step"] == 20
 
 
+def test_test_bleu_is_the_first_listed_sets(tiny_run, multi30k_dir, monkeypatch, capsys):
+    """test/bleu is the score of the first set of data.test_splits, and the sets are reported
+    in that order, not alphabetically, ending with one table of every set's scores."""
+    monkeypatch.chdir(tiny_run)
+    cli = cli_main(
+        [
+            "test",
+            "--config", str(CONFIGS / "tiny.yaml"),
+            "--data.data_dir", str(multi30k_dir),
+            "--ckpt_path", "best",
+            "--data.test_splits", "[val, test_2016_flickr]",
+            "--model.beam_size", "1",
+        ]
+    )  # fmt: skip
+    metrics = cli.trainer.callback_metrics
+    assert float(metrics["test/bleu"]) == float(metrics["test/val/bleu"])
+    assert float(metrics["test/val/bleu"]) != float(metrics["test/test_2016_flickr/bleu"])
+    out = capsys.readouterr().out
+    assert 0 <= out.index("test/val: BLEU") < out.index("test/test_2016_flickr: BLEU"), out
+    # One row per set instead of Lightning's table (every set's metrics under every column).
+    assert "DataLoader 1" not in out
+    table = out[out.index("set  ") :].splitlines()[:4]
+    assert table[0].split() == ["set", "BLEU", "chrF2", "TER"], table
+    assert [row.split()[0] for row in table[1:3]] == ["val", "test_2016_flickr"], table
+    assert float(table[1].split()[1]) == pytest.approx(float(metrics["test/val/bleu"]), abs=0.005)
+    assert table[3] == "(test/bleu, test/chrf, test/ter: val's)"
+
+
 def test_test_from_best_checkpoint_matches_sacrebleu(tiny_run, multi30k_dir, monkeypatch):
     monkeypatch.chdir(tiny_run)
     cli = cli_main(
