@@ -701,18 +701,29 @@ class Seq2SeqCLI(LightningCLI):
         return []
 
     def after_fit(self) -> None:
-        """Say why a resumed run trained nothing when its ``max_time`` was already used up
-        (Lightning restores the time a run has spent and stops at once, silently)."""
+        """Say why a resumed run trained nothing when one of its limits (``max_time``,
+        ``max_steps``, ``max_epochs``) was already reached: Lightning restores the run's
+        progress and stops at once, with at most a line of its own."""
         trainer = self.trainer
-        timer = next((c for c in trainer.callbacks if isinstance(c, Timer)), None)
-        if timer is None or self._resumed_step != trainer.global_step:
+        if self._resumed_step is None or self._resumed_step != trainer.global_step:
             return
-        remaining = timer.time_remaining("train")
-        if remaining is not None and remaining <= 0 and trainer.is_global_zero:
+        timer = next((c for c in trainer.callbacks if isinstance(c, Timer)), None)
+        remaining = None if timer is None else timer.time_remaining("train")
+        if remaining is not None and remaining <= 0:
             spent = timedelta(seconds=round(timer.time_elapsed("train")))
+            why = f"had already spent {spent} of its --trainer.max_time"
+            raise_ = "--trainer.max_time"
+        elif trainer.max_steps != -1 and trainer.global_step >= trainer.max_steps:
+            why = f"is at step {trainer.global_step}, --trainer.max_steps is {trainer.max_steps}"
+            raise_ = "--trainer.max_steps"
+        elif trainer.max_epochs is not None and trainer.current_epoch >= trainer.max_epochs > 0:
+            why = f"had already trained --trainer.max_epochs {trainer.max_epochs} epochs"
+            raise_ = "--trainer.max_epochs"
+        else:
+            return
+        if trainer.is_global_zero:
             print(
-                f"seq2seq: nothing trained: the resumed run had already spent {spent} of its "
-                "--trainer.max_time; raise --trainer.max_time to train on",
+                f"seq2seq: nothing trained: the resumed run {why}; raise {raise_} to train on",
                 file=sys.stderr,
             )
 

@@ -778,6 +778,26 @@ def test_resuming_a_run_whose_max_time_is_spent_says_why_nothing_trains(
     assert "seq2seq: nothing trained: the resumed run had already spent" in capsys.readouterr().err
 
 
+def test_resuming_a_run_at_its_max_steps_says_why_nothing_trains(
+    tiny_run, multi30k_dir, tmp_path, monkeypatch, capsys
+):
+    """tiny_run's last.ckpt is at step 20, tiny.yaml's max_steps: resuming it trains nothing
+    and says which limit to raise."""
+    monkeypatch.chdir(tmp_path)
+    last = tiny_run / "checkpoints/tiny/last.ckpt"
+    argv = [
+        "fit", "--config", str(CONFIGS / "tiny.yaml"), "--data.data_dir", str(multi30k_dir),
+        "--data.cache_dir", str(tiny_run / "data_cache"), "--ckpt_path", str(last),
+    ]  # fmt: skip
+    code, _, err = run_main(monkeypatch, capsys, *argv)
+    assert code == 0, err
+    expected = (
+        "seq2seq: nothing trained: the resumed run is at step 20, --trainer.max_steps is 20; "
+        "raise --trainer.max_steps to train on"
+    )
+    assert expected in err, err
+
+
 def test_translate_scores_flag(tiny_run, monkeypatch, capsys):
     ckpt = str(tiny_run / "checkpoints/tiny/last.ckpt")
     source = "Ein Hund läuft.\n\nEine Frau singt.\n".encode()
