@@ -1390,6 +1390,10 @@ def main() -> int:
                 " The checkpoint was trained with other data settings than this config; pass "
                 "them (e.g. --data.max_positions) or the config it was trained with."
             )
+        # Lightning's advice in the command line's terms.
+        message = message.replace(
+            "set `check_val_every_n_epoch=None`", "set --trainer.check_val_every_n_epoch null"
+        )
         print(f"seq2seq: error: {message} (SEQ2SEQ_TRACEBACK=1 shows where)", file=sys.stderr)
         return 1
     finally:

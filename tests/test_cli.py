@@ -778,6 +778,23 @@ def test_resuming_a_run_whose_max_time_is_spent_says_why_nothing_trains(
     assert "seq2seq: nothing trained: the resumed run had already spent" in capsys.readouterr().err
 
 
+def test_lightnings_val_check_interval_advice_is_given_as_a_flag(
+    tiny_run, multi30k_dir, tmp_path, monkeypatch, capsys
+):
+    """val_check_interval above the batches of an epoch: Lightning's error, with its advice
+    (check_val_every_n_epoch=None) written as the command-line flag that does it."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SEQ2SEQ_TRACEBACK", raising=False)
+    code, _, err = run_main(
+        monkeypatch, capsys, "fit", "--config", str(CONFIGS / "tiny.yaml"),
+        "--data.data_dir", str(multi30k_dir), "--data.cache_dir", str(tiny_run / "data_cache"),
+        "--trainer.limit_train_batches", "3", "--trainer.val_check_interval", "5",
+    )  # fmt: skip
+    assert code == 1 and err[-1].startswith("seq2seq: error: "), err
+    assert "`val_check_interval` (5) must be less than or equal" in err[-1], err
+    assert "set --trainer.check_val_every_n_epoch null" in err[-1], err
+
+
 def test_resuming_a_run_at_its_max_steps_says_why_nothing_trains(
     tiny_run, multi30k_dir, tmp_path, monkeypatch, capsys
 ):
