@@ -26,8 +26,9 @@ def translate(argv: Sequence[str]) -> None:
     default) in input order; with ``--scores``, ``score<TAB>text`` lines; with ``--n_best N > 1``
     ``index<TAB>score<TAB>text`` lines, N per input sentence (``index`` the 0-based input
     line). A score is the hypothesis's length-penalised log-probability (higher is better). A
-    line with no token the model knows (empty or blank) is translated as empty text scored
-    0.0000, in N rows with ``--n_best N`` like any other line.
+    line with no token the model knows (empty, blank, or only characters outside its
+    vocabulary) is translated as empty text scored 0.0000, in N rows with ``--n_best N`` like
+    any other line.
     """
     parser = argparse.ArgumentParser(
         prog="seq2seq translate", description=_plain(translate.__doc__), allow_abbrev=False

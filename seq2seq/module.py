@@ -500,7 +500,11 @@ class TranslationModule(L.LightningModule):
         return (~known.any(dim=1)).tolist()
 
     def translate_batch(
-        self, batch: dict[str, Any], beam_size: int | None = None, n_best: int = 1
+        self,
+        batch: dict[str, Any],
+        beam_size: int | None = None,
+        n_best: int = 1,
+        **decoding: Any,
     ) -> list[list[tuple[str, float]]]:
         """Decode a batch of sources into detokenized text.
 
@@ -509,6 +513,8 @@ class TranslationModule(L.LightningModule):
                 ``(B, 1, 1, S)`` bool.
             beam_size: beam size; ``None`` uses ``self.hparams.beam_size``; 1 is greedy.
             n_best: hypotheses returned per sentence (at most ``beam_size``).
+            **decoding: this call's values of ``length_penalty``, ``length_penalty_form``,
+                ``max_len_a``, ``max_len_b``, ``min_len`` (default: the module's settings).
 
         Returns:
             For each sentence, ``n_best`` pairs of (text, score), best first; a source with no
@@ -517,35 +523,37 @@ class TranslationModule(L.LightningModule):
 
         Raises:
             RuntimeError: if no tokenizer is attached (none in the data module or checkpoint).
-            ValueError: if the beam size is below 1 or ``n_best`` exceeds it.
+            ValueError: if the beam size is below 1 or ``n_best`` exceeds it; for an unknown
+                decoding setting, a negative ``max_len_a``/``max_len_b``/``min_len`` or an
+                unknown ``length_penalty_form``.
         """
         if self.tokenizer is None:
             raise RuntimeError(
                 "no tokenizer attached: load a checkpoint that carries one or attach the "
                 "data module's tokenizer before decoding"
             )
-        hp = self.hparams
-        beam = hp.beam_size if beam_size is None else beam_size
+        unknown = sorted(set(decoding) - set(DECODING_SETTINGS))
+        if unknown:
+            raise ValueError(
+                f"unknown decoding settings {unknown}; choose from {list(DECODING_SETTINGS)}"
+            )
+        settings = {name: self.hparams[name] for name in DECODING_SETTINGS}
+        settings.update(decoding)
+        for name in ("max_len_a", "max_len_b", "min_len"):
+            if settings[name] < 0:
+                raise ValueError(f"{name} must be >= 0, got {settings[name]}")
+        beam = self.hparams.beam_size if beam_size is None else beam_size
         if beam < 1:
             raise ValueError(f"beam_size must be >= 1, got {beam}")
         if n_best > beam:
             raise ValueError(f"n_best ({n_best}) exceeds the beam size ({beam})")
         bos, eos = self.tokenizer.bos_id, self.tokenizer.eos_id
-        common = dict(max_len_a=hp.max_len_a, max_len_b=hp.max_len_b, min_len=hp.min_len)
+        src, src_mask = batch["src"], batch["src_mask"]
         if beam == 1:
-            results = greedy_search(self.model, batch["src"], batch["src_mask"], bos, eos, **common)
+            results = greedy_search(self.model, src, src_mask, bos, eos, **settings)
         else:
             results = beam_search(
-                self.model,
-                batch["src"],
-                batch["src_mask"],
-                bos,
-                eos,
-                beam_size=beam,
-                length_penalty=hp.length_penalty,
-                length_penalty_form=hp.length_penalty_form,
-                n_best=n_best,
-                **common,
+                self.model, src, src_mask, bos, eos, beam_size=beam, n_best=n_best, **settings
             )
         output = []
         for hyps, no_token in zip(results, self._nothing_known(batch["src"]), strict=True):
@@ -691,6 +699,9 @@ class TranslationModule(L.LightningModule):
         directory = getattr(logger, "log_dir", None) if logger is not None else None
         return Path(directory or self.trainer.default_root_dir)
 
+
+#: Decoding settings that :meth:`TranslationModule.translate_batch` takes per call.
+DECODING_SETTINGS = ("length_penalty", "length_penalty_form", "max_len_a", "max_len_b", "min_len")
 
 # Settings that change training or decoding but not the shapes of the saved weights.
 _NON_STRUCTURAL = {"dropout", "attention_dropout", "activation_dropout"}

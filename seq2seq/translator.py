@@ -21,7 +21,7 @@ import torch
 
 from seq2seq.checkpoint import check_model_checkpoint, load_checkpoint
 from seq2seq.data.batching import collate
-from seq2seq.module import _NON_STRUCTURAL, CHECKPOINT_KEY, TranslationModule
+from seq2seq.module import _NON_STRUCTURAL, CHECKPOINT_KEY, DECODING_SETTINGS, TranslationModule
 
 
 class Translator:
@@ -199,6 +199,7 @@ class Translator:
         beam_size: int | None = None,
         n_best: int = 1,
         return_scores: bool = False,
+        **decoding: Any,
     ) -> str | list[tuple[str, float]]: ...
 
     @overload
@@ -208,6 +209,7 @@ class Translator:
         beam_size: int | None = None,
         n_best: int = 1,
         return_scores: bool = False,
+        **decoding: Any,
     ) -> list[str] | list[list[tuple[str, float]]]: ...
 
     def translate(
@@ -216,6 +218,7 @@ class Translator:
         beam_size: int | None = None,
         n_best: int = 1,
         return_scores: bool = False,
+        **decoding: Any,
     ) -> str | list[tuple[str, float]] | list[str] | list[list[tuple[str, float]]]:
         """Translate one sentence, or a list of sentences keeping their order.
 
@@ -229,6 +232,10 @@ class Translator:
                 gets ``n_best`` pairs ``("", 0.0)``).
             return_scores: with ``n_best`` 1, return a one-pair list ``[(text, score)]`` per
                 sentence instead of the string.
+            **decoding: this call's ``length_penalty``, ``length_penalty_form``,
+                ``max_len_a``, ``max_len_b`` or ``min_len`` (default: the checkpoint's, or those
+                given to :meth:`from_checkpoint`), as ``generate`` keyword arguments of a
+                Hugging Face pipeline.
 
         Returns:
             For a list, one translation (or n-best list) per input sentence, in input order:
@@ -242,8 +249,14 @@ class Translator:
                 not a string (naming its 0-based index).
             ValueError: if an entry holds a line break (``\\n``), naming its 0-based index
                 (``sentences[0] holds a line break ...``; for a single string, ``the sentence
-                holds a line break ...``), or if ``n_best`` exceeds the beam size.
+                holds a line break ...``), if ``n_best`` exceeds the beam size, or for an
+                unknown or out-of-range decoding setting.
         """
+        unknown = sorted(set(decoding) - set(DECODING_SETTINGS))
+        if unknown:
+            raise ValueError(
+                f"unknown decoding settings {unknown}; choose from {list(DECODING_SETTINGS)}"
+            )
         single = isinstance(sentences, str)
         if single:
             if "\n" in sentences:
@@ -268,7 +281,9 @@ class Translator:
                 pad_id=self.module.tokenizer.pad_id,
             )
             batch = {k: v.to(self.device) if torch.is_tensor(v) else v for k, v in batch.items()}
-            hyps = self.module.translate_batch(batch, beam_size=beam_size, n_best=n_best)
+            hyps = self.module.translate_batch(
+                batch, beam_size=beam_size, n_best=n_best, **decoding
+            )
             for i, h in zip(chunk, hyps, strict=True):
                 results[i] = h[0][0] if n_best == 1 and not return_scores else h
             start = end

@@ -304,6 +304,28 @@ def test_translate_takes_the_length_settings_of_the_api(tiny_run, monkeypatch, c
         assert code == 2 and out == "" and message in err[-1], (extra, err)
 
 
+def test_translator_takes_decoding_settings_per_call(tiny_run):
+    """Translator.translate(..., max_len_b=..., min_len=..., length_penalty=...) decodes as a
+    translator built with those settings; unknown or negative settings are refused."""
+    from seq2seq.translator import Translator
+
+    ckpt = tiny_run / "checkpoints/tiny/last.ckpt"
+    lines = ["Ein Hund läuft über die Wiese.", "Eine Frau singt."]
+    settings = {"max_len_a": 0.0, "max_len_b": 6, "min_len": 6, "length_penalty": 0.5}
+    translator = Translator.from_checkpoint(ckpt, device="cpu")
+    for beam in (1, 2):
+        expected = Translator.from_checkpoint(ckpt, device="cpu", **settings).translate(
+            lines, beam_size=beam, return_scores=True
+        )
+        got = translator.translate(lines, beam_size=beam, return_scores=True, **settings)
+        assert got == expected
+        assert translator.translate(lines, beam_size=beam, return_scores=True) != expected
+    with pytest.raises(ValueError, match=r"unknown decoding settings \['num_beams'\]"):
+        translator.translate(lines, num_beams=2)
+    with pytest.raises(ValueError, match="min_len must be >= 0, got -1"):
+        translator.translate(lines, min_len=-1)
+
+
 def test_version_names_the_versions_that_decide_a_run(monkeypatch, capsys):
     from importlib.metadata import version
 
