@@ -13,7 +13,7 @@ from typing import Any
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import BasePredictionWriter
+from lightning.pytorch.callbacks import BasePredictionWriter, Timer
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
@@ -82,6 +82,15 @@ def _tensorboard(trainer: L.Trainer) -> TensorBoardLogger | None:
     if not trainer.is_global_zero:
         return None
     return next((lg for lg in trainer.loggers if isinstance(lg, TensorBoardLogger)), None)
+
+
+def _logging_step(trainer: L.Trainer) -> int:
+    """The step Lightning logs the values of this moment at (its count of optimizer steps
+    finished before the current batch, ``_batches_that_stepped``): during a validation in
+    ``fit``, one below ``trainer.global_step``, at which the ``val/*`` scalars go to the
+    loggers."""
+    epoch_loop = getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None)
+    return getattr(epoch_loop, "_batches_that_stepped", trainer.global_step)
 
 
 def _escape_markdown(text: str) -> str:
@@ -263,11 +272,12 @@ class BestScoreHparams(L.Callback):
     """Records the run's hyperparameters with its best validation score (TensorBoard HPARAMS).
 
     After each validation in ``fit``, the best value of ``monitor`` so far is logged as the
-    scalar ``name``; after the first one, the hyperparameters Lightning logged at the start
-    (model and data module ``__init__`` arguments) are written once more together with
-    ``name`` as their metric, so the HPARAMS dashboard can compare runs by it. Create the
-    ``TensorBoardLogger`` with ``default_hp_metric: false``, otherwise it also shows a
-    placeholder ``hp_metric`` of -1.
+    scalar ``name``, at the step of the validation's own scalars (Lightning's logging step, one
+    below ``trainer.global_step``), so both have their points at the same steps; after the
+    first one, the hyperparameters Lightning logged at the start (model and data module
+    ``__init__`` arguments) are written once more together with ``name`` as their metric, so
+    the HPARAMS dashboard can compare runs by it. Create the ``TensorBoardLogger`` with
+    ``default_hp_metric: false``, otherwise it also shows a placeholder ``hp_metric`` of -1.
 
     Args:
         monitor: logged metric to track.
@@ -297,7 +307,7 @@ class BestScoreHparams(L.Callback):
         logger = _tensorboard(trainer)
         if logger is None:
             return
-        metrics, step = {self.name: self.best}, trainer.global_step
+        metrics, step = {self.name: self.best}, _logging_step(trainer)
         if self._hparams_written:
             logger.log_metrics(metrics, step)
         else:
@@ -478,13 +488,21 @@ class TextProgress(L.Callback):
 
         epoch 3 | step 350 | loss 3.214 | lr 8.93e-04 | tok/s 2,950 | 0:05:12
 
-    ``loss`` is the progress bar's (the training loss of the last batch); ``lr`` the learning
-    rate of the optimizer step just taken (the first parameter group's, read from the
-    optimizer, so it is known from the first step of a process, also in a resumed run);
-    ``tok/s`` the real target tokens of the batches trained since the previous line (for the
-    first line: since this process started training) divided by the wall-clock seconds they
-    took, validations excluded, so it never reuses figures of an interrupted run; the time is
-    the wall-clock time since this process started training. ``seq2seq fit`` adds it, with
+    ``loss`` is the mean of the ``train/loss`` values (the module's loss per real target token
+    of one optimizer step) of the optimizer steps since the previous line (for the first line:
+    since this process started training, also in a resumed run), as fairseq's log lines
+    average over their interval (one step's value alone swings from step to step); with
+    gradient accumulation each optimizer step counts once. ``lr`` is the learning rate of the
+    optimizer step just taken (the first parameter group's, read from the optimizer, so it is
+    known from the first step of a process, also in a resumed run); ``tok/s`` the real target
+    tokens of the batches trained since the previous line (for the first line: since this
+    process started training) divided by the wall-clock seconds they took, validations
+    excluded, so it never reuses figures of an interrupted run. The time
+    (hours:minutes:seconds) is, when the trainer has Lightning's ``Timer`` callback
+    (``--trainer.max_time``), its training time of the whole run: the wall-clock time of
+    every process of the run, validations included, restored from the checkpoint in a
+    resumed run, the time ``max_time`` is checked against; without a ``Timer``, the wall-clock
+    time since this process started training. ``seq2seq fit`` adds this callback, with
     ``trainer.log_every_n_steps``, when stdout is not a terminal and no progress bar is asked
     for.
 
@@ -502,12 +520,16 @@ class TextProgress(L.Callback):
         self._tokens = 0  # real target tokens trained since the last line
         self._seconds = 0.0  # training time, in seconds, of those tokens before `_since`
         self._since: float | None = None  # when the clock last started; None while paused
+        self._loss_sum = 0.0  # sum of the train/loss values of the steps since the last line
+        self._loss_steps = 0  # number of those optimizer steps
+        self._stepped = False  # an optimizer step was taken in the batch under way
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._start = time.monotonic()
         self._printed = trainer.global_step
         self._lr = None
         self._tokens, self._seconds, self._since = 0, 0.0, None
+        self._loss_sum, self._loss_steps, self._stepped = 0.0, 0, False
 
     def _pause(self) -> None:
         """Stops the clock of the tok/s window (a validation, the end of an epoch)."""
@@ -531,30 +553,41 @@ class TextProgress(L.Callback):
         self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: torch.optim.Optimizer
     ) -> None:
         self._lr = float(optimizer.param_groups[0]["lr"])
+        # The module logs this step's train/loss after this hook (Lightning calls the
+        # callbacks' hook first): it is read when the batch ends.
+        self._stepped = True
 
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx: int
     ) -> None:
         if isinstance(batch, dict):
             self._tokens += int(batch.get("n_tokens", 0))
+        if self._stepped:  # the last batch of an optimizer step: its loss is logged now
+            self._stepped = False
+            loss = trainer.callback_metrics.get("train/loss")
+            if loss is not None:
+                self._loss_sum += float(loss)
+                self._loss_steps += 1
         step = trainer.global_step
         if step == self._printed or step % self.every_n_steps:
             return
         self._printed = step
         now = time.monotonic()
         seconds = self._seconds + (now - self._since if self._since is not None else 0.0)
-        tokens = self._tokens
+        tokens, loss_sum, loss_steps = self._tokens, self._loss_sum, self._loss_steps
         self._tokens, self._seconds, self._since = 0, 0.0, now
+        self._loss_sum, self._loss_steps = 0.0, 0
         if not trainer.is_global_zero:
             return
-        metrics = trainer.progress_bar_metrics
         parts = [f"epoch {trainer.current_epoch}", f"step {step}"]
-        if "train/loss" in metrics:
-            parts.append(f"loss {float(metrics['train/loss']):.3f}")
-        lr = self._lr if self._lr is not None else metrics.get("train/lr")
+        if loss_steps:
+            parts.append(f"loss {loss_sum / loss_steps:.3f}")
+        lr = self._lr if self._lr is not None else trainer.progress_bar_metrics.get("train/lr")
         if lr is not None:
             parts.append(f"lr {float(lr):.2e}")
         if tokens and seconds > 0:
             parts.append(f"tok/s {tokens / seconds:,.0f}")
-        parts.append(str(timedelta(seconds=int(now - self._start))))
+        timer = next((c for c in getattr(trainer, "callbacks", ()) if isinstance(c, Timer)), None)
+        elapsed = timer.time_elapsed("train") if timer is not None else now - self._start
+        parts.append(str(timedelta(seconds=int(elapsed))))
         print(" | ".join(parts), flush=True)

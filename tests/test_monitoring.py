@@ -121,6 +121,15 @@ def test_best_bleu_is_running_maximum(events):
     assert best == pytest.approx([max(bleu[: i + 1]) for i in range(len(bleu))])
 
 
+def test_best_bleu_is_logged_at_the_step_of_the_validation_scalars(events):
+    """hp/best_bleu shares the step of the val/* scalars it summarises (Lightning's logging
+    step, one below the optimizer steps 10 and 20 the validations follow), so in TensorBoard
+    both curves have their points at the same steps."""
+    val_steps = [event.step for event in events.Scalars("val/bleu")]
+    assert val_steps == [9, 19]
+    assert [event.step for event in events.Scalars("hp/best_bleu")] == val_steps
+
+
 def test_hparams_session_names_best_bleu(events):
     content = events.PluginTagToContent("hparams")
     experiment = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/experiment"])
@@ -221,7 +230,8 @@ def test_first_progress_line_after_a_resume_is_complete(
     """``fit --ckpt_path last`` into a log (stdout not a terminal): the first line the resumed
     process prints, here right after its first batch (stopped at step 9, a line every 5
     steps), has the learning rate of the step just taken, as the uninterrupted run prints it,
-    and a tok/s measured over that process's own batch."""
+    and a loss and a tok/s over that process's own steps: its one step's loss, as the
+    uninterrupted run logged it to TensorBoard (whose line at step 10 averages steps 6 to 10)."""
     base = [
         "fit", "--config", str(CONFIGS / "tiny.yaml"), "--data.data_dir", str(multi30k_dir),
         "--data.cache_dir", str(tmp_path / "cache"), "--trainer.enable_progress_bar", "null",
@@ -241,8 +251,21 @@ def test_first_progress_line_after_a_resume_is_complete(
     assert [line["step"] for line in resumed] == ["10"]
     first = resumed[0]
     assert list(first) == ["epoch", "step", "loss", "lr", "tok/s", "time"], first
-    assert (first["loss"], first["lr"]) == (reference[1]["loss"], reference[1]["lr"])
+    assert first["lr"] == reference[1]["lr"]
+    logs = EventAccumulator(str(tmp_path / "reference" / "lightning_logs" / "tiny" / "version_0"))
+    logs.Reload()
+    step_10 = [event.value for event in logs.Scalars("train/loss") if event.step == 9]
+    assert first["loss"] == f"{step_10[0]:.3f}"
     assert float(first["tok/s"].replace(",", "")) > 0
+
+
+def _fake_trainer(**attributes) -> SimpleNamespace:
+    """A stand-in for the ``Trainer`` of :class:`TextProgress`'s hooks on rank 0, whose
+    ``callback_metrics`` and ``progress_bar_metrics`` show the same logged values."""
+    metrics: dict[str, torch.Tensor] = {}
+    return SimpleNamespace(
+        is_global_zero=True, callback_metrics=metrics, progress_bar_metrics=metrics, **attributes
+    )
 
 
 def test_progress_line_rates_count_this_process_training_time_only(monkeypatch, capsys):
@@ -253,9 +276,7 @@ def test_progress_line_rates_count_this_process_training_time_only(monkeypatch, 
     clock = [100.0]
     monkeypatch.setattr(callbacks.time, "monotonic", lambda: clock[0])
     progress = TextProgress(every_n_steps=2)
-    trainer = SimpleNamespace(
-        global_step=40, current_epoch=3, is_global_zero=True, progress_bar_metrics={}
-    )
+    trainer = _fake_trainer(global_step=40, current_epoch=3)
     optimizer = SimpleNamespace(param_groups=[{"lr": 1e-3}])
 
     def batch(seconds: float, tokens: int, lr: float) -> None:
@@ -265,7 +286,7 @@ def test_progress_line_rates_count_this_process_training_time_only(monkeypatch, 
         progress.on_before_optimizer_step(trainer, None, optimizer)
         optimizer.param_groups[0]["lr"] = lr / 2  # the scheduler's step
         trainer.global_step += 1
-        trainer.progress_bar_metrics["train/loss"] = 2.5
+        trainer.callback_metrics["train/loss"] = torch.tensor(2.5)
         progress.on_train_batch_end(trainer, None, None, {"n_tokens": tokens}, 0)
 
     progress.on_train_start(trainer, None)  # resumed at step 40
@@ -284,3 +305,58 @@ def test_progress_line_rates_count_this_process_training_time_only(monkeypatch, 
         "epoch 3 | step 42 | loss 2.500 | lr 1.00e-03 | tok/s 400 | 0:01:32",
         "epoch 3 | step 44 | loss 2.500 | lr 5.00e-04 | tok/s 75 | 0:01:36",
     ]
+
+
+def _train_steps(progress, trainer, losses, accumulate=1) -> None:
+    """Drive ``progress`` through one optimizer step per value of ``losses`` (its
+    ``train/loss``), each made of ``accumulate`` batches, as Lightning calls the hooks: the
+    module logs the step's loss in ``on_before_optimizer_step``, during the window's last
+    batch; the metrics keep the previous step's value during the other batches."""
+    optimizer = SimpleNamespace(param_groups=[{"lr": 1e-3}])
+    for loss in losses:
+        for micro in range(accumulate):
+            progress.on_train_batch_start(trainer, None, {"n_tokens": 10}, micro)
+            if micro == accumulate - 1:
+                progress.on_before_optimizer_step(trainer, None, optimizer)
+                trainer.callback_metrics["train/loss"] = torch.tensor(loss)
+                trainer.global_step += 1
+            progress.on_train_batch_end(trainer, None, None, {"n_tokens": 10}, micro)
+
+
+@pytest.mark.parametrize("accumulate", [1, 3])
+def test_progress_line_loss_is_the_mean_over_the_steps_since_the_previous_line(accumulate, capsys):
+    """loss on a line: the mean of the train/loss values of the optimizer steps since the
+    previous line (for the first line: since this process started training), not the last
+    step's alone; with gradient accumulation each optimizer step counts once, however many
+    batches it has."""
+    progress = TextProgress(every_n_steps=3)
+    trainer = _fake_trainer(global_step=10, current_epoch=0)
+    trainer.callback_metrics["train/loss"] = torch.tensor(9.0)  # the step before the resume
+    progress.on_train_start(trainer, None)
+    _train_steps(progress, trainer, [3.5, 4.75], accumulate)  # first line: steps 11 and 12
+    _train_steps(progress, trainer, [3.25, 2.0, 3.0], accumulate)  # steps 13 to 15
+    lines = [_fields(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(line["step"], line["loss"]) for line in lines] == [
+        ("12", "4.125"),
+        ("15", "2.750"),
+    ]
+
+
+def test_progress_line_time_is_the_timer_time_of_the_whole_run(monkeypatch, capsys):
+    """With Lightning's Timer (``--trainer.max_time``), the time on a line is the Timer's
+    training time, which it restores from the checkpoint in a resumed run (the time that
+    max_time is checked against), not this process's own."""
+    from lightning.pytorch.callbacks import Timer
+
+    clock = [1000.0]
+    monkeypatch.setattr(callbacks.time, "monotonic", lambda: clock[0])
+    timer = Timer(duration="00:00:15:00")
+    timer.load_state_dict({"time_elapsed": {"train": 7 * 60 + 26.0}})  # the earlier processes
+    progress = TextProgress(every_n_steps=2)
+    trainer = _fake_trainer(global_step=120, current_epoch=1, callbacks=[timer, progress])
+    timer.on_train_start(trainer, None)
+    progress.on_train_start(trainer, None)
+    clock[0] += 60.0
+    _train_steps(progress, trainer, [3.0, 3.0])
+    line = _fields(capsys.readouterr().out.strip())
+    assert (line["step"], line["time"]) == ("122", "0:08:26")
