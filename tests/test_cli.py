@@ -1210,3 +1210,42 @@ def test_resuming_a_checkpoint_behind_its_folders_last_is_warned_about(tiny_run,
     assert "--init_from" in err[0]
     _warn_resuming_behind_last(folder / "last.ckpt", last_step)
     assert capsys.readouterr().err == ""
+
+
+def test_cpu_bfloat16_instructions_are_read_from_cpuinfo(tmp_path):
+    from seq2seq.cli import _cpu_has_bfloat16_instructions
+
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("flags\t\t: fpu avx512f avx512bw avx512_vnni\n")
+    assert _cpu_has_bfloat16_instructions(cpuinfo) is False
+    cpuinfo.write_text("flags\t\t: fpu avx512f avx512_bf16\n")
+    assert _cpu_has_bfloat16_instructions(cpuinfo) is True
+    cpuinfo.write_text("flags\t\t: fpu amx_tile amx_bf16 amx_int8\n")
+    assert _cpu_has_bfloat16_instructions(cpuinfo) is True
+    assert _cpu_has_bfloat16_instructions(tmp_path / "missing") is None
+
+
+@pytest.mark.parametrize(("has", "warned"), [(False, True), (True, False), (None, False)])
+def test_bfloat16_on_a_cpu_without_its_instructions_is_warned_about(
+    tiny_run, multi30k_dir, tmp_path, monkeypatch, capsys, has, warned
+):
+    """bf16-mixed where the CPU emulates bfloat16 (no AVX512-BF16 or AMX): one warning line;
+    none where it has them or where /proc/cpuinfo cannot tell."""
+    from seq2seq import cli
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(cli, "_cpu_has_bfloat16_instructions", lambda: has)
+    code, _, err = run_main(
+        monkeypatch, capsys, "validate", "--config", str(CONFIGS / "tiny.yaml"),
+        "--data.data_dir", str(multi30k_dir), "--data.cache_dir", str(tiny_run / "data_cache"),
+        "--ckpt_path", "untrained", "--trainer.limit_val_batches", "1",
+        "--trainer.precision", "bf16-mixed",
+    )  # fmt: skip
+    assert code == 0, err
+    lines = [line for line in err if "bfloat16 instructions" in line]
+    expected = (
+        "seq2seq: warning: --trainer.precision bf16-mixed on a CPU without bfloat16 "
+        "instructions (no avx512_bf16 or amx_bf16 in /proc/cpuinfo): they are emulated and run "
+        "several times slower than --trainer.precision 32-true"
+    )
+    assert lines == ([expected] if warned else []), err
