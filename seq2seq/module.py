@@ -532,11 +532,7 @@ class TranslationModule(L.LightningModule):
                 "no tokenizer attached: load a checkpoint that carries one or attach the "
                 "data module's tokenizer before decoding"
             )
-        unknown = sorted(set(decoding) - set(DECODING_SETTINGS))
-        if unknown:
-            raise ValueError(
-                f"unknown decoding settings {unknown}; choose from {list(DECODING_SETTINGS)}"
-            )
+        check_decoding_settings(decoding)
         settings = {name: self.hparams[name] for name in DECODING_SETTINGS}
         settings.update(decoding)
         for name in ("max_len_a", "max_len_b", "min_len"):
@@ -702,6 +698,17 @@ class TranslationModule(L.LightningModule):
 
 #: Decoding settings that :meth:`TranslationModule.translate_batch` takes per call.
 DECODING_SETTINGS = ("length_penalty", "length_penalty_form", "max_len_a", "max_len_b", "min_len")
+
+
+def check_decoding_settings(decoding: dict[str, Any]) -> None:
+    """Raises ValueError naming the keys of ``decoding`` that are no
+    :data:`DECODING_SETTINGS`."""
+    unknown = sorted(set(decoding) - set(DECODING_SETTINGS))
+    if unknown:
+        raise ValueError(
+            f"unknown decoding settings {unknown}; choose from {list(DECODING_SETTINGS)}"
+        )
+
 
 # Settings that change training or decoding but not the shapes of the saved weights.
 _NON_STRUCTURAL = {"dropout", "attention_dropout", "activation_dropout"}

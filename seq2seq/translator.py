@@ -21,7 +21,12 @@ import torch
 
 from seq2seq.checkpoint import check_model_checkpoint, load_checkpoint
 from seq2seq.data.batching import collate
-from seq2seq.module import _NON_STRUCTURAL, CHECKPOINT_KEY, DECODING_SETTINGS, TranslationModule
+from seq2seq.module import (
+    _NON_STRUCTURAL,
+    CHECKPOINT_KEY,
+    TranslationModule,
+    check_decoding_settings,
+)
 
 
 class Translator:
@@ -252,11 +257,7 @@ class Translator:
                 holds a line break ...``), if ``n_best`` exceeds the beam size, or for an
                 unknown or out-of-range decoding setting.
         """
-        unknown = sorted(set(decoding) - set(DECODING_SETTINGS))
-        if unknown:
-            raise ValueError(
-                f"unknown decoding settings {unknown}; choose from {list(DECODING_SETTINGS)}"
-            )
+        check_decoding_settings(decoding)  # also when there is nothing to translate
         single = isinstance(sentences, str)
         if single:
             if "\n" in sentences:
