@@ -184,7 +184,7 @@ class ValidationSamples(L.Callback):
         for e in examples:
             texts = (e.get("src_text", ""), e.get("ref_text", ""), hyps[e["index"]])
             rows.append("| " + " | ".join([str(e["index"]), *map(_escape_markdown, texts)]) + " |")
-        logger.experiment.add_text("val/samples", "\n".join(rows), trainer.global_step)
+        logger.experiment.add_text("val/samples", "\n".join(rows), _logging_step(trainer))
 
 
 class AttentionHeatmaps(L.Callback):
@@ -239,7 +239,7 @@ class AttentionHeatmaps(L.Callback):
                 x, y = src_pieces, out_pieces
             title = f"{name}, heads averaged, step {trainer.global_step}"
             figure = plot_attention(weights[0].mean(0), x, y, title=title)
-            logger.experiment.add_figure(f"val/attention/{name}", figure, trainer.global_step)
+            logger.experiment.add_figure(f"val/attention/{name}", figure, _logging_step(trainer))
 
     @staticmethod
     @torch.no_grad()

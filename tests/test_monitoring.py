@@ -122,12 +122,15 @@ def test_best_bleu_is_running_maximum(events):
 
 
 def test_best_bleu_is_logged_at_the_step_of_the_validation_scalars(events):
-    """hp/best_bleu shares the step of the val/* scalars it summarises (Lightning's logging
-    step, one below the optimizer steps 10 and 20 the validations follow), so in TensorBoard
-    both curves have their points at the same steps."""
+    """hp/best_bleu, the samples and the attention images share the step of the val/*
+    scalars (Lightning's logging step, one below the optimizer steps 10 and 20 the validations
+    follow), so in TensorBoard a validation's entries have one step."""
     val_steps = [event.step for event in events.Scalars("val/bleu")]
     assert val_steps == [9, 19]
     assert [event.step for event in events.Scalars("hp/best_bleu")] == val_steps
+    # The samples and the attention images of a validation too.
+    assert [event.step for event in events.Tensors("val/samples/text_summary")] == val_steps
+    assert [event.step for event in events.Images("val/attention/decoder.0.cross")] == val_steps
 
 
 def test_hparams_session_names_best_bleu(events):
