@@ -345,12 +345,14 @@ def test_accumulated_gradients_equal_one_batch_of_both(tmp_path):
     trainer.fit(module, DataLoader(batches, batch_size=None))
     assert trainer.global_step == 1
     # float64 except for the loss, which label_smoothed_cross_entropy computes in float32, and
-    # the module's float32 scale 1 / tokens: agreement to float32 rounding.
+    # the module's float32 scale 1 / tokens: agreement to float32 rounding of the loss, whose
+    # absolute error reaches the smallest gradient entries too (2e-9 on a 9e-5 entry on an
+    # AVX-512 Xeon), hence atol 1e-7, four orders below the token-weighting error checked next.
     grads = dict(reference.named_parameters())
     for name, param in module.model.named_parameters():
         step = before[name] - param.detach()
         torch.testing.assert_close(
-            step, grads[name].grad, rtol=1e-5, atol=1e-9, msg=lambda m, n=name: f"{n}: {m}"
+            step, grads[name].grad, rtol=1e-5, atol=1e-7, msg=lambda m, n=name: f"{n}: {m}"
         )
 
     # The token weighting matters: the mean of the two micro-batch means is another step.
