@@ -20,6 +20,7 @@ import re
 import signal
 import sys
 import tempfile
+import typing
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from datetime import timedelta
@@ -120,6 +121,26 @@ class Seq2SeqArgumentParser(LightningArgumentParser):
         if len(message.strip().splitlines()) > 2:
             hint += " (SEQ2SEQ_TRACEBACK=1 shows the full message)"
         self.exit(2, "\n".join([*lines, hint]) + "\n")
+
+
+def _batch_counts_parse_as_integers(parser: LightningArgumentParser) -> None:
+    """``--trainer.limit_test_batches 1`` is one batch (an integer), ``1.0`` all of them.
+
+    Lightning annotates these settings ``Optional[Union[int, float]]``; typing caches unions by
+    equality, so where ``Optional[Union[float, int]]`` was built first (by any library loaded
+    before Lightning) the annotation lists ``float`` first, jsonargparse tries the types in that
+    order, and ``1`` becomes ``1.0``: 100% of the batches. The arguments get an ``int | float``
+    type hint, which typing does not cache.
+    """
+    counts = {f"trainer.limit_{stage}_batches" for stage in ("train", "val", "test", "predict")}
+    for action in parser._actions:
+        if action.dest not in counts | {"trainer.overfit_batches"}:
+            continue
+        types = set(typing.get_args(getattr(action, "_typehint", None)))
+        if types == {int, float, type(None)}:
+            action._typehint = int | float | None
+        elif types == {int, float}:
+            action._typehint = int | float
 
 
 def _argument_error_lines(message: str, parser: LightningArgumentParser) -> list[str]:
@@ -316,6 +337,7 @@ class Seq2SeqCLI(LightningCLI):
         return parser
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        _batch_counts_parse_as_integers(parser)
         parser.link_arguments("data.vocab_size", "model.vocab_size", apply_on="parse")
         parser.link_arguments("data.max_positions", "model.max_positions", apply_on="parse")
         parser.link_arguments("data.tgt_lang", "model.tgt_lang", apply_on="parse")

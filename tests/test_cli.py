@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import sys
+import typing
 import warnings
 from pathlib import Path
 
@@ -1249,3 +1250,22 @@ def test_bfloat16_on_a_cpu_without_its_instructions_is_warned_about(
         "several times slower than --trainer.precision 32-true"
     )
     assert lines == ([expected] if warned else []), err
+
+
+def test_batch_counts_parse_as_integers_whatever_order_typing_cached():
+    """``--trainer.limit_test_batches 1`` is one batch, ``1.0`` all of them, also where the
+    annotation's union lists float first (typing caches unions by equality, so which order
+    Lightning's annotation gets depends on what was imported before it)."""
+    from lightning.pytorch.cli import LightningArgumentParser
+
+    from seq2seq.cli import _batch_counts_parse_as_integers
+
+    parser = LightningArgumentParser(exit_on_error=False)
+    float_first = typing.Union[float, int, None]  # noqa: UP007 (the order is the point)
+    parser.add_argument("--trainer.limit_test_batches", type=float_first, default=None)
+    parser.add_argument("--trainer.overfit_batches", type=typing.Union[float, int], default=0.0)  # noqa: UP007
+    _batch_counts_parse_as_integers(parser)
+    for given, expected in [("1", 1), ("1.0", 1.0), ("3", 3), ("0.25", 0.25)]:
+        for name in ("limit_test_batches", "overfit_batches"):
+            value = getattr(parser.parse_args([f"--trainer.{name}", given]).trainer, name)
+            assert value == expected and type(value) is type(expected), (name, given, value)
