@@ -453,11 +453,12 @@ class TranslationModule(L.LightningModule):
         grads = [p.grad for p in self.parameters() if p.grad is not None]
         torch._foreach_mul_(grads, scale)
         self._window_tokens = torch.zeros_like(self._window_tokens)
-        if (self.trainer.global_step + 1) % max(1, self.trainer.log_every_n_steps) == 0 and grads:
-            self.log(
-                "train/grad_norm",
-                torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])),
-            )
+        if grads:
+            # Every step, like the losses: a run that stops between two logging steps
+            # (max_time) flushes the step metrics once more, which must not repeat an older
+            # step's norm. One fused pass over the gradients.
+            norms = torch._foreach_norm(grads)
+            self.log("train/grad_norm", torch.linalg.vector_norm(torch.stack(norms)))
 
     def _raise_nonfinite(self) -> None:
         """Raises FloatingPointError naming the step and the batches whose loss was not finite."""

@@ -118,3 +118,30 @@ def test_logged_training_loss_covers_every_micro_batch_of_the_step(tmp_path):
     assert float(metrics["train/loss"]) == pytest.approx(loss, rel=1e-5)
     assert float(metrics["train/nll"]) == pytest.approx(nll, rel=1e-5)
     assert float(metrics["train/ppl"]) == pytest.approx(torch.tensor(nll).exp().item(), rel=1e-5)
+
+
+def test_a_run_stopped_between_logging_steps_logs_that_steps_grad_norm(tmp_path):
+    """A stop between two logging steps (max_time, early stopping) makes Lightning write the
+    step metrics once more: train/grad_norm there is that step's, not the last logged one."""
+    import csv
+
+    import lightning as L
+    from lightning.pytorch.loggers import CSVLogger
+
+    class StopAtStep3(L.Callback):  # as Lightning's Timer stops a run: should_stop
+        def on_train_batch_end(self, trainer, *args) -> None:
+            trainer.should_stop = trainer.global_step == 3
+
+    batches = [_batch(), _batch_of(1, [(4, 30), (7, 25)]), _batch_of(2, [(9, 12), (5, 5)])]
+    trainer = L.Trainer(
+        accelerator="cpu", max_steps=10, log_every_n_steps=2, callbacks=[StopAtStep3()],
+        logger=CSVLogger(tmp_path), enable_progress_bar=False, enable_model_summary=False,
+        limit_val_batches=0, enable_checkpointing=False,
+    )  # fmt: skip
+    trainer.fit(_module(), train_dataloaders=torch.utils.data.DataLoader(batches, batch_size=None))
+    assert trainer.global_step == 3
+    with open(trainer.logger.log_dir + "/metrics.csv", newline="") as f:
+        rows = [row for row in csv.DictReader(f) if row.get("train/grad_norm")]
+    norms = {int(row["step"]): float(row["train/grad_norm"]) for row in rows}
+    assert sorted(norms) == [1, 2], norms  # logging step 1 (step 2), then the stop at step 3
+    assert norms[2] != norms[1]
