@@ -419,6 +419,8 @@ class Seq2SeqCLI(LightningCLI):
             check_model_checkpoint(checkpoint, config["ckpt_path"], trainer=True)
             self._resumed_step = checkpoint.get("global_step")
             if subcommand == "fit":
+                _continue_log_version(config, checkpoint)
+            if subcommand == "fit":
                 _warn_resuming_behind_last(config["ckpt_path"], self._resumed_step)
             if subcommand == "fit" and "optimizer_states" not in checkpoint:
                 raise CheckpointError(
@@ -1132,6 +1134,26 @@ def _warn_slow_bfloat16(trainer: L.Trainer) -> None:
             "and run several times slower than --trainer.precision 32-true",
             file=sys.stderr,
         )
+
+
+def _continue_log_version(config, checkpoint: dict) -> None:
+    """A resumed ``fit`` logs into the version folder of the run it resumes
+    (``lightning_logs/<name>/version_N``), as fairseq's TensorBoard folder continues, instead of
+    a new ``version_N+1``: the configured TensorBoard logger, if it has the name the checkpoint
+    recorded and no version of its own. (Each process writes event files of its own, so
+    nothing is overwritten; Lightning's CSV logger would rewrite ``metrics.csv``, so a CSV
+    logger keeps starting a new version.)"""
+    saved = (checkpoint.get(CHECKPOINT_KEY) or {}).get("log") or {}
+    logger = config.get("trainer", {}).get("logger")
+    if not saved or not hasattr(logger, "get") or not hasattr(logger.get("init_args"), "get"):
+        return
+    class_path = str(logger.get("class_path", ""))
+    if class_path.rsplit(".", 1)[-1] != "TensorBoardLogger":
+        return
+    init_args = logger["init_args"]
+    name = init_args.get("name") or "lightning_logs"
+    if init_args.get("version") is None and name == saved.get("name"):
+        init_args["version"] = saved["version"]
 
 
 def _warn_resuming_behind_last(ckpt_path: str | Path, step: int | None) -> None:

@@ -237,6 +237,10 @@ class TranslationModule(L.LightningModule):
         checkpoint[CHECKPOINT_KEY] = extra
         if self._trainer is None:
             return
+        logger = self._trainer.logger
+        if logger is not None and isinstance(getattr(logger, "version", None), int):
+            # Where this run logs: a resumed fit continues the same folder (seq2seq.cli).
+            extra["log"] = {"name": logger.name, "version": logger.version}
         if self._epoch_cut_short():
             keep_cut_epoch_unfinished(checkpoint, self._training_epoch)
         if self._validation_open:  # stopped (Ctrl-C, SIGTERM) before this validation's score

@@ -1269,3 +1269,22 @@ def test_batch_counts_parse_as_integers_whatever_order_typing_cached():
         for name in ("limit_test_batches", "overfit_batches"):
             value = getattr(parser.parse_args([f"--trainer.{name}", given]).trainer, name)
             assert value == expected and type(value) is type(expected), (name, given, value)
+
+
+def test_a_resumed_fit_continues_its_tensorboard_folder(tiny_run, multi30k_dir, in_tmp):
+    """fit --ckpt_path last logs into the version folder of the run it resumes, its steps
+    continuing there (fairseq's TensorBoard folder continues too), not into version_1."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    argv = [
+        "fit", "--config", str(CONFIGS / "tiny.yaml"), "--data.data_dir", str(multi30k_dir),
+        "--data.cache_dir", str(tiny_run / "data_cache"),
+    ]  # fmt: skip
+    cli_main([*argv, "--trainer.max_steps", "10"])
+    cli_main([*argv, "--trainer.max_steps", "20", "--ckpt_path", "last"])
+    folder = in_tmp / "lightning_logs" / "tiny"
+    assert sorted(p.name for p in folder.iterdir()) == ["version_0"]
+    events = EventAccumulator(str(folder / "version_0"))
+    events.Reload()
+    assert [e.step for e in events.Scalars("train/loss")] == [4, 9, 14, 19]
+    assert [e.step for e in events.Scalars("val/bleu")] == [9, 19]
