@@ -1324,11 +1324,12 @@ class _DropAdvertisement(logging.Filter):
 _DROP_ADVERTISEMENT = _DropAdvertisement()
 
 
-def _silence_lightning_notices() -> None:
+def _silence_lightning_notices(subcommand: str | None = None) -> None:
     """Keep the output to what concerns the run: no litlogger advertisement, no PyTorch
     deprecation warning raised inside Lightning's own code on every command, no
-    ``ModelCheckpoint`` "could not find the monitored key" before the first validation, and
-    under DDP
+    ``ModelCheckpoint`` "could not find the monitored key" before the first validation, nor
+    its "dirpath has changed" when ``validate``/``test``/``predict`` read another folder's
+    checkpoint, and under DDP
     no advice to log the held-out scores with ``sync_dist=True`` (``TranslationModule`` sums
     them over the processes itself, so every process logs the same values)."""
     logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_DROP_ADVERTISEMENT)
@@ -1341,6 +1342,10 @@ def _silence_lightning_notices() -> None:
     warnings.filterwarnings(
         "ignore", message=r"`ModelCheckpoint\(monitor=.*could not find the monitored key"
     )
+    if subcommand in _USES:
+        # Evaluating a checkpoint of another folder writes no checkpoint: which best_k_models
+        # ModelCheckpoint reloads does not matter there.
+        warnings.filterwarnings("ignore", message=r"The dirpath has changed from ")
 
 
 def cli_main(args: Sequence[str] | None = None) -> Seq2SeqCLI | None:
@@ -1355,7 +1360,7 @@ def cli_main(args: Sequence[str] | None = None) -> Seq2SeqCLI | None:
     """
     argv = list(sys.argv[1:] if args is None else args)
     _check_config_syntax(argv)
-    _silence_lightning_notices()
+    _silence_lightning_notices(argv[0] if argv else None)
     if argv and argv[0] in ("translate", "average"):
         from seq2seq import commands
 

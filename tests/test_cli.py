@@ -1288,3 +1288,21 @@ def test_a_resumed_fit_continues_its_tensorboard_folder(tiny_run, multi30k_dir, 
     events.Reload()
     assert [e.step for e in events.Scalars("train/loss")] == [4, 9, 14, 19]
     assert [e.step for e in events.Scalars("val/bleu")] == [9, 19]
+
+
+def test_testing_another_folders_checkpoint_has_no_dirpath_notice(
+    tiny_run, multi30k_dir, in_tmp, monkeypatch, capsys
+):
+    """ModelCheckpoint's "The dirpath has changed" concerns resuming; test writes no
+    checkpoint, so it is not shown there."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        code, _, err = run_main(
+            monkeypatch, capsys, "test", "--config", str(CONFIGS / "tiny.yaml"),
+            "--data.data_dir", str(multi30k_dir), "--data.cache_dir", str(in_tmp / "cache"),
+            "--ckpt_path", str(tiny_run / "checkpoints/tiny/last.ckpt"),
+            "--trainer.limit_test_batches", "1",
+        )  # fmt: skip
+    assert code == 0, err
+    shown = [*err, *(str(w.message) for w in caught)]
+    assert not [line for line in shown if "dirpath has changed" in line], shown
