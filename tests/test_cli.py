@@ -199,19 +199,19 @@ def test_tiny_run_outputs(tiny_run):
     assert last["global_step"] == 20
 
 
+def _test_best_of_tiny_run(tiny_run, multi30k_dir, monkeypatch, *extra: str):
+    """``seq2seq test --ckpt_path best`` of the shared tiny run, in its folder."""
+    monkeypatch.chdir(tiny_run)
+    config = ["--config", str(CONFIGS / "tiny.yaml"), "--data.data_dir", str(multi30k_dir)]
+    return cli_main(["test", *config, "--ckpt_path", "best", *extra])
+
+
 def test_test_bleu_is_the_first_listed_sets(tiny_run, multi30k_dir, monkeypatch, capsys):
     """test/bleu is the score of the first set of data.test_splits, and the sets are reported
     in that order, not alphabetically, ending with one table of every set's scores."""
-    monkeypatch.chdir(tiny_run)
-    cli = cli_main(
-        [
-            "test",
-            "--config", str(CONFIGS / "tiny.yaml"),
-            "--data.data_dir", str(multi30k_dir),
-            "--ckpt_path", "best",
-            "--data.test_splits", "[val, test_2016_flickr]",
-            "--model.beam_size", "1",
-        ]
+    cli = _test_best_of_tiny_run(
+        tiny_run, multi30k_dir, monkeypatch,
+        "--data.test_splits", "[val, test_2016_flickr]", "--model.beam_size", "1",
     )  # fmt: skip
     metrics = cli.trainer.callback_metrics
     assert float(metrics["test/bleu"]) == float(metrics["test/val/bleu"])
@@ -228,16 +228,9 @@ def test_test_bleu_is_the_first_listed_sets(tiny_run, multi30k_dir, monkeypatch,
 
 
 def test_test_from_best_checkpoint_matches_sacrebleu(tiny_run, multi30k_dir, monkeypatch):
-    monkeypatch.chdir(tiny_run)
-    cli = cli_main(
-        [
-            "test",
-            "--config", str(CONFIGS / "tiny.yaml"),
-            "--data.data_dir", str(multi30k_dir),
-            "--ckpt_path", "best",
-            "--trainer.limit_test_batches", "1.0",
-        ]
-    )  # fmt: skip
+    cli = _test_best_of_tiny_run(
+        tiny_run, multi30k_dir, monkeypatch, "--trainer.limit_test_batches", "1.0"
+    )
     logged = float(cli.trainer.callback_metrics["test/test_2016_flickr/bleu"])
     assert float(cli.trainer.callback_metrics["test/bleu"]) == logged
     log_dir = Path(cli.trainer.logger.log_dir)
