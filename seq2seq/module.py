@@ -11,7 +11,15 @@ import lightning as L
 import torch
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 
-from seq2seq.checkpoint import (
+from seq2seq.checkpoint.format import (
+    CHECKPOINT_KEY,
+    NON_STRUCTURAL,
+    differing_settings,
+    model_config,
+    tokenizer_blob,
+    tokenizer_tensor,
+)
+from seq2seq.checkpoint.training import (
     capture_rng_state,
     keep_cut_epoch_unfinished,
     restore_rng_state,
@@ -22,23 +30,38 @@ from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.evaluation import METRICS, Score, corpus_scores, gather_in_order, write_lines
 from seq2seq.nn import (
     Transformer,
-    beam_search,
-    greedy_search,
+    TransformerConfig,
     label_smoothed_cross_entropy,
     linear_label_smoothed_cross_entropy,
 )
 from seq2seq.optim import InverseSqrtLR
+from seq2seq.translator import (
+    DECODING_DEFAULTS,
+    DECODING_SETTINGS,
+    check_decoding_settings,
+    check_decoding_values,
+    decode_batch,
+)
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT_KEY = "seq2seq"
+# Names other modules import from here (the checkpoint format now lives in
+# seq2seq.checkpoint.format, the decoding settings in seq2seq.translator).
+_NON_STRUCTURAL = NON_STRUCTURAL
+__all__ = [
+    "CHECKPOINT_KEY",
+    "DECODING_SETTINGS",
+    "TranslationModule",
+    "check_decoding_settings",
+    "tokenizer_from_checkpoint",
+]
 
 
 def tokenizer_from_checkpoint(checkpoint: dict[str, Any]) -> Tokenizer | None:
     """The SentencePiece model stored in ``checkpoint["seq2seq"]["tokenizer"]`` (a uint8
     tensor of the serialized model), or ``None`` if the checkpoint carries none."""
-    blob = checkpoint.get(CHECKPOINT_KEY, {}).get("tokenizer")
-    return None if blob is None else Tokenizer.from_bytes(blob.cpu().numpy().tobytes())
+    blob = tokenizer_blob(checkpoint)
+    return None if blob is None else Tokenizer.from_bytes(blob)
 
 
 def _default_optimizer(params) -> torch.optim.Optimizer:
@@ -66,21 +89,6 @@ class TranslationModule(L.LightningModule):
     the batch, before the optimizer step could write it into the weights.
 
     Args:
-        vocab_size: joint source/target vocabulary size, linked from ``data.vocab_size``.
-        d_model: model width D.
-        n_heads: attention heads H; must divide ``d_model``.
-        n_encoder_layers: encoder layers.
-        n_decoder_layers: decoder layers.
-        d_ff: inner width of the feed-forward blocks.
-        dropout: dropout on embeddings, sublayer outputs.
-        attention_dropout: dropout on attention weights.
-        activation_dropout: dropout after the feed-forward activation.
-        activation: ``"relu"`` or ``"gelu"``.
-        norm_first: Pre-LN (True) or Post-LN (False) layers.
-        positional: ``"sinusoidal"``, ``"learned"`` or ``"rotary"`` (RoPE in self-attention)
-            positions.
-        max_positions: longest source or target sequence, in tokens, the model accepts.
-        tie_embeddings: ``"none"``, ``"decoder"`` (decoder input and output) or ``"all"``.
         label_smoothing: epsilon of label smoothing, in [0, 1).
         optimizer: builds the optimizer from the parameters (default AdamW, lr 5e-4,
             betas (0.9, 0.98)).
@@ -102,6 +110,9 @@ class TranslationModule(L.LightningModule):
         compile: run the training and evaluation forward pass through ``torch.compile``
             (decoding stays eager). Pair it with ``data.pad_to_multiple_of: 8`` so that
             variable-length batches reuse a few compiled shapes.
+        **architecture: the fields of :class:`seq2seq.nn.TransformerConfig` (``vocab_size``,
+            ``d_model``, ``n_heads``, ...), each a flat ``--model.*`` key of the command line
+            (LightningCLI reads them, with their documentation, from the config class).
 
     Raises:
         ValueError: at construction, naming the setting, for a ``label_smoothing`` outside
@@ -114,67 +125,36 @@ class TranslationModule(L.LightningModule):
 
     def __init__(
         self,
-        vocab_size: int = 8000,
-        d_model: int = 512,
-        n_heads: int = 8,
-        n_encoder_layers: int = 6,
-        n_decoder_layers: int = 6,
-        d_ff: int = 2048,
-        dropout: float = 0.1,
-        attention_dropout: float = 0.0,
-        activation_dropout: float = 0.0,
-        activation: str = "relu",
-        norm_first: bool = True,
-        positional: str = "sinusoidal",
-        max_positions: int = 256,
-        tie_embeddings: str = "all",
         label_smoothing: float = 0.1,
         optimizer: OptimizerCallable = _default_optimizer,
         lr_scheduler: LRSchedulerCallable = _default_scheduler,
-        beam_size: int = 5,
+        beam_size: int = DECODING_DEFAULTS["beam_size"],
         val_beam_size: int | None = None,
-        length_penalty: float = 1.0,
-        length_penalty_form: str = "fairseq",
-        max_len_a: float = 1.2,
-        max_len_b: int = 10,
-        min_len: int = 0,
+        length_penalty: float = DECODING_DEFAULTS["length_penalty"],
+        length_penalty_form: str = DECODING_DEFAULTS["length_penalty_form"],
+        max_len_a: float = DECODING_DEFAULTS["max_len_a"],
+        max_len_b: int = DECODING_DEFAULTS["max_len_b"],
+        min_len: int = DECODING_DEFAULTS["min_len"],
         metrics: list[str] | None = None,
         tgt_lang: str | None = None,
         compile: bool = False,
+        **architecture: Any,
     ) -> None:
         super().__init__()
         if not 0.0 <= label_smoothing < 1.0:
             raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing}")
-        for name, value in (("beam_size", beam_size), ("val_beam_size", val_beam_size)):
-            if value is not None and value < 1:
-                raise ValueError(f"model.{name} must be >= 1, got {value}")
+        if val_beam_size is not None and val_beam_size < 1:
+            raise ValueError(f"model.val_beam_size must be >= 1, got {val_beam_size}")
         # Refused here, not when decoding: a negative limit would silently cut every output
-        # short (the CLI and Translator.from_checkpoint both build the module first).
-        for name, value in (
-            ("max_len_a", max_len_a),
-            ("max_len_b", max_len_b),
-            ("min_len", min_len),
-        ):
-            if value < 0:
-                raise ValueError(f"model.{name} must be >= 0, got {value}")
-        self.model_config = dict(
-            vocab_size=vocab_size,
-            d_model=d_model,
-            n_heads=n_heads,
-            n_encoder_layers=n_encoder_layers,
-            n_decoder_layers=n_decoder_layers,
-            d_ff=d_ff,
-            dropout=dropout,
-            attention_dropout=attention_dropout,
-            activation_dropout=activation_dropout,
-            activation=activation,
-            norm_first=norm_first,
-            positional=positional,
-            max_positions=max_positions,
-            tie_embeddings=tie_embeddings,
-        )
+        # short (the CLI builds the module first).
+        decoding = dict(beam_size=beam_size, max_len_a=max_len_a, max_len_b=max_len_b)
+        check_decoding_values(decoding | {"min_len": min_len}, prefix="model.")
+        self.config = TransformerConfig(**architecture)
         self.save_hyperparameters(ignore=["optimizer", "lr_scheduler"])
-        self.model = Transformer(**self.model_config)
+        # Every architecture field, defaults included, in the hyperparameters (checkpoints,
+        # TensorBoard's HPARAMS), not only the ones given.
+        self.save_hyperparameters(self.config.to_dict() | dict(self.hparams))
+        self.model = Transformer(self.config)
         self.optimizer_factory = optimizer
         self.scheduler_factory = lr_scheduler
         self.metrics = list(metrics) if metrics is not None else list(METRICS)
@@ -205,6 +185,11 @@ class TranslationModule(L.LightningModule):
         # (index, hypothesis, reference) of the last decoded held-out sets, in index order.
         self.last_hypotheses: dict[str, list[tuple[int, str, str]]] = {}
 
+    @property
+    def model_config(self) -> dict[str, Any]:
+        """The architecture as a dictionary (:meth:`TransformerConfig.to_dict`)."""
+        return self.config.to_dict()
+
     # ------------------------------------------------------------------ set-up and checkpoints
     def setup(self, stage: str) -> None:
         datamodule = getattr(self.trainer, "datamodule", None) if self._trainer else None
@@ -214,10 +199,10 @@ class TranslationModule(L.LightningModule):
             self._check_vocab(self.tokenizer.vocab_size, "the tokenizer")
 
     def _check_vocab(self, size: int, where: str) -> None:
-        if size != self.model_config["vocab_size"]:
+        if size != self.config.vocab_size:
             raise ValueError(
                 f"{where} has {size} pieces but model.vocab_size is "
-                f"{self.model_config['vocab_size']}: set data.vocab_size/model.vocab_size to the "
+                f"{self.config.vocab_size}: set data.vocab_size/model.vocab_size to the "
                 "size the tokenizer was trained with, or retrain the tokenizer"
             )
 
@@ -228,12 +213,12 @@ class TranslationModule(L.LightningModule):
         # with the generators' states from the start of its training_step.
         rng = self._step_rng if self._batch_under_way() else None
         extra: dict[str, Any] = {
-            "model_config": dict(self.model_config),
+            "model_config": self.config.to_dict(),
             "rng": rng or capture_rng_state(),
         }
         if self.tokenizer is not None:
             data = self.tokenizer.to_bytes()
-            extra["tokenizer"] = torch.frombuffer(bytearray(data), dtype=torch.uint8).clone()
+            extra["tokenizer"] = tokenizer_tensor(data)
         checkpoint[CHECKPOINT_KEY] = extra
         if self._trainer is None:
             return
@@ -306,11 +291,9 @@ class TranslationModule(L.LightningModule):
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self._checkpoint_step = checkpoint.get("global_step")  # names validate/test outputs
         extra = checkpoint.get(CHECKPOINT_KEY, {})
-        saved = extra.get("model_config", {})
         differing = [
-            f"{key}: checkpoint {saved[key]!r} vs config {value!r}"
-            for key, value in self.model_config.items()
-            if key in saved and saved[key] != value and key not in _NON_STRUCTURAL
+            f"{key}: checkpoint {old!r} vs config {new!r}"
+            for key, old, new in differing_settings(model_config(checkpoint), self.model_config)
         ]
         if differing:
             raise ValueError(
@@ -494,16 +477,6 @@ class TranslationModule(L.LightningModule):
         }
 
     # ------------------------------------------------------------------ decoding
-    @torch.no_grad()
-    def _nothing_known(self, src: torch.Tensor) -> list[bool]:
-        """Per row of ``(B, S)`` source ids: whether it holds no piece the model knows (only
-        padding, EOS, unknown pieces and bare word boundaries: an empty or blank line, or one
-        of characters outside the vocabulary such as U+2060)."""
-        tok = self.tokenizer
-        known = src.ne(tok.pad_id) & src.ne(tok.eos_id) & src.ne(tok.unk_id)
-        known &= src.ne(tok.space_id)
-        return (~known.any(dim=1)).tolist()
-
     def translate_batch(
         self,
         batch: dict[str, Any],
@@ -538,32 +511,9 @@ class TranslationModule(L.LightningModule):
                 "data module's tokenizer before decoding"
             )
         check_decoding_settings(decoding)
-        settings = {name: self.hparams[name] for name in DECODING_SETTINGS}
-        settings.update(decoding)
-        for name in ("max_len_a", "max_len_b", "min_len"):
-            if settings[name] < 0:
-                raise ValueError(f"{name} must be >= 0, got {settings[name]}")
+        settings = {name: self.hparams[name] for name in DECODING_SETTINGS} | decoding
         beam = self.hparams.beam_size if beam_size is None else beam_size
-        if beam < 1:
-            raise ValueError(f"beam_size must be >= 1, got {beam}")
-        if n_best > beam:
-            raise ValueError(f"n_best ({n_best}) exceeds the beam size ({beam})")
-        bos, eos = self.tokenizer.bos_id, self.tokenizer.eos_id
-        src, src_mask = batch["src"], batch["src_mask"]
-        if beam == 1:
-            results = greedy_search(self.model, src, src_mask, bos, eos, **settings)
-        else:
-            results = beam_search(
-                self.model, src, src_mask, bos, eos, beam_size=beam, n_best=n_best, **settings
-            )
-        output = []
-        for hyps, no_token in zip(results, self._nothing_known(batch["src"]), strict=True):
-            if no_token:  # nothing to translate: an empty line, not an invented sentence
-                output.append([("", 0.0)] * n_best)
-                continue
-            texts = self.tokenizer.decode([h.tokens for h in hyps[:n_best]])
-            output.append([(text, float(h.score)) for text, h in zip(texts, hyps, strict=False)])
-        return output
+        return decode_batch(self.model, self.tokenizer, batch, beam, n_best, settings)
 
     def _decode_and_store(self, batch: dict[str, Any], key: str, beam_size: int | None) -> None:
         best = [hyps[0][0] for hyps in self.translate_batch(batch, beam_size=beam_size)]
@@ -699,24 +649,6 @@ class TranslationModule(L.LightningModule):
         logger = self.trainer.logger
         directory = getattr(logger, "log_dir", None) if logger is not None else None
         return Path(directory or self.trainer.default_root_dir)
-
-
-#: Decoding settings that :meth:`TranslationModule.translate_batch` takes per call.
-DECODING_SETTINGS = ("length_penalty", "length_penalty_form", "max_len_a", "max_len_b", "min_len")
-
-
-def check_decoding_settings(decoding: dict[str, Any]) -> None:
-    """Raises ValueError naming the keys of ``decoding`` that are no
-    :data:`DECODING_SETTINGS`."""
-    unknown = sorted(set(decoding) - set(DECODING_SETTINGS))
-    if unknown:
-        raise ValueError(
-            f"unknown decoding settings {unknown}; choose from {list(DECODING_SETTINGS)}"
-        )
-
-
-# Settings that change training or decoding but not the shapes of the saved weights.
-_NON_STRUCTURAL = {"dropout", "attention_dropout", "activation_dropout"}
 
 
 def _score_table(scores: dict[str, dict[str, Score]]) -> str:

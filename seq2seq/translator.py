@@ -1,4 +1,4 @@
-"""Python API for translating with a trained checkpoint.
+"""Python API for translating with a trained checkpoint, without Lightning.
 
 Example::
 
@@ -7,50 +7,269 @@ Example::
     translator = Translator.from_checkpoint("checkpoints/multi30k_de_en/last.ckpt")
     translator.translate(["Ein Mann fährt Fahrrad."])  # -> ["A man is riding a bike."]
     translator.translate("Ein Mann fährt Fahrrad.")  # -> "A man is riding a bike."
+
+A checkpoint holds the :class:`~seq2seq.nn.TransformerConfig` and the SentencePiece model
+(:mod:`seq2seq.checkpoint.format`): :meth:`Translator.from_checkpoint` builds the
+:class:`~seq2seq.nn.Transformer` from them and its weights, and decodes with
+:func:`~seq2seq.nn.greedy_search` / :func:`~seq2seq.nn.beam_search`. Importing this module
+imports neither Lightning nor the data pipeline (``datasets``, ``pyarrow``); the tokenizer
+is imported when a checkpoint is read.
 """
 
 from __future__ import annotations
 
-import inspect
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 
 import torch
 
-from seq2seq.checkpoint import check_model_checkpoint, load_checkpoint
-from seq2seq.data.batching import collate
-from seq2seq.module import (
-    _NON_STRUCTURAL,
+from seq2seq.checkpoint.format import (
     CHECKPOINT_KEY,
-    TranslationModule,
-    check_decoding_settings,
+    differing_settings,
+    model_config,
+    tokenizer_blob,
 )
+from seq2seq.checkpoint.load import check_model_checkpoint, load_checkpoint
+from seq2seq.nn import Transformer, TransformerConfig, beam_search, greedy_search
+
+if TYPE_CHECKING:
+    from seq2seq.data.tokenizer import Tokenizer
+
+__all__ = [
+    "DECODING_DEFAULTS",
+    "DECODING_SETTINGS",
+    "TranslationModel",
+    "Translator",
+    "check_decoding_settings",
+    "decode_batch",
+    "source_batch",
+]
+
+#: Decoding settings that :meth:`TranslationModel.translate_batch` takes per call.
+DECODING_SETTINGS = ("length_penalty", "length_penalty_form", "max_len_a", "max_len_b", "min_len")
+
+#: The defaults of ``beam_size`` and the :data:`DECODING_SETTINGS` (``TranslationModule``'s),
+#: for checkpoints whose hyperparameters do not record them.
+DECODING_DEFAULTS: dict[str, Any] = {
+    "beam_size": 5,
+    "length_penalty": 1.0,
+    "length_penalty_form": "fairseq",
+    "max_len_a": 1.2,
+    "max_len_b": 10,
+    "min_len": 0,
+}
+
+
+def check_decoding_settings(decoding: Mapping[str, Any]) -> None:
+    """Raises ValueError naming the keys of ``decoding`` that are no
+    :data:`DECODING_SETTINGS`."""
+    unknown = sorted(set(decoding) - set(DECODING_SETTINGS))
+    if unknown:
+        raise ValueError(
+            f"unknown decoding settings {unknown}; choose from {list(DECODING_SETTINGS)}"
+        )
+
+
+def check_decoding_values(settings: Mapping[str, Any], prefix: str = "") -> None:
+    """Raises ValueError naming the setting (``{prefix}max_len_a must be >= 0, got -1.0``) for
+    a ``beam_size`` below 1 or a negative ``max_len_a``, ``max_len_b`` or ``min_len``: a
+    negative limit would silently cut every output short."""
+    if settings.get("beam_size") is not None and settings["beam_size"] < 1:
+        raise ValueError(f"{prefix}beam_size must be >= 1, got {settings['beam_size']}")
+    for name in ("max_len_a", "max_len_b", "min_len"):
+        if name in settings and settings[name] < 0:
+            raise ValueError(f"{prefix}{name} must be >= 0, got {settings[name]}")
+
+
+def source_batch(
+    sources: Sequence[Sequence[int]], pad_id: int, device: str | torch.device = "cpu"
+) -> dict[str, torch.Tensor]:
+    """Right-padded source ids and their mask, as ``seq2seq.data.collate`` makes them.
+
+    Args:
+        sources: token ids of each sentence (ending with EOS).
+        pad_id: padding id.
+        device: where the tensors go.
+
+    Returns:
+        ``"src"`` ``(B, S)`` long and ``"src_mask"`` ``(B, 1, 1, S)`` bool (True at real
+        tokens).
+    """
+    longest = max(len(ids) for ids in sources)
+    src = torch.full((len(sources), longest), pad_id, dtype=torch.long)
+    for row, ids in enumerate(sources):
+        src[row, : len(ids)] = torch.as_tensor(ids, dtype=torch.long)
+    lengths = torch.tensor([len(ids) for ids in sources])
+    mask = (torch.arange(longest)[None, :] < lengths[:, None])[:, None, None, :]
+    return {"src": src.to(device), "src_mask": mask.to(device)}
+
+
+def _nothing_known(tokenizer: Tokenizer, src: torch.Tensor) -> list[bool]:
+    """Per row of ``(B, S)`` source ids: whether it holds no piece the model knows (only
+    padding, EOS, unknown pieces and bare word boundaries: an empty or blank line, or one
+    of characters outside the vocabulary such as U+2060)."""
+    tok = tokenizer
+    known = src.ne(tok.pad_id) & src.ne(tok.eos_id) & src.ne(tok.unk_id)
+    known &= src.ne(tok.space_id)
+    return (~known.any(dim=1)).tolist()
+
+
+@torch.no_grad()
+def decode_batch(
+    model: Transformer,
+    tokenizer: Tokenizer,
+    batch: Mapping[str, Any],
+    beam_size: int,
+    n_best: int,
+    settings: Mapping[str, Any],
+) -> list[list[tuple[str, float]]]:
+    """Decode a batch of sources into detokenized text (greedy for ``beam_size`` 1).
+
+    Args:
+        model: the Transformer, in the mode the caller chose (eval for translation).
+        tokenizer: its SentencePiece model.
+        batch: ``src`` ``(B, S)`` long and ``src_mask`` ``(B, 1, 1, S)`` bool.
+        beam_size: beam size; 1 is greedy search.
+        n_best: hypotheses per sentence (at most ``beam_size``).
+        settings: every one of :data:`DECODING_SETTINGS`.
+
+    Returns:
+        For each sentence, ``n_best`` pairs of (text, score), best first; a source with no
+        piece the model knows gets ``n_best`` pairs ``("", 0.0)``.
+
+    Raises:
+        ValueError: if the beam size is below 1, ``n_best`` exceeds it, or a setting is
+            negative or unknown.
+    """
+    check_decoding_values({"beam_size": beam_size, **settings})
+    if n_best > beam_size:
+        raise ValueError(f"n_best ({n_best}) exceeds the beam size ({beam_size})")
+    bos, eos = tokenizer.bos_id, tokenizer.eos_id
+    src, src_mask = batch["src"], batch["src_mask"]
+    if beam_size == 1:
+        results = greedy_search(model, src, src_mask, bos, eos, **settings)
+    else:
+        results = beam_search(
+            model, src, src_mask, bos, eos, beam_size=beam_size, n_best=n_best, **settings
+        )
+    output = []
+    for hyps, no_token in zip(results, _nothing_known(tokenizer, src), strict=True):
+        if no_token:  # nothing to translate: an empty line, not an invented sentence
+            output.append([("", 0.0)] * n_best)
+            continue
+        texts = tokenizer.decode([h.tokens for h in hyps[:n_best]])
+        output.append([(text, float(h.score)) for text, h in zip(texts, hyps, strict=False)])
+    return output
+
+
+class _Settings(dict):
+    """A dict whose keys read as attributes too (``settings.beam_size``), as Lightning's
+    ``hparams``."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+class TranslationModel:
+    """A :class:`~seq2seq.nn.Transformer` with its tokenizer and decoding settings: what
+    translating needs, without the training module.
+
+    It offers the parts of ``TranslationModule`` that decoding code reads (``model``,
+    ``tokenizer``, ``hparams``, ``model_config``, ``device``, :meth:`translate_batch`).
+
+    Args:
+        model: the Transformer.
+        tokenizer: its SentencePiece model.
+        settings: ``beam_size`` and the :data:`DECODING_SETTINGS` (missing ones take
+            :data:`DECODING_DEFAULTS`).
+
+    Raises:
+        ValueError: for an unknown setting or an out-of-range value.
+    """
+
+    def __init__(
+        self, model: Transformer, tokenizer: Tokenizer, settings: Mapping[str, Any] | None = None
+    ) -> None:
+        settings = dict(settings or {})
+        unknown = sorted(set(settings) - set(DECODING_DEFAULTS))
+        if unknown:
+            raise ValueError(f"unknown decoding settings: {unknown}")
+        check_decoding_values(settings, prefix="model.")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.hparams = _Settings({**DECODING_DEFAULTS, **settings})
+
+    @property
+    def model_config(self) -> dict[str, Any]:
+        """The architecture, :meth:`TransformerConfig.to_dict` of the model's config."""
+        return self.model.config.to_dict()
+
+    @property
+    def device(self) -> torch.device:
+        """Where the weights are."""
+        return next(self.model.parameters()).device
+
+    def to(self, device: str | torch.device) -> TranslationModel:
+        self.model.to(device)
+        return self
+
+    def eval(self) -> TranslationModel:
+        self.model.eval()
+        return self
+
+    def translate_batch(
+        self, batch: Mapping[str, Any], beam_size: int | None = None, n_best: int = 1, **decoding
+    ) -> list[list[tuple[str, float]]]:
+        """:func:`decode_batch` with these settings, overridden by this call's ``beam_size``
+        and ``decoding`` (:data:`DECODING_SETTINGS`).
+
+        Raises:
+            ValueError: as :func:`decode_batch`, and for an unknown decoding setting.
+        """
+        check_decoding_settings(decoding)
+        settings = {name: self.hparams[name] for name in DECODING_SETTINGS} | decoding
+        beam = self.hparams.beam_size if beam_size is None else beam_size
+        return decode_batch(self.model, self.tokenizer, batch, beam, n_best, settings)
 
 
 class Translator:
-    """Batched translation with a :class:`~seq2seq.module.TranslationModule`.
+    """Batched translation with a Transformer and its tokenizer.
 
-    Sentences are encoded with the module's SentencePiece model, sorted by length, cut into
-    batches of at most ``max_tokens`` padded source tokens, decoded, and returned in input
-    order. Sources longer than the model's ``max_positions`` are truncated (with a ``UserWarning``);
-    a sentence with no token the model knows (empty, only spaces, or only characters outside
+    Sentences are encoded with the SentencePiece model, sorted by length, cut into batches of
+    at most ``max_tokens`` padded source tokens, decoded, and returned in input order. Sources
+    longer than the model's ``max_positions`` are truncated (with a ``UserWarning``); a
+    sentence with no token the model knows (empty, only spaces, or only characters outside
     the vocabulary) is translated as an empty string, scored 0.0 (``n_best`` such pairs in an
     n-best list).
 
     Args:
-        module: a module with its tokenizer attached.
+        module: a :class:`TranslationModel` (what :meth:`from_checkpoint` builds), or any
+            object with ``model``, ``tokenizer`` and ``hparams`` such as a
+            ``TranslationModule`` with its tokenizer attached.
         device: where to run (``"cpu"``, ``"cuda"``, ...).
         max_tokens: padded source tokens per batch.
+
+    Attributes:
+        module: the :class:`TranslationModel` translating.
+        model: its Transformer.
+        tokenizer: its SentencePiece model.
     """
 
-    def __init__(
-        self, module: TranslationModule, device: str | torch.device = "cpu", max_tokens: int = 4096
-    ) -> None:
+    def __init__(self, module: Any, device: str | torch.device = "cpu", max_tokens: int = 4096):
         if module.tokenizer is None:
             raise ValueError("the module has no tokenizer attached; load it from a checkpoint")
+        if not isinstance(module, TranslationModel):
+            names = ("beam_size", *DECODING_SETTINGS)
+            settings = {k: module.hparams[k] for k in names if k in module.hparams}
+            module = TranslationModel(module.model, module.tokenizer, settings)
         self.module = module.to(device).eval()
+        self.model = self.module.model
+        self.tokenizer = self.module.tokenizer
         self.device = torch.device(device)
         self.max_tokens = max_tokens
 
@@ -62,7 +281,11 @@ class Translator:
         max_tokens: int = 4096,
         **decoding: Any,
     ) -> Translator:
-        """Build a translator from a checkpoint alone (no data files needed).
+        """Build a translator from a checkpoint alone (no data files, no Lightning).
+
+        The :class:`~seq2seq.nn.Transformer` is built from the checkpoint's model
+        configuration and loaded with its weights; the decoding settings are the
+        checkpoint's hyperparameters, overridden by ``decoding``.
 
         Args:
             path: a checkpoint written by ``seq2seq fit`` or ``seq2seq average``.
@@ -81,31 +304,29 @@ class Translator:
             ValueError: if it carries no tokenizer or model configuration; for an unknown
                 setting in ``decoding``, an architecture setting other than the checkpoint's
                 (``d_model: checkpoint 256 vs requested 64 (d_model=64 given to
-                from_checkpoint)``), or a decoding setting the module refuses (e.g.
+                from_checkpoint)``), or an out-of-range decoding setting (e.g.
                 ``model.max_len_a must be >= 0, got -1.0``).
         """
+        from seq2seq.data.tokenizer import Tokenizer  # SentencePiece, when a model is read
+
         checkpoint = load_checkpoint(path)
         check_model_checkpoint(checkpoint, path)
         extra = checkpoint.get(CHECKPOINT_KEY, {})
-        if "model_config" not in extra or "tokenizer" not in extra:
+        blob = tokenizer_blob(checkpoint)
+        if "model_config" not in extra or blob is None:
             raise ValueError(
                 f"{path} carries no model configuration or tokenizer; it was not written by "
                 "seq2seq (or was trained without a tokenizer attached)"
             )
-        accepted = set(inspect.signature(TranslationModule.__init__).parameters) - {"self"}
-        settings = {
-            k: v for k, v in checkpoint.get("hyper_parameters", {}).items() if k in accepted
-        }
-        saved = extra["model_config"]
-        settings.update(saved)
-        unknown = set(decoding) - accepted
+        saved = model_config(checkpoint)
+        architecture = set(TransformerConfig.field_names()) | set(saved)
+        unknown = set(decoding) - set(DECODING_DEFAULTS) - architecture
         if unknown:
             raise ValueError(f"unknown decoding settings: {sorted(unknown)}")
-        # Checked here, in the caller's terms: the module's own check would speak of a config.
+        # Checked here, in the caller's terms: the model's own check would speak of a config.
         differing = [
-            f"{key}: checkpoint {saved[key]!r} vs requested {value!r}"
-            for key, value in decoding.items()
-            if key in saved and saved[key] != value and key not in _NON_STRUCTURAL
+            f"{key}: checkpoint {old!r} vs requested {new!r}"
+            for key, old, new in differing_settings(saved, decoding)
         ]
         if differing:
             given = ", ".join(f"{key}={decoding[key]!r}" for key in decoding if key in saved)
@@ -114,13 +335,23 @@ class Translator:
                 f"({given} given to from_checkpoint); leave the architecture out, it is the "
                 "checkpoint's"
             )
-        settings.update(decoding)
-        module = TranslationModule(**settings)
-        module.on_load_checkpoint(checkpoint)
-        module.load_state_dict(checkpoint["state_dict"])
+        hparams = checkpoint.get("hyper_parameters") or {}
+        settings = {k: hparams[k] for k in DECODING_DEFAULTS if k in hparams}
+        settings.update({k: v for k, v in decoding.items() if k in DECODING_DEFAULTS})
+        tokenizer = Tokenizer.from_bytes(blob)
+        config = TransformerConfig.from_dict(saved)
+        if tokenizer.vocab_size != config.vocab_size:
+            raise ValueError(
+                f"{path}: its tokenizer has {tokenizer.vocab_size} pieces but its model "
+                f"vocab_size is {config.vocab_size}"
+            )
+        model = Transformer(config)
+        prefix = "model."  # TranslationModule keeps the Transformer as its `model`
+        state = checkpoint["state_dict"]
+        model.load_state_dict({k.removeprefix(prefix): v for k, v in state.items()})
         if device is None:
             device = "cuda" if torch.cuda.is_available() else "cpu"
-        return cls(module, device=device, max_tokens=max_tokens)
+        return cls(TranslationModel(model, tokenizer, settings), device, max_tokens)
 
     def encode(self, sentences: Sequence[str]) -> list[list[int]]:
         """Source token ids ending with EOS, truncated to ``max_positions``.
@@ -171,8 +402,8 @@ class Translator:
                 f"sentences[{broken[0]}]{more} holds a line break (\\n): pass one "
                 "sentence per entry, e.g. text.splitlines(), not several lines in one string"
             )
-        tokenizer = self.module.tokenizer
-        limit = self.module.model_config["max_positions"]
+        tokenizer = self.tokenizer
+        limit = self.model.max_positions
         encoded, cut = [], []
         for i, ids in enumerate(tokenizer.encode(sentences)):
             if len(ids) + 1 > limit:
@@ -230,7 +461,7 @@ class Translator:
         Args:
             sentences: one source sentence (a ``str``), or a list (any sequence) of them, one
                 per entry; newlines inside a sentence are not allowed.
-            beam_size: ``None`` uses the module's ``beam_size``; 1 is greedy search.
+            beam_size: ``None`` uses the checkpoint's ``beam_size``; 1 is greedy search.
             n_best: with 1, return one string per sentence; with more, a list of
                 ``(text, score)`` pairs per sentence, best first (the score is the
                 length-penalised log-probability; a sentence with no token the model knows
@@ -277,11 +508,7 @@ class Translator:
             ):
                 end += 1
             chunk = order[start:end]
-            batch = collate(
-                [{"index": i, "src": encoded[i]} for i in chunk],
-                pad_id=self.module.tokenizer.pad_id,
-            )
-            batch = {k: v.to(self.device) if torch.is_tensor(v) else v for k, v in batch.items()}
+            batch = source_batch([encoded[i] for i in chunk], self.tokenizer.pad_id, self.device)
             hyps = self.module.translate_batch(
                 batch, beam_size=beam_size, n_best=n_best, **decoding
             )

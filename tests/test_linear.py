@@ -81,7 +81,7 @@ def test_bfloat16_autocast_inference_matches_f_linear_and_packs_once(monkeypatch
 def test_decoding_logits_match_with_and_without_onednn(monkeypatch):
     torch.manual_seed(0)
     model = Transformer(
-        60, d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=2, d_ff=64
+        vocab_size=60, d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=2, d_ff=64
     ).eval()
     src = torch.randint(4, 60, (3, 9))
     src[1, 6:] = 0

@@ -37,7 +37,7 @@ def model() -> Transformer:
     """A model trained briefly on copying: confident but imperfect, with EOS at varied steps."""
     torch.manual_seed(0)
     m = Transformer(
-        V,
+        vocab_size=V,
         d_model=32,
         n_heads=4,
         n_encoder_layers=1,
@@ -201,7 +201,13 @@ def test_beams_sharing_cross_attention_equal_expanded_copies():
     torch.manual_seed(0)
     model = (
         Transformer(
-            50, d_model=32, n_heads=4, n_encoder_layers=1, n_decoder_layers=2, d_ff=64, dropout=0.0
+            vocab_size=50,
+            d_model=32,
+            n_heads=4,
+            n_encoder_layers=1,
+            n_decoder_layers=2,
+            d_ff=64,
+            dropout=0.0,
         )
         .double()
         .eval()
@@ -360,7 +366,13 @@ def test_beam_search_over_a_wide_vocabulary_equals_the_reference(sources, k):
     """A vocabulary wide enough for the block-wise top-k of the CPU path (``_topk``)."""
     torch.manual_seed(1)
     wide = Transformer(
-        1024, d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, d_ff=32, dropout=0.0
+        vocab_size=1024,
+        d_model=16,
+        n_heads=2,
+        n_encoder_layers=1,
+        n_decoder_layers=1,
+        d_ff=32,
+        dropout=0.0,
     )
     wide = wide.double().eval()
     src = sources[:2]

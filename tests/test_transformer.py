@@ -37,7 +37,7 @@ def _model(**kwargs) -> Transformer:
         max_positions=32,
     )
     options.update(kwargs)
-    return Transformer(V, **options).double().eval()
+    return Transformer(vocab_size=V, **options).double().eval()
 
 
 def _batch(seed: int = 0):
@@ -173,7 +173,7 @@ def test_step_path_records_the_attention_maps_of_the_full_pass():
 def test_empty_source_gives_finite_outputs_and_grads(dtype, norm_first):
     torch.manual_seed(0)
     model = Transformer(
-        V,
+        vocab_size=V,
         d_model=32,
         n_heads=4,
         n_encoder_layers=1,
@@ -210,7 +210,7 @@ def test_too_long_input_raises():
 
 def test_heads_must_divide_width():
     with pytest.raises(ValueError, match=r"d_model \(30\).*n_heads \(4\)"):
-        Transformer(V, d_model=30, n_heads=4)
+        Transformer(vocab_size=V, d_model=30, n_heads=4)
 
 
 @pytest.mark.parametrize(("tie", "n_matrices"), [("none", 3), ("decoder", 2), ("all", 1)])
@@ -226,7 +226,9 @@ def test_tied_embeddings(tie, n_matrices):
 
 def test_initialisation():
     torch.manual_seed(0)
-    model = Transformer(1000, d_model=64, n_heads=4, n_encoder_layers=1, n_decoder_layers=1)
+    model = Transformer(
+        vocab_size=1000, d_model=64, n_heads=4, n_encoder_layers=1, n_decoder_layers=1
+    )
     emb = model.encoder.embed.weight
     assert torch.count_nonzero(emb[PAD]) == 0
     assert abs(emb[1:].std().item() - 64**-0.5) < 0.01
@@ -252,7 +254,7 @@ def test_learns_to_copy():
     torch.manual_seed(0)
     vocab = 16
     model = Transformer(
-        vocab,
+        vocab_size=vocab,
         d_model=64,
         n_heads=4,
         n_encoder_layers=2,
@@ -426,7 +428,7 @@ def test_rotary_model_has_no_position_table_and_full_precision_rotations():
     cos, _ = low.encoder.layers[0].self_attn.rotary.tables(torch.device("cpu"), torch.float32)
     assert cos.dtype == torch.float32
     with pytest.raises(ValueError, match="even head width"):
-        Transformer(V, d_model=12, n_heads=4, positional="rotary")
+        Transformer(vocab_size=V, d_model=12, n_heads=4, positional="rotary")
 
 
 class TestDropout:

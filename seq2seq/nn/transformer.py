@@ -6,6 +6,7 @@ Shapes follow the legend in :mod:`seq2seq.nn.attention`.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -17,6 +18,7 @@ from seq2seq.nn.attention import (
     _storage_dtype,
     attend_first_if_empty,
 )
+from seq2seq.nn.config import TransformerConfig
 from seq2seq.nn.layers import (
     DecoderLayer,
     Dropout,
@@ -194,89 +196,57 @@ class Transformer(nn.Module):
     right-padded and padding needs no mask (real positions never attend to later ones).
 
     Args:
-        vocab_size: joint (source and target) vocabulary size ``V``.
-        d_model: model width ``D``.
-        n_heads: number of attention heads ``H``; must divide ``d_model``.
-        n_encoder_layers: number of encoder layers.
-        n_decoder_layers: number of decoder layers.
-        d_ff: feed-forward hidden width.
-        dropout: dropout on embeddings and residual branches.
-        attention_dropout: dropout on attention weights.
-        activation_dropout: dropout after the feed-forward activation.
-        activation: feed-forward activation, ``"relu"`` or ``"gelu"``.
-        norm_first: Pre-LN (``True``, with a final LayerNorm on encoder and decoder outputs) or
-            Post-LN (``False``, as in the original paper).
-        positional: ``"sinusoidal"`` (fixed, added to the embeddings), ``"learned"`` (added)
-            or ``"rotary"`` (RoPE, Su et al. 2021: queries and keys of every self-attention
-            rotated by position, see :class:`~seq2seq.nn.attention.RotaryEmbedding`;
-            cross-attention has no positions). Needs an even head width.
-        max_positions: longest supported source or target sequence.
-        tie_embeddings: ``"none"`` (three matrices), ``"decoder"`` (target embedding = output
-            projection, Press & Wolf 2017) or ``"all"`` (source embedding, target embedding and
-            output projection shared, Vaswani et al. 2017 Sec. 3.4; needs a joint vocabulary).
-        pad_id: padding token id (zero embedding row, no gradient).
-        pad_vocab_to_multiple_of: internal vocabulary rounding (1 disables it).
+        config: the architecture (:class:`~seq2seq.nn.config.TransformerConfig`).
+        **fields: instead of ``config``, its fields as keywords
+            (``Transformer(vocab_size=8000, d_model=256)``; the others keep their defaults).
 
     Raises:
         ValueError: if ``d_model`` is not divisible by ``n_heads``, or an option has an unknown
-            value.
+            value (see :class:`~seq2seq.nn.config.TransformerConfig`); for both ``config`` and
+            ``fields``.
     """
 
-    def __init__(
-        self,
-        vocab_size: int,
-        d_model: int = 512,
-        n_heads: int = 8,
-        n_encoder_layers: int = 6,
-        n_decoder_layers: int = 6,
-        d_ff: int = 2048,
-        dropout: float = 0.1,
-        attention_dropout: float = 0.0,
-        activation_dropout: float = 0.0,
-        activation: str = "relu",
-        norm_first: bool = True,
-        positional: str = "sinusoidal",
-        max_positions: int = 1024,
-        tie_embeddings: str = "all",
-        pad_id: int = 0,
-        pad_vocab_to_multiple_of: int = 8,
-    ) -> None:
+    def __init__(self, config: TransformerConfig | None = None, **fields: Any) -> None:
         super().__init__()
-        if n_heads <= 0 or d_model % n_heads != 0:
-            raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
-        if tie_embeddings not in ("none", "decoder", "all"):
-            raise ValueError(
-                f"tie_embeddings must be 'none', 'decoder' or 'all', got {tie_embeddings!r}"
-            )
-        if not 0 <= pad_id < vocab_size:
-            raise ValueError(f"pad_id ({pad_id}) must lie in [0, vocab_size={vocab_size})")
+        if config is not None and fields:
+            raise ValueError("give Transformer a TransformerConfig or its fields, not both")
+        config = TransformerConfig(**fields) if config is None else config
+        self.config = config
+        vocab_size, d_model, pad_id = config.vocab_size, config.d_model, config.pad_id
+        positional, max_positions, dropout = (
+            config.positional,
+            config.max_positions,
+            config.dropout,
+        )
         self.vocab_size = vocab_size
         self.d_model = d_model
         self.pad_id = pad_id
         self.max_positions = max_positions
-        multiple = max(1, pad_vocab_to_multiple_of)
+        multiple = max(1, config.pad_vocab_to_multiple_of)
         self.padded_vocab_size = -(-vocab_size // multiple) * multiple
 
         tgt_embed = self._embedding(d_model, pad_id)
-        src_embed = tgt_embed if tie_embeddings == "all" else self._embedding(d_model, pad_id)
+        src_embed = (
+            tgt_embed if config.tie_embeddings == "all" else self._embedding(d_model, pad_id)
+        )
         layer_kwargs = dict(
-            n_heads=n_heads,
-            d_ff=d_ff,
-            attention_dropout=attention_dropout,
-            activation_dropout=activation_dropout,
-            activation=activation,
-            norm_first=norm_first,
+            n_heads=config.n_heads,
+            d_ff=config.d_ff,
+            attention_dropout=config.attention_dropout,
+            activation_dropout=config.activation_dropout,
+            activation=config.activation,
+            norm_first=config.norm_first,
             rotary_max_positions=max_positions if positional == "rotary" else None,
         )
         self.encoder = Encoder(
-            src_embed, n_encoder_layers, positional, max_positions, dropout, **layer_kwargs
+            src_embed, config.n_encoder_layers, positional, max_positions, dropout, **layer_kwargs
         )
         self.decoder = Decoder(
-            tgt_embed, n_decoder_layers, positional, max_positions, dropout, **layer_kwargs
+            tgt_embed, config.n_decoder_layers, positional, max_positions, dropout, **layer_kwargs
         )
         self.output = nn.Linear(d_model, self.padded_vocab_size, bias=False)
         self._packed_output = PackedWeight()  # oneDNN copy for CPU inference, see linear()
-        if tie_embeddings == "none":
+        if config.tie_embeddings == "none":
             nn.init.normal_(self.output.weight, mean=0.0, std=d_model**-0.5)
         else:
             self.output.weight = tgt_embed.weight

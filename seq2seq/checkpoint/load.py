@@ -1,18 +1,27 @@
-"""Safe checkpoint loading and writing, ``best``/``last`` resolution, parameter averaging."""
+"""Safe checkpoint loading, ``best``/``last`` resolution and parameter averaging.
+
+No Lightning: :class:`~seq2seq.translator.Translator` and ``seq2seq average`` use it without
+the training stack. The format itself is :mod:`seq2seq.checkpoint.format`.
+"""
 
 from __future__ import annotations
 
 import pickle
-import random
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
-from lightning.pytorch.plugins.io import TorchCheckpointIO
 
+from seq2seq.checkpoint.format import (
+    AVERAGED_FROM,
+    CHECKPOINT_KEY,
+    LIGHTNING_VERSION,
+    differing_settings,
+    language_pair,
+    model_config,
+)
 from seq2seq.files import atomic_write, check_output_file
 
 
@@ -72,11 +81,6 @@ def load_checkpoint(
     return checkpoint
 
 
-LIGHTNING_VERSION = "pytorch-lightning_version"
-"""Key of the Lightning version in every checkpoint Lightning writes (its ``Trainer`` needs it
-to restore one)."""
-
-
 def check_model_checkpoint(
     checkpoint: dict[str, Any], path: str | Path, trainer: bool = False
 ) -> None:
@@ -107,166 +111,6 @@ def check_model_checkpoint(
             f"{path} is not a Lightning checkpoint (it has no {LIGHTNING_VERSION} entry): "
             "give a checkpoint written by `seq2seq fit` or `seq2seq average`"
         )
-
-
-class AtomicCheckpointIO(TorchCheckpointIO):
-    """Writes each checkpoint to a temporary file beside its destination, then renames it.
-
-    The file under the final name is therefore always a complete checkpoint: a process killed
-    while saving, or a full disk, leaves the previous file (e.g. ``last.ckpt``) untouched, and
-    the temporary file is removed when the write fails with an exception. The data are
-    flushed to disk (``fsync``) before the rename. Lightning's default writer stages the file
-    in the system temporary folder instead, which is only atomic when that folder is on the
-    same file system as the checkpoints. Paths with a URL scheme (``s3://`` ...) are left to
-    Lightning's writer.
-
-    ``seq2seq fit`` installs it in place of Lightning's default ``TorchCheckpointIO``.
-    """
-
-    def save_checkpoint(
-        self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any | None = None
-    ) -> None:
-        """Saves ``checkpoint`` to ``path`` atomically.
-
-        Raises:
-            OSError: if the file cannot be written (e.g. ``ENOSPC``), naming the path and
-                keeping the error number; the previous file at ``path`` is unchanged.
-        """
-        if storage_options is not None or "://" in str(path):
-            super().save_checkpoint(checkpoint, path, storage_options)
-            return
-        path = Path(path)
-        try:
-            with atomic_write(path, "wb", fsync=True) as f:
-                torch.save(checkpoint, f)
-        except OSError as err:
-            raise OSError(
-                err.errno,
-                f"could not write checkpoint {path}: {err.strerror or err}; the previous "
-                "checkpoint at that path (if any) is unchanged",
-            ) from err
-
-
-def capture_rng_state() -> dict[str, Any]:
-    """The states of Python's, NumPy's and PyTorch's (CPU and current CUDA device) generators.
-
-    Returned as tensors and plain values only, so a checkpoint holding it still loads with
-    ``torch.load(weights_only=True)``. :func:`restore_rng_state` sets them back.
-    """
-    version, keys, gauss = random.getstate()
-    algorithm, np_keys, pos, has_gauss, cached = np.random.get_state()
-    state: dict[str, Any] = {
-        "python": {"version": version, "keys": list(keys), "gauss": gauss},
-        "numpy": {
-            "algorithm": algorithm,
-            "keys": torch.from_numpy(np_keys.astype(np.int64)),
-            "pos": int(pos),
-            "has_gauss": int(has_gauss),
-            "cached_gaussian": float(cached),
-        },
-        "torch": torch.get_rng_state(),
-    }
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state()
-    return state
-
-
-def restore_rng_state(state: dict[str, Any]) -> None:
-    """Sets the random generators to a state captured by :func:`capture_rng_state`."""
-    py = state["python"]
-    random.setstate((py["version"], tuple(py["keys"]), py["gauss"]))
-    npy = state["numpy"]
-    np.random.set_state(
-        (
-            npy["algorithm"],
-            npy["keys"].numpy().astype(np.uint32),
-            npy["pos"],
-            npy["has_gauss"],
-            npy["cached_gaussian"],
-        )
-    )
-    torch.set_rng_state(state["torch"].cpu())
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state(state["cuda"].cpu())
-
-
-def keep_cut_epoch_unfinished(checkpoint: dict[str, Any], epoch: int) -> None:
-    """Record training epoch ``epoch``, which a stop ended before its last batch, as unfinished
-    in ``checkpoint``, so resuming trains the rest of it.
-
-    When ``max_time``, ``max_steps`` or early stopping ends training before an epoch's last
-    batch, Lightning still runs the epoch-end steps and counts the epoch processed, then
-    completed; a checkpoint written then (``ModelCheckpoint(save_last=True)`` saves at the end
-    of a training epoch when it validates once per epoch, and at the end of training) would make
-    a resumed run start the next epoch and skip the untrained batches. This writes the epoch
-    progress of an uninterrupted run in the middle of ``epoch`` (the state Lightning restarts
-    mid-epoch from), and the epoch of the data module's saved position (``"train_sampler"`` or
-    ``"train_stream"``, see :class:`seq2seq.data.TranslationDataModule`), so the resumed epoch
-    continues after the batches trained.
-
-    Args:
-        checkpoint: the dictionary Lightning is about to write (edited in place).
-        epoch: 0-based index of the cut epoch.
-    """
-    fit_loop = checkpoint.get("loops", {}).get("fit_loop")
-    if not fit_loop:
-        return
-    for progress in fit_loop["epoch_progress"].values():  # "total" and "current"
-        progress.update(ready=epoch + 1, started=epoch + 1, processed=epoch, completed=epoch)
-    checkpoint["epoch"] = epoch
-    for state in checkpoint.values():
-        if isinstance(state, dict):
-            for key in ("train_sampler", "train_stream"):
-                if isinstance(state.get(key), dict) and "epoch" in state[key]:
-                    state[key]["epoch"] = epoch
-
-
-def run_validation_again(checkpoint: dict[str, Any]) -> None:
-    """Record the validation of ``fit`` under way in ``checkpoint`` so that a resumed run runs
-    it again from its first batch.
-
-    Lightning re-runs an interrupted validation only when the stop came inside a batch's
-    ``validation_step``; stopped elsewhere (between batches, as SIGTERM does, or while the
-    corpus scores are computed) the resumed run skips it, and that step's score, scored
-    checkpoint and early-stopping count are lost. This writes the validation's progress as
-    that case: one batch begun and none processed.
-
-    Args:
-        checkpoint: the dictionary Lightning is about to write (edited in place).
-    """
-    fit_loop = checkpoint.get("loops", {}).get("fit_loop")
-    progress = fit_loop.get("epoch_loop.val_loop.batch_progress") if fit_loop else None
-    if not progress:
-        return
-    before = progress["total"]["ready"] - progress["current"]["ready"]  # earlier validations
-    for key, done in (("total", before), ("current", 0)):
-        progress[key].update(ready=done + 1, started=done + 1, processed=done, completed=done)
-    progress["is_last_batch"] = False
-
-
-def settle_validation_progress(checkpoint: dict[str, Any]) -> None:
-    """Align the all-time counters of ``fit``'s validation batches in ``checkpoint`` with the
-    batches completed, unless a validation is under way there (a batch of it begun and not
-    completed).
-
-    A validation cut short (inside a batch, or recorded by :func:`run_validation_again`)
-    leaves one batch begun and never completed in these counters: Lightning resets only the
-    per-validation counters when it runs that validation again, and from any later
-    checkpoint written at a validation step would run a validation again on resume, a second
-    one at a step already scored.
-
-    Args:
-        checkpoint: a checkpoint being written or restored (edited in place).
-    """
-    fit_loop = checkpoint.get("loops", {}).get("fit_loop")
-    progress = fit_loop.get("epoch_loop.val_loop.batch_progress") if fit_loop else None
-    if not progress:
-        return
-    current, total = progress["current"], progress["total"]
-    if current["started"] > current["completed"] or current["ready"] > current["completed"]:
-        return  # a validation cut short: Lightning runs it again on resume
-    for key in ("ready", "started", "processed"):
-        total[key] = total["completed"]
 
 
 def resolve_ckpt_path(alias: str, checkpoint_dirs: Sequence[str | Path]) -> Path:
@@ -318,10 +162,6 @@ def resolve_ckpt_path(alias: str, checkpoint_dirs: Sequence[str | Path]) -> Path
         f"--ckpt_path {alias}: no {alias} checkpoint found in {where}; run `seq2seq fit` with the "
         "same config first, or pass the path of a .ckpt file"
     )
-
-
-AVERAGED_FROM = "averaged_from"
-"""Key that :func:`average_checkpoints` writes into its result: the list of averaged files."""
 
 
 def average_checkpoints(paths: Sequence[str | Path], output: str | Path) -> Path:
@@ -406,14 +246,6 @@ def average_checkpoints(paths: Sequence[str | Path], output: str | Path) -> Path
     return output
 
 
-def language_pair(checkpoint: dict[str, Any]) -> tuple[str, str] | None:
-    """``(src_lang, tgt_lang)`` of the data module a checkpoint was trained with (Lightning
-    saves its settings as ``datamodule_hyper_parameters``), or ``None`` if it does not say."""
-    settings = checkpoint.get("datamodule_hyper_parameters") or {}
-    src, tgt = settings.get("src_lang"), settings.get("tgt_lang")
-    return (src, tgt) if isinstance(src, str) and isinstance(tgt, str) else None
-
-
 def _check_same_model(
     first_path: str | Path, first: dict[str, Any], path: str | Path, checkpoint: dict[str, Any]
 ) -> None:
@@ -427,16 +259,11 @@ def _check_same_model(
     Raises:
         CheckpointError: naming both files and what differs.
     """
-    from seq2seq.module import _NON_STRUCTURAL, CHECKPOINT_KEY
-
     extra_a = first.get(CHECKPOINT_KEY) or {}
     extra_b = checkpoint.get(CHECKPOINT_KEY) or {}
-    config_a = extra_a.get("model_config") or {}
-    config_b = extra_b.get("model_config") or {}
     differing = [
-        f"{key}: {config_a[key]!r} in {first_path}, {config_b[key]!r} in {path}"
-        for key in config_a
-        if key in config_b and config_a[key] != config_b[key] and key not in _NON_STRUCTURAL
+        f"{key}: {a!r} in {first_path}, {b!r} in {path}"
+        for key, a, b in differing_settings(model_config(first), model_config(checkpoint))
     ]
     if differing:
         raise CheckpointError(

@@ -1,0 +1,96 @@
+"""The checkpoint format of seq2seq: what a checkpoint holds besides Lightning's entries.
+
+A leaf module (it imports nothing else of seq2seq), shared by training, the
+:class:`~seq2seq.translator.Translator`, averaging and the exporters. Lightning writes the
+weights (``state_dict``), the hyperparameters of the module and data module and the loop
+states; seq2seq adds ``checkpoint[CHECKPOINT_KEY]``, a dictionary of:
+
+* ``"model_config"``: the fields of :class:`seq2seq.nn.TransformerConfig` (checkpoints written
+  before ``pad_id`` and ``pad_vocab_to_multiple_of`` were fields lack them: the defaults);
+* ``"tokenizer"``: the serialized SentencePiece model as a uint8 tensor (optional);
+* ``"rng"``: the random generators' states for an exact resume (training only);
+* ``"log"``: the logger's name and version, so that a resumed run logs into the same folder.
+
+The language pair is the data module's (``datamodule_hyper_parameters``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+__all__ = [
+    "AVERAGED_FROM",
+    "CHECKPOINT_KEY",
+    "LIGHTNING_VERSION",
+    "NON_STRUCTURAL",
+    "differing_settings",
+    "language_pair",
+    "model_config",
+    "tokenizer_blob",
+    "tokenizer_tensor",
+]
+
+CHECKPOINT_KEY = "seq2seq"
+"""Key of seq2seq's own entries in a checkpoint."""
+
+LIGHTNING_VERSION = "pytorch-lightning_version"
+"""Key of the Lightning version in every checkpoint Lightning writes (its ``Trainer`` needs it
+to restore one)."""
+
+AVERAGED_FROM = "averaged_from"
+"""Key that ``seq2seq average`` writes into its result: the list of averaged files."""
+
+NON_STRUCTURAL = frozenset({"dropout", "attention_dropout", "activation_dropout"})
+"""Model settings that act in training only. Every other field of the model configuration is
+structural: it changes the weights' shapes or what they compute, so a checkpoint must be used
+with its own value."""
+
+
+def model_config(checkpoint: Mapping[str, Any]) -> dict[str, Any]:
+    """The model configuration a checkpoint was built with (``{}`` if it records none)."""
+    return dict((checkpoint.get(CHECKPOINT_KEY) or {}).get("model_config") or {})
+
+
+def tokenizer_blob(checkpoint: Mapping[str, Any]) -> bytes | None:
+    """The serialized SentencePiece model a checkpoint carries, or ``None``."""
+    blob = (checkpoint.get(CHECKPOINT_KEY) or {}).get("tokenizer")
+    return None if blob is None else blob.cpu().numpy().tobytes()
+
+
+def tokenizer_tensor(data: bytes) -> torch.Tensor:
+    """``data`` (a serialized SentencePiece model) as the uint8 tensor a checkpoint stores:
+    a tensor, so that the checkpoint loads with ``torch.load(weights_only=True)``."""
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8).clone()
+
+
+def language_pair(checkpoint: Mapping[str, Any]) -> tuple[str, str] | None:
+    """``(src_lang, tgt_lang)`` of the data module a checkpoint was trained with (Lightning
+    saves its settings as ``datamodule_hyper_parameters``), or ``None`` if it does not say."""
+    settings = checkpoint.get("datamodule_hyper_parameters") or {}
+    src, tgt = settings.get("src_lang"), settings.get("tgt_lang")
+    return (src, tgt) if isinstance(src, str) and isinstance(tgt, str) else None
+
+
+def differing_settings(
+    saved: Mapping[str, Any], wanted: Mapping[str, Any]
+) -> list[tuple[str, Any, Any]]:
+    """The structural model settings in which ``wanted`` differs from a checkpoint's.
+
+    Only keys present in both are compared (a checkpoint written before a setting existed
+    says nothing about it), and the :data:`NON_STRUCTURAL` dropout rates are left out.
+
+    Args:
+        saved: the checkpoint's model configuration (:func:`model_config`).
+        wanted: the settings asked for (a config, command-line flags, another checkpoint's).
+
+    Returns:
+        ``(name, saved value, wanted value)`` for each differing setting, in ``saved``'s order.
+    """
+    return [
+        (key, value, wanted[key])
+        for key, value in saved.items()
+        if key in wanted and wanted[key] != value and key not in NON_STRUCTURAL
+    ]

@@ -1,0 +1,114 @@
+"""The architecture of :class:`seq2seq.nn.Transformer`, written once.
+
+:class:`TransformerConfig` holds every setting that decides the model's structure and its
+training-time regularisation. ``Transformer(config)`` builds from it, checkpoints store it
+(``checkpoint["seq2seq"]["model_config"]``, :meth:`TransformerConfig.to_dict`), and
+``TranslationModule`` exposes its fields as the flat ``--model.*`` keys of the command line
+(LightningCLI follows the module's ``**architecture`` into this class, docstrings included).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["TransformerConfig"]
+
+
+@dataclass(frozen=True)
+class TransformerConfig:
+    """Sizes and options of an encoder-decoder Transformer (Vaswani et al. 2017).
+
+    Attributes:
+        vocab_size: joint (source and target) vocabulary size V, linked from
+            ``data.vocab_size`` on the command line.
+        d_model: model width D.
+        n_heads: attention heads H; must divide ``d_model``.
+        n_encoder_layers: encoder layers.
+        n_decoder_layers: decoder layers.
+        d_ff: inner width of the feed-forward blocks.
+        dropout: dropout on embeddings and residual branches.
+        attention_dropout: dropout on attention weights.
+        activation_dropout: dropout after the feed-forward activation.
+        activation: feed-forward activation, ``"relu"`` or ``"gelu"``.
+        norm_first: Pre-LN (True, with a final LayerNorm on encoder and decoder outputs) or
+            Post-LN (False, as in the original paper) layers.
+        positional: ``"sinusoidal"`` (fixed, added to the embeddings), ``"learned"`` (added)
+            or ``"rotary"`` (RoPE, Su et al. 2021, in every self-attention; needs an even head
+            width).
+        max_positions: longest source or target sequence, in tokens, the model accepts.
+        tie_embeddings: ``"none"`` (three matrices), ``"decoder"`` (target embedding = output
+            projection, Press & Wolf 2017) or ``"all"`` (source embedding, target embedding and
+            output projection shared, Vaswani et al. 2017 Sec. 3.4; needs a joint vocabulary).
+        pad_id: padding token id (zero embedding row, no gradient); SentencePiece's is 0.
+        pad_vocab_to_multiple_of: the embedding and output matrices get a multiple of this
+            many rows (faster matrix products); the extra rows are never used. 1 disables it.
+    """
+
+    vocab_size: int = 8000
+    d_model: int = 512
+    n_heads: int = 8
+    n_encoder_layers: int = 6
+    n_decoder_layers: int = 6
+    d_ff: int = 2048
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    activation_dropout: float = 0.0
+    activation: str = "relu"
+    norm_first: bool = True
+    positional: str = "sinusoidal"
+    max_positions: int = 256
+    tie_embeddings: str = "all"
+    pad_id: int = 0
+    pad_vocab_to_multiple_of: int = 8
+
+    def __post_init__(self) -> None:
+        """Raises ValueError naming the setting, for sizes or options the model refuses."""
+        if self.n_heads <= 0 or self.d_model % self.n_heads != 0:
+            raise ValueError(
+                f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})"
+            )
+        choices = {
+            "activation": ("relu", "gelu"),
+            "positional": ("sinusoidal", "learned", "rotary"),
+            "tie_embeddings": ("none", "decoder", "all"),
+        }
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                options = ", ".join(repr(a) for a in allowed)
+                raise ValueError(f"{name} must be one of {options}, got {getattr(self, name)!r}")
+        if self.positional == "rotary" and (self.d_model // self.n_heads) % 2:
+            raise ValueError(
+                f"positional 'rotary' needs an even head width, got d_model / n_heads = "
+                f"{self.d_model // self.n_heads}"
+            )
+        if not 0 <= self.pad_id < self.vocab_size:
+            raise ValueError(
+                f"pad_id ({self.pad_id}) must lie in [0, vocab_size={self.vocab_size})"
+            )
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        """The names of the fields, in order."""
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> TransformerConfig:
+        """A config from a mapping that may hold other keys too (e.g. a checkpoint's
+        ``model_config`` or hyperparameters): fields it lacks take their defaults.
+
+        Raises:
+            ValueError: as the constructor.
+        """
+        names = set(cls.field_names())
+        return cls(**{k: v for k, v in values.items() if k in names})
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as a plain dictionary (what checkpoints store)."""
+        return dataclasses.asdict(self)
+
+    def replace(self, **changes: Any) -> TransformerConfig:
+        """A copy with some fields changed."""
+        return dataclasses.replace(self, **changes)
