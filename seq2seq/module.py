@@ -31,6 +31,7 @@ from seq2seq.evaluation import METRICS, Score, corpus_scores, gather_in_order, w
 from seq2seq.nn import (
     Transformer,
     TransformerConfig,
+    fast,
     label_smoothed_cross_entropy,
     linear_label_smoothed_cross_entropy,
 )
@@ -324,19 +325,20 @@ class TranslationModule(L.LightningModule):
         # would mean varying shapes.
         index = None if self.hparams.compile else batch.get("tgt_index")
         target = batch["tgt_out"]
-        if index is None:
+        if index is None or not fast.is_enabled("fused_loss"):
             logits = self._forward(batch["src"], batch["tgt_in"], batch["src_mask"])
         else:
-            # Eager path: decoder states at the real target positions only, and the output
-            # projection fused with the loss (the (N, V) logits are never materialised).
-            # The feed-forward sub-layers skip padding rows too (src_index, tgt_index).
+            # Eager path (seq2seq.nn.fast): decoder states at the real target positions only,
+            # and the output projection fused with the loss (the (N, V) logits are never
+            # materialised); the feed-forward sub-layers skip padding rows too.
+            rows = fast.is_enabled("real_rows")
             hidden = self.model.features(
                 batch["src"],
                 batch["tgt_in"],
                 batch["src_mask"],
                 index,
-                src_index=batch.get("src_index"),
-                tgt_index=index,
+                src_index=batch.get("src_index") if rows else None,
+                tgt_index=index if rows else None,
             )
             loss_sum, nll_sum = linear_label_smoothed_cross_entropy(
                 hidden,

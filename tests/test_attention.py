@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
 from seq2seq.nn import MultiHeadAttention, padding_mask
-from seq2seq.nn.attention import KVCache, attend_first_if_empty, reference_attention
+from seq2seq.nn.attention import KVCache, attend_first_if_empty, attention
 
 D, H = 16, 4
+
+
+def reference_attention(q, k, v, mask=None):
+    """Plain ``softmax(Q K^T / sqrt(Dh) + M) V`` (Vaswani et al. 2017, Eq. 1); ``mask`` bool,
+    broadcastable to ``(..., T, L)``, True = may attend."""
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return scores.softmax(dim=-1) @ v
 
 
 def _split(x: torch.Tensor) -> torch.Tensor:
@@ -115,8 +126,9 @@ def test_repeated_reorders_reuse_buffers_and_select_rows():
 
 
 @torch.no_grad()
-def test_reorder_copying_only_moved_rows_selects_rows():
-    """``moved`` (rows with ``index[i] != i``) copies just those rows, sources read first."""
+def test_reorders_that_move_few_rows_select_rows():
+    """Reorders that keep most rows in place (beams staying with their parents), swap two or
+    copy a row over another read every source row before it is overwritten."""
     mha = MultiHeadAttention(D, H).double()
     x = torch.randn(6, 5, D, dtype=torch.float64)
     cache = KVCache(static=False)
@@ -124,8 +136,7 @@ def test_reorder_copying_only_moved_rows_selects_rows():
     mha(x[:, :1], is_causal=True, cache=cache)
     for step, index in enumerate([[0, 1, 2, 3, 4, 5], [1, 0, 2, 3, 4, 5], [0, 0, 2, 2, 4, 5]], 1):
         index = torch.tensor(index)
-        moved = (index != torch.arange(6)).nonzero().squeeze(1)
-        cache.reorder(index, moved)
+        cache.reorder(index)
         rows = rows[index]
         out = mha(x[rows, step : step + 1], is_causal=True, cache=cache)
         torch.testing.assert_close(out, mha(x[rows, : step + 1], is_causal=True)[:, -1:])
@@ -133,7 +144,7 @@ def test_reorder_copying_only_moved_rows_selects_rows():
 
 @pytest.mark.parametrize("self_attention", [True, False])
 def test_cached_single_steps_in_bfloat16(self_attention):
-    """Single-query cached steps under bfloat16 autocast (float32 cache) match the fused path."""
+    """Single-query cached steps under bfloat16 autocast match the full pass."""
     torch.manual_seed(0)
     mha = MultiHeadAttention(D, H, self_attention=self_attention)
     x = torch.randn(3, 5, D)
@@ -153,6 +164,7 @@ def test_cached_single_steps_in_bfloat16(self_attention):
 
 
 def test_fully_masked_row_is_finite():
+    """A row whose keys are all masked attends to the first key, inside attention itself."""
     mask = torch.zeros(2, 1, 1, 5, dtype=torch.bool)
     mask[0, ..., :3] = True
     fixed = attend_first_if_empty(mask)
@@ -160,9 +172,27 @@ def test_fully_masked_row_is_finite():
     assert fixed[1].flatten().tolist() == [True, False, False, False, False]
     mha = MultiHeadAttention(D, H)
     x = torch.randn(2, 5, D, requires_grad=True)
-    out = mha(x, mask=fixed)
+    out = mha(x, mask=mask)  # the caller's mask as it is
     out.sum().backward()
     assert torch.isfinite(out).all() and torch.isfinite(x.grad).all()
+    torch.testing.assert_close(out, mha(x, mask=fixed))
+
+
+@pytest.mark.parametrize("past", [0, 3])
+def test_attention_function_matches_the_reference(past):
+    """Causal attention of T new queries over ``past`` cached keys plus their own, with key
+    padding: the lower triangle shifted by the cached steps."""
+    torch.manual_seed(0)
+    t = 4
+    q = torch.randn(2, H, t, 8, dtype=torch.float64)
+    k, v = (torch.randn(2, H, past + t, 8, dtype=torch.float64) for _ in range(2))
+    pad = torch.ones(2, 1, 1, past + t, dtype=torch.bool)
+    pad[1, ..., -1:] = False
+    causal = torch.ones(t, past + t, dtype=torch.bool).tril(past)
+    expected = reference_attention(q, k, v, pad & causal)
+    torch.testing.assert_close(attention(q, k, v, pad, is_causal=True), expected)
+    no_pad = reference_attention(q, k, v, causal)
+    torch.testing.assert_close(attention(q, k, v, is_causal=True), no_pad)
 
 
 def test_heads_must_divide_width():
@@ -171,7 +201,7 @@ def test_heads_must_divide_width():
 
 
 def test_cached_single_query_accepts_a_mask_broadcast_over_the_batch():
-    """The single-query path turns a ``(1, 1, 1, S)`` mask into its bias for every row."""
+    """A ``(1, 1, 1, S)`` mask applies to every row of a cached single-query step."""
     torch.manual_seed(0)
     mha = MultiHeadAttention(16, 4, self_attention=False).double().train()  # dropout 0
     memory = torch.randn(3, 5, 16, dtype=torch.float64)

@@ -303,35 +303,6 @@ def test_beam_search_equals_a_plain_reference(model, sources, k, alpha, form, mi
         assert [h.score for h in hyps] == pytest.approx([s for _, s in expected], abs=1e-6)
 
 
-def test_slots_in_place_keeps_first_children_in_their_parents_slot():
-    from seq2seq.nn.search import _slots_in_place
-
-    parent = torch.tensor([[0, 0, 1, 3], [2, 2, 2, 2], [3, 2, 1, 0], [1, 1, 0, 0]])
-    order = _slots_in_place(parent)
-    for row_parent, row_order in zip(parent.tolist(), order.tolist(), strict=True):
-        assert sorted(row_order) == [0, 1, 2, 3]  # a permutation of the new beams
-        placed = [row_parent[j] for j in row_order]  # parent of the beam in each slot
-        for p in set(row_parent):  # the best child of each parent sits in the parent's slot
-            first_child = row_parent.index(p)
-            assert row_order[p] == first_child and placed[p] == p
-    assert order.tolist()[2] == [3, 2, 1, 0]
-
-
-def test_block_argmax_equals_torch_argmax():
-    from seq2seq.nn.search import _argmax
-
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(9, 640, generator=g)
-    x[1, 70] = x[1, 700 - 100] = 50.0  # tie across blocks: the first index wins
-    x[2, 5] = x[2, 6] = 50.0  # tie within a block
-    x[3] = float("-inf")
-    x[3, 639] = 0.0
-    x[4, 300] = float("nan")  # NaN counts as the maximum, as in torch.argmax
-    x[5] = 1.0  # all equal
-    for rows in (x, x.bfloat16(), x.half(), x[:, :600], x[:, :630].contiguous()):
-        assert torch.equal(_argmax(rows), rows.argmax(dim=-1))
-
-
 @pytest.mark.parametrize("min_len", [0, 4])
 def test_greedy_without_scores_gives_the_same_tokens(model, sources, min_len):
     mask = padding_mask(sources, PAD)
@@ -342,28 +313,9 @@ def test_greedy_without_scores_gives_the_same_tokens(model, sources, min_len):
         assert b.score != b.score  # nan
 
 
-def test_block_topk_equals_torch_topk():
-    from seq2seq.nn.search import _topk
-
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(6, 64 * 100, generator=g)
-    x[1, :3000] = float("-inf")  # banned entries
-    x[2, 10:20] = 9.0  # ten equal maxima in one block
-    x[3, ::700] = 9.0  # equal maxima spread over blocks
-    x[4, 64 * 50 : 64 * 51] = torch.linspace(5, 6, 64)  # the whole top in one block
-    for n in (1, 5, 10):
-        values, index = _topk(x, n)
-        ref_values, _ = x.topk(n, dim=-1)
-        assert torch.equal(values, ref_values)
-        assert torch.equal(x.gather(1, index), values)  # indices point at those values
-        assert all(len(set(row)) == n for row in index.tolist())  # distinct entries
-    rows = x[[0, 5]]  # no ties: the same indices as torch.topk
-    assert torch.equal(_topk(rows, 10)[1], rows.topk(10, dim=-1).indices)
-
-
 @pytest.mark.parametrize("k", [2, 3])
 def test_beam_search_over_a_wide_vocabulary_equals_the_reference(sources, k):
-    """A vocabulary wide enough for the block-wise top-k of the CPU path (``_topk``)."""
+    """A vocabulary wide enough for the block-wise top-k of the CPU path (``fast.topk``)."""
     torch.manual_seed(1)
     wide = Transformer(
         vocab_size=1024,

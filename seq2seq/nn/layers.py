@@ -12,11 +12,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seq2seq.nn.attention import KVCache, MultiHeadAttention
-from seq2seq.nn.linear import Linear, linear
 
 __all__ = [
     "DecoderLayer",
-    "Dropout",
     "EncoderLayer",
     "FeedForward",
     "LearnedPositionalEmbedding",
@@ -36,48 +34,6 @@ def check_length(length: int, max_positions: int) -> None:
             f"sequence length {length} exceeds max_positions={max_positions}; "
             "truncate the input or build the model with a larger max_positions"
         )
-
-
-class Dropout(nn.Module):
-    """Inverted dropout (Srivastava et al. 2014): in training, zero each element with
-    probability ``p`` and scale the kept ones by ``1 / (1 - p)``; identity in eval mode.
-
-    On CPU the keep mask is drawn as 16-bit uniform integers, four from each 64-bit draw of
-    torch's default generator (so ``torch.manual_seed`` and saved RNG states govern it as they do
-    ``F.dropout``), which is about four times faster than ``F.dropout``'s Bernoulli sampling.
-    ``p`` is then rounded to a multiple of ``2**-16`` (0.1 becomes 0.100006) and the scale uses
-    the rounded value, so the expectation is kept exactly. Other devices, and code being
-    compiled by ``torch.compile``, use ``F.dropout``.
-
-    Args:
-        p: drop probability in ``[0, 1)``.
-
-    Raises:
-        ValueError: if ``p`` is outside ``[0, 1)``.
-    """
-
-    def __init__(self, p: float = 0.1) -> None:
-        super().__init__()
-        if not 0.0 <= p < 1.0:
-            raise ValueError(f"dropout probability must be in [0, 1), got {p}")
-        self.p = float(p)
-        self._threshold = round(self.p * 65536)  # drop where a uniform 16-bit draw < this
-        self._scale = 65536 / (65536 - self._threshold)
-
-    def forward(self, x: Tensor) -> Tensor:
-        """``(...)`` float -> same shape and dtype."""
-        if not self.training or self.p == 0.0:
-            return x
-        if x.device.type != "cpu" or torch.compiler.is_compiling():  # random_ breaks graphs
-            return F.dropout(x, self.p, training=True)
-        n = x.numel()
-        bits = torch.empty((n + 3) // 4, dtype=torch.int64).random_(-(2**63), None)
-        draws = bits.view(torch.int16)[:n].view(x.shape)  # uniform over [-2**15, 2**15)
-        keep = draws >= self._threshold - 32768
-        return x * keep.to(x.dtype).mul_(self._scale)
-
-    def extra_repr(self) -> str:
-        return f"p={self.p}"
 
 
 class SinusoidalPositionalEncoding(nn.Module):
@@ -164,27 +120,18 @@ class FeedForward(nn.Module):
         if activation not in ("relu", "gelu"):
             raise ValueError(f"activation must be 'relu' or 'gelu', got {activation!r}")
         self.activation = activation
-        self.fc1 = Linear(d_model, d_ff)
-        self.fc2 = Linear(d_ff, d_model)
-        self.dropout = Dropout(activation_dropout)
+        self.fc1 = nn.Linear(d_model, d_ff)
+        self.fc2 = nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(activation_dropout)
         for lin in (self.fc1, self.fc2):
             nn.init.xavier_uniform_(lin.weight)
             nn.init.zeros_(lin.bias)
 
     def forward(self, x: Tensor) -> Tensor:
-        """``(B, T, D)`` -> ``(B, T, D)``. The activation joins the first product where oneDNN
-        computes it (:func:`~seq2seq.nn.linear.linear`)."""
-        fc1 = self.fc1
-        hidden = linear(x, fc1.weight, fc1.bias, fc1._packed, activation=self.activation)
+        """``(B, T, D)`` -> ``(B, T, D)``."""
+        hidden = self.fc1(x)
+        hidden = F.relu(hidden) if self.activation == "relu" else F.gelu(hidden)
         return self.fc2(self.dropout(hidden))
-
-    def step(self, x: Tensor, residual: Tensor | None = None) -> Tensor:
-        """Inference form of :meth:`forward` (no dropout) plus ``residual``, with the activation
-        and the addition fused into the matrix products where oneDNN computes them
-        (:func:`~seq2seq.nn.linear.linear`). ``(N, D)`` -> ``(N, D)``."""
-        fc1, fc2 = self.fc1, self.fc2
-        hidden = linear(x, fc1.weight, fc1.bias, fc1._packed, activation=self.activation)
-        return linear(hidden, fc2.weight, fc2.bias, fc2._packed, residual=residual)
 
 
 def feed_forward_residual(
@@ -261,7 +208,7 @@ class EncoderLayer(nn.Module):
         self.ff = FeedForward(d_model, d_ff, activation, activation_dropout)
         self.norm1 = nn.LayerNorm(d_model)
         self.norm2 = nn.LayerNorm(d_model)
-        self.dropout = Dropout(dropout)
+        self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor, mask: Tensor | None = None, index: Tensor | None = None) -> Tensor:
         """Args: x ``(B, S, D)``; mask ``(B, 1, 1, S)`` bool key padding mask; index
@@ -306,7 +253,7 @@ class DecoderLayer(nn.Module):
         self.norm1 = nn.LayerNorm(d_model)
         self.norm2 = nn.LayerNorm(d_model)
         self.norm3 = nn.LayerNorm(d_model)
-        self.dropout = Dropout(dropout)
+        self.dropout = nn.Dropout(dropout)
 
     def forward(
         self,
@@ -343,30 +290,3 @@ class DecoderLayer(nn.Module):
                 x + self.dropout(self.cross_attn(x, memory, mask=src_mask, cache=cross_kv))
             )
         return feed_forward_residual(x, self.ff, self.norm3, self.dropout, self.norm_first, index)
-
-    def step(
-        self, x: Tensor, memory: Tensor | None, bias: Tensor | None, cache: tuple[KVCache, KVCache]
-    ) -> Tensor:
-        """One incremental-decoding step in inference (eval mode): :meth:`forward` for one new
-        target position per row, through :meth:`MultiHeadAttention.step` and
-        :meth:`FeedForward.step` (residual additions fused into the output projections).
-
-        Args:
-            x: ``(N, D)`` states of the new positions.
-            memory: ``(B, S, D)`` encoder output (``None`` once the cross-attention caches are
-                filled).
-            bias: ``(B * H, 1, S)`` additive source key mask or ``None`` (see
-                :meth:`MultiHeadAttention.step`).
-            cache: ``(self_attention_cache, cross_attention_cache)``.
-
-        Returns:
-            ``(N, D)``.
-        """
-        self_kv, cross_kv = cache
-        if self.norm_first:
-            x = self.self_attn.step(self.norm1(x), self_kv, residual=x)
-            x = self.cross_attn.step(self.norm2(x), cross_kv, memory, bias, residual=x)
-            return self.ff.step(self.norm3(x), residual=x)
-        x = self.norm1(self.self_attn.step(x, self_kv, residual=x))
-        x = self.norm2(self.cross_attn.step(x, cross_kv, memory, bias, residual=x))
-        return self.norm3(self.ff.step(x, residual=x))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from seq2seq.nn.linear import PackedWeight, linear
+from seq2seq.nn.fast import PackedWeight, linear
 
 __all__ = ["label_smoothed_cross_entropy", "linear_label_smoothed_cross_entropy"]
 
@@ -97,7 +97,7 @@ class _LinearLabelSmoothedCE(torch.autograd.Function):
         acc_dtype = torch.float32 if weight.dtype in low else weight.dtype
         grad_weight = torch.zeros_like(weight, dtype=acc_dtype)
         fused_acc = not autocast and hidden.dtype == acc_dtype
-        # Logits through seq2seq.nn.linear: on CPU the weight is packed for oneDNN once per
+        # Logits through seq2seq.nn.fast.linear: on CPU the weight is packed for oneDNN once per
         # call and reused by every chunk (float32, or bfloat16 under autocast).
         packed, full_weight = PackedWeight(), weight
         if autocast:  # cast the weight once, not in every chunk's two products

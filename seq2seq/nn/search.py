@@ -25,7 +25,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from seq2seq.nn.attention import DecoderCache
+from seq2seq.nn import fast
+from seq2seq.nn.cache import DecoderCache
 from seq2seq.nn.transformer import Transformer
 
 __all__ = ["Hypothesis", "beam_search", "greedy_search", "length_penalty_value"]
@@ -99,77 +100,6 @@ def _step_log_probs(
     return scores
 
 
-def _slots_in_place(parent: Tensor) -> Tensor:
-    """Arrange the new beams of each sentence so that they stay in their parent's slot.
-
-    Beam slots carry no order (beams are compared by score only), so each parent's first (best)
-    child takes the parent's slot and the other children fill the slots left free, in order.
-    Reordering the caches then leaves the rows of the first children where they are.
-
-    Args:
-        parent: ``(A, K)`` long parent slot of each new beam.
-
-    Returns:
-        ``(A, K)`` long ``order``: slot ``s`` receives new beam ``order[:, s]``.
-    """
-    a, k = parent.shape
-    slot_ids = torch.arange(k, device=parent.device)
-    same = parent.unsqueeze(2) == parent.unsqueeze(1)  # (A, K, K): beams j, i share a parent
-    first = ~(same & (slot_ids.unsqueeze(1) > slot_ids)).any(dim=2)  # no earlier sibling
-    taken = (parent.unsqueeze(2) == slot_ids).any(dim=1)  # (A, K): slot is some beam's parent
-    free = torch.sort(taken.long() * k + slot_ids, dim=1).values % k  # free slots first
-    rank = (~first).long().cumsum(dim=1) - 1  # position of a later sibling among them
-    slot = torch.where(first, parent, free.gather(1, rank.clamp_min(0)))
-    return torch.empty_like(slot).scatter_(1, slot, slot_ids.expand(a, k).contiguous())
-
-
-def _argmax(x: Tensor) -> Tensor:
-    """Row-wise arg-max of ``(N, V)`` scores: the first index of each row's maximum, exactly as
-    ``torch.argmax(x, dim=-1)``.
-
-    On CPU, ``torch.argmax`` over a long row is an indexed reduction that does not vectorise; a
-    vectorised maximum over blocks of 64 entries, then the arg-max of the best block, is 3-4x
-    faster at ``V = 8000``. bfloat16/float16 rows are widened to float32 first (exact, and the
-    float32 maximum is faster than the half-precision one: 93 vs 231 us at ``64 x 8000``).
-    Other devices, non-contiguous rows and ``V`` not a multiple of 64 use ``torch.argmax``.
-    """
-    n, v = x.shape
-    if x.device.type != "cpu" or v % 64 or not x.is_contiguous():
-        return x.argmax(dim=-1)
-    if x.dtype in (torch.bfloat16, torch.float16):
-        x = x.float()
-    blocks = x.view(n, v // 64, 64)
-    best = blocks.amax(dim=-1).argmax(dim=-1)  # the first block holding the row maximum
-    return best * 64 + blocks[torch.arange(n, device=x.device), best].argmax(dim=-1)
-
-
-def _topk(x: Tensor, n: int) -> tuple[Tensor, Tensor]:
-    """The ``n`` largest entries of each row of ``(R, W)`` scores, best first, as
-    ``x.topk(n, dim=-1)`` (ties may pick other indices of equal values).
-
-    On CPU, for wide rows, a vectorised maximum over blocks of 64 entries comes first: the ``n``
-    largest entries lie in the ``n`` blocks with the largest maxima (each entry at least the
-    ``n``-th largest sits in a block whose maximum is that large, and there are at most ``n``
-    such blocks), so ``topk`` then runs over ``n * 64`` entries instead of ``W``. Other devices,
-    non-contiguous rows, and rows that are narrow or not a multiple of 64 use ``torch.topk``.
-    """
-    rows, width = x.shape
-    if x.device.type != "cpu" or width % 64 or width < 8 * 64 * n or not x.is_contiguous():
-        return x.topk(n, dim=-1)
-    blocks = x.view(rows, width // 64, 64)
-    top_blocks = blocks.amax(dim=-1).topk(n, dim=-1).indices  # (R, n)
-    inside = blocks.gather(1, top_blocks.unsqueeze(-1).expand(rows, n, 64)).view(rows, n * 64)
-    values, pos = inside.topk(n, dim=-1)
-    return values, top_blocks.gather(1, pos // 64) * 64 + pos % 64
-
-
-def _encode(model: Transformer, src: Tensor, src_mask: Tensor | None) -> Tensor:
-    """Encoder memory, feed-forward sub-layers on real source tokens only (one host
-    synchronisation per batch on an accelerator)."""
-    index = None if src_mask is None else src_mask.flatten().nonzero().squeeze(1)
-    return model.encode(src, src_mask, index)
-
-
 def _check(model: Transformer, src: Tensor, src_mask: Tensor | None) -> None:
     if src_mask is not None and src_mask.shape != (src.size(0), 1, 1, src.size(1)):
         raise ValueError(
@@ -222,7 +152,7 @@ def greedy_search(
     device = src.device
     max_len = _max_lengths(model, src, src_mask, max_len_a, max_len_b)
     steps = int(max_len.max())
-    memory = _encode(model, src, src_mask)
+    memory = model.encode(src, src_mask)
     cache = model.new_cache(steps)
 
     out = torch.full((n, steps), model.pad_id, dtype=torch.long, device=device)
@@ -238,7 +168,7 @@ def greedy_search(
         step_scores = _step_log_probs(
             model, tokens, memory, mask, cache, step, eos_id, min_len, normalise=scores
         )
-        tokens = _argmax(step_scores).unsqueeze(1)
+        tokens = fast.argmax(step_scores).unsqueeze(1)  # = step_scores.argmax(dim=-1)
         if scores:
             score += step_scores.gather(1, tokens).squeeze(1)
         out[alive, step] = tokens.squeeze(1)
@@ -349,7 +279,7 @@ def beam_search(
     ).float()
     neg_inf = float("-inf")
 
-    memory = _encode(model, src, src_mask)
+    memory = model.encode(src, src_mask)
     cache = model.new_cache(steps)
 
     # Finished hypotheses per sentence (all B sentences), best first.
@@ -377,7 +307,7 @@ def beam_search(
         else:  # summed log-probability, added in place (no new (A * K, V) tensor)
             cand = lprobs.view(a, k, vocab).add_(beam_score.unsqueeze(-1))
         cand = cand.view(a, k * vocab)
-        cand_score, cand_idx = _topk(cand, 2 * k)
+        cand_score, cand_idx = fast.topk(cand, 2 * k)  # = cand.topk(2 * k, dim=-1)
         cand_beam = torch.div(cand_idx, vocab, rounding_mode="floor")
         cand_tok = cand_idx - cand_beam * vocab
         cand_hist = hist.gather(1, cand_beam.unsqueeze(-1).expand(a, 2 * k, steps))
@@ -397,11 +327,8 @@ def beam_search(
             fin_tokens[alive] = merged_tokens.gather(1, top.unsqueeze(-1).expand(a, k, steps))
             fin_len[alive] = merged_len.gather(1, top)
 
-        # The best K other candidates stay open, each in its parent's slot where possible, so
-        # that reordering the self-attention caches copies only the rows that change.
+        # The best K other candidates stay open.
         beam_score, sel = cand_score.masked_fill(ends, neg_inf).topk(k, dim=1)
-        order = _slots_in_place(cand_beam.gather(1, sel))
-        beam_score, sel = beam_score.gather(1, order), sel.gather(1, order)
         src_beam = cand_beam.gather(1, sel)
         hist = cand_hist.gather(1, sel.unsqueeze(-1).expand(a, k, steps))
         tokens = cand_tok.gather(1, sel)

@@ -12,22 +12,17 @@ import torch
 from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from seq2seq.nn.attention import (
-    DecoderCache,
-    MultiHeadAttention,
-    _storage_dtype,
-    attend_first_if_empty,
-)
+from seq2seq.nn import fast
+from seq2seq.nn.attention import MultiHeadAttention
+from seq2seq.nn.cache import DecoderCache
 from seq2seq.nn.config import TransformerConfig
 from seq2seq.nn.layers import (
     DecoderLayer,
-    Dropout,
     EncoderLayer,
     LearnedPositionalEmbedding,
     SinusoidalPositionalEncoding,
     check_length,
 )
-from seq2seq.nn.linear import PackedWeight, linear
 
 __all__ = ["SDPA_BACKENDS", "Decoder", "Encoder", "Transformer"]
 
@@ -64,7 +59,7 @@ class _Stack(nn.Module):
         self.scale = math.sqrt(self.d_model)
         self.max_positions = max_positions
         self.positions = _positions(positional, self.d_model, max_positions)
-        self.dropout = Dropout(dropout)
+        self.dropout = nn.Dropout(dropout)
 
     def embed_tokens(self, tokens: Tensor, offset: int = 0) -> Tensor:
         """``(B, L)`` ids -> ``(B, L, D)``: ``sqrt(D) * E[x] + P[offset:offset+L]``, dropout
@@ -151,31 +146,6 @@ class Decoder(_Stack):
             x = layer(x, memory, src_mask, cache.layers[i] if cache is not None else None, index)
         return self.norm(x)
 
-    def step(
-        self, tgt: Tensor, memory: Tensor | None, src_mask: Tensor | None, cache: DecoderCache
-    ) -> Tensor:
-        """One incremental-decoding step in inference (eval mode), through
-        :meth:`DecoderLayer.step`: the function of :meth:`forward` for ``T = 1`` with a cache.
-
-        Args:
-            tgt: ``(N, 1)`` ids of the new position of each row.
-            memory: ``(B, S, D)`` encoder output (``None`` once the cache holds the
-                cross-attention keys/values).
-            src_mask: ``(B, 1, 1, S)`` bool source mask or ``None``.
-            cache: incremental-decoding state, updated in place.
-
-        Returns:
-            ``(N, D)`` final decoder states.
-        """
-        x = self.embed_tokens(tgt, cache.length).view(tgt.size(0), self.d_model)
-        bias = None
-        if src_mask is not None and self.layers:  # one additive key mask for all layers
-            heads = self.layers[0].cross_attn.n_heads
-            bias = cache.source_bias(src_mask, heads, _storage_dtype(x.dtype))
-        for layer, layer_cache in zip(self.layers, cache.layers, strict=True):
-            x = layer.step(x, memory, bias, layer_cache)
-        return self.norm(x)
-
 
 class Transformer(nn.Module):
     """Encoder-decoder Transformer for translation (Vaswani et al. 2017).
@@ -245,11 +215,11 @@ class Transformer(nn.Module):
             tgt_embed, config.n_decoder_layers, positional, max_positions, dropout, **layer_kwargs
         )
         self.output = nn.Linear(d_model, self.padded_vocab_size, bias=False)
-        self._packed_output = PackedWeight()  # oneDNN copy for CPU inference, see linear()
         if config.tie_embeddings == "none":
             nn.init.normal_(self.output.weight, mean=0.0, std=d_model**-0.5)
         else:
             self.output.weight = tgt_embed.weight
+        fast.install(self)  # the measured speed tricks (seq2seq.nn.fast); same weights
 
     def _embedding(self, d_model: int, pad_id: int) -> nn.Embedding:
         embed = nn.Embedding(self.padded_vocab_size, d_model, padding_idx=pad_id)
@@ -278,8 +248,6 @@ class Transformer(nn.Module):
             ValueError: if ``S > max_positions``.
         """
         check_length(src.size(1), self.max_positions)
-        if src_mask is not None:
-            src_mask = attend_first_if_empty(src_mask)
         with sdpa_kernel(SDPA_BACKENDS):
             return self.encoder(src, src_mask, src_index)
 
@@ -306,10 +274,6 @@ class Transformer(nn.Module):
                 then computed for these positions only. Computing the index on the host, before
                 the batch is moved to the device, keeps the step free of synchronisation.
 
-        In eval mode, with a cache and one new position per row (``T = 1``, incremental
-        decoding), the decoder runs :meth:`Decoder.step`: the same function with fewer
-        operations per step (tested equal to the general path).
-
         Returns:
             ``(B, T, V)`` logits over the real vocabulary (dtype of the computation), or
             ``(N, V)`` logits at ``output_index`` when it is given.
@@ -317,12 +281,7 @@ class Transformer(nn.Module):
         Raises:
             ValueError: if the decoded positions would exceed ``max_positions``.
         """
-        if cache is not None and tgt.size(1) == 1 and output_index is None and not self.training:
-            # One new position per row in inference: the decoder's step path (fewer operations).
-            h = self.decoder.step(tgt, memory, src_mask, cache).unsqueeze(1)
-        else:
-            h = self._states(tgt, memory, src_mask, cache, output_index)
-        logits = linear(h, self.output.weight, packed=self._packed_output)
+        logits = self.output(self._states(tgt, memory, src_mask, cache, output_index))
         if self.padded_vocab_size != self.vocab_size:
             logits = logits[..., : self.vocab_size]
         return logits
@@ -370,8 +329,6 @@ class Transformer(nn.Module):
 
     def _states(self, tgt, memory, src_mask, cache, output_index, tgt_index=None) -> Tensor:
         """Final decoder states ``(B, T, D)``, or ``(N, D)`` at ``output_index``."""
-        if src_mask is not None:
-            src_mask = attend_first_if_empty(src_mask)
         with sdpa_kernel(SDPA_BACKENDS):
             h = self.decoder(tgt, memory, src_mask, cache, tgt_index)
         if output_index is not None:

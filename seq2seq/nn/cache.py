@@ -1,0 +1,132 @@
+"""Key/value caches for incremental decoding.
+
+Shapes follow the legend in :mod:`seq2seq.nn.attention`.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+__all__ = ["DecoderCache", "KVCache"]
+
+
+class KVCache:
+    """Keys and values of one attention layer, kept between incremental decoding steps.
+
+    * Self-attention (``static=False``): each call appends the keys/values of the new target
+      step(s) along the time axis.
+    * Cross-attention (``static=True``): the keys/values of the encoder memory, computed at the
+      first call and reused unchanged afterwards.
+
+    A cross-attention cache can serve ``group`` consecutive query rows per stored row: the
+    beams of one sentence (:meth:`DecoderCache.expand_beams`), whose single-step queries then
+    attend to the sentence's keys/values together, stored once per sentence.
+
+    Attributes:
+        static: whether the cache holds cross-attention keys/values.
+        group: query rows per stored row (cross-attention; 1 = one to one).
+    """
+
+    def __init__(self, static: bool, capacity: int = 64) -> None:
+        self.static = static
+        self.group = 1
+        self._k: Tensor | None = None  # (B, H, L, Dh)
+        self._v: Tensor | None = None
+
+    @property
+    def is_empty(self) -> bool:
+        """Whether nothing has been stored yet."""
+        return self._k is None
+
+    @property
+    def length(self) -> int:
+        """Stored positions ``L`` (target steps for self-attention, ``S`` for cross)."""
+        return 0 if self._k is None else self._k.size(2)
+
+    @property
+    def rows(self) -> int:
+        """Stored batch rows ``B`` (0 when empty)."""
+        return 0 if self._k is None else self._k.size(0)
+
+    @property
+    def keys(self) -> Tensor:
+        """``(B, H, L, Dh)`` stored keys."""
+        assert self._k is not None, "empty cache"
+        return self._k
+
+    @property
+    def values(self) -> Tensor:
+        """``(B, H, L, Dh)`` stored values."""
+        assert self._v is not None, "empty cache"
+        return self._v
+
+    def set_static(self, k: Tensor, v: Tensor) -> None:
+        """Store cross-attention keys and values ``(B, H, S, Dh)``."""
+        self._k, self._v = k, v
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Append the ``(B, H, t, Dh)`` keys/values of ``t`` new steps; returns all stored ones,
+        ``(B, H, L + t, Dh)`` each."""
+        if self._k is None:
+            self._k, self._v = k, v
+        else:
+            self._k, self._v = torch.cat([self._k, k], dim=2), torch.cat([self._v, v], dim=2)
+        return self._k, self._v
+
+    def reorder(self, index: Tensor) -> None:
+        """Select batch rows: row ``i`` becomes old row ``index[i]`` (``(B',)`` long)."""
+        if self._k is not None:
+            self._k, self._v = self._k.index_select(0, index), self._v.index_select(0, index)
+
+
+class DecoderCache:
+    """Incremental-decoding state of a whole decoder: one self- and one cross-attention
+    :class:`KVCache` per layer.
+
+    Cross-attention keys/values depend on the source sentence only, which all beams of a
+    sentence share: they are computed once per sentence and stay one row per sentence.
+    :meth:`expand_beams` turns ``B`` sentences into ``B * beam`` rows by copying the
+    self-attention caches only; beam reordering touches the self-attention caches only, and
+    dropping finished sentences goes through ``reorder(index, include_cross=True)``.
+
+    Args:
+        n_layers: number of decoder layers.
+        capacity: unused (kept for callers that size the cache).
+    """
+
+    def __init__(self, n_layers: int, capacity: int = 64) -> None:
+        self.layers = [(KVCache(False), KVCache(True)) for _ in range(n_layers)]
+
+    @property
+    def length(self) -> int:
+        """Number of target positions already decoded."""
+        return self.layers[0][0].length if self.layers else 0
+
+    def reorder(self, index: Tensor, include_cross: bool = False) -> None:
+        """Select batch rows of every cache: row ``i`` becomes old row ``index[i]``.
+
+        Args:
+            index: ``(B',)`` long indices into the current batch.
+            include_cross: also select the cross-attention keys/values (needed whenever the
+                new batch holds other sentences, not just other beams). After
+                :meth:`expand_beams`, each group of ``beam`` new rows must come from one
+                sentence's group of old rows; the sentence of each group is selected.
+        """
+        for self_kv, cross_kv in self.layers:
+            self_kv.reorder(index)
+            if include_cross:
+                g = cross_kv.group
+                cross_kv.reorder(index if g == 1 else index[::g] // g)
+
+    def expand_beams(self, beam: int) -> None:
+        """Turn ``B`` rows (one per sentence) into ``B * beam`` rows, sentence-major.
+
+        Self-attention caches copy each row ``beam`` times; cross-attention caches keep one row
+        per sentence and serve its ``beam`` query rows together (``KVCache.group``).
+        """
+        for self_kv, cross_kv in self.layers:
+            if self_kv.rows:
+                rows = torch.arange(self_kv.rows, device=self_kv.keys.device)
+                self_kv.reorder(rows.repeat_interleave(beam))
+            cross_kv.group *= beam

@@ -1,0 +1,242 @@
+"""The speed tricks of seq2seq.nn.fast give the numbers of their plain counterparts."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from seq2seq.nn import Transformer, beam_search, fast, greedy_search, padding_mask
+from seq2seq.nn.fast import PackedWeight, linear
+
+
+def Linear(*args, **kwargs) -> fast.Linear:
+    """An ``nn.Linear`` turned into :class:`fast.Linear`, as ``Transformer`` builds them."""
+    return fast.install(torch.nn.Linear(*args, **kwargs))
+
+
+needs_onednn = pytest.mark.skipif(not fast._ONEDNN, reason="PyTorch without oneDNN")
+
+
+@needs_onednn
+@pytest.mark.parametrize("rows", [1, 7, 64, 130])
+def test_inference_path_matches_f_linear(rows):
+    torch.manual_seed(0)
+    layer = Linear(48, 80)
+    x = torch.randn(rows, 1, 48)
+    with torch.no_grad():
+        out = layer(x)
+    assert layer._packed.packed is not None  # the oneDNN path was taken
+    torch.testing.assert_close(out, F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5)
+
+
+@needs_onednn
+def test_packed_copy_follows_in_place_updates():
+    torch.manual_seed(0)
+    layer = Linear(16, 8)
+    x = torch.randn(3, 16)
+    with torch.no_grad():
+        layer(x)
+        layer.weight.mul_(2.0)  # as an optimizer step or load_state_dict would
+        after = layer(x)
+    torch.testing.assert_close(after, F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5)
+
+
+def test_training_and_other_dtypes_use_f_linear(monkeypatch):
+    calls = []
+    monkeypatch.setattr(PackedWeight, "get", lambda self, *a: calls.append(a) or a[:2])
+    layer = Linear(4, 3)
+    x = torch.randn(2, 4, requires_grad=True)
+    layer(x).sum().backward()  # autograd on
+    assert x.grad is not None
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        layer(x).float().sum().backward()  # autocast training
+    with torch.no_grad():
+        layer.double()(x.double().detach())  # float64
+        with torch.autocast("cpu", dtype=torch.float16):
+            layer.float()(x.detach())  # float16 autocast
+        linear(x.detach(), layer.weight, layer.bias)  # no cache given
+        with fast.enabled(False, "linear"):
+            layer(x.detach())  # switched off
+    assert calls == []
+
+
+needs_bf16 = pytest.mark.skipif(not fast._BF16, reason="no oneDNN bfloat16 on this CPU")
+
+
+@needs_bf16
+@pytest.mark.parametrize("input_dtype", [torch.float32, torch.bfloat16])
+def test_bfloat16_autocast_inference_matches_f_linear_and_packs_once(monkeypatch, input_dtype):
+    torch.manual_seed(0)
+    layer = Linear(48, 80)
+    x = torch.randn(64, 1, 48).to(input_dtype)
+    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
+        expected = F.linear(x, layer.weight, layer.bias)
+        out = layer(x)
+        packed = layer._packed.packed
+        layer(x)
+        assert layer._packed.packed is packed  # packed once, not converted at every call
+    assert out.dtype == expected.dtype == torch.bfloat16
+    torch.testing.assert_close(out.float(), expected.float(), rtol=1e-2, atol=1e-2)
+    with torch.no_grad():  # back to float32: repacked in float32
+        torch.testing.assert_close(
+            layer(x.float()), F.linear(x.float(), layer.weight, layer.bias), rtol=1e-5, atol=1e-5
+        )
+
+
+@needs_onednn
+def test_decoding_logits_match_with_and_without_onednn(monkeypatch):
+    torch.manual_seed(0)
+    model = Transformer(
+        vocab_size=60, d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=2, d_ff=64
+    ).eval()
+    src = torch.randint(4, 60, (3, 9))
+    src[1, 6:] = 0
+    tgt = torch.randint(4, 60, (3, 5))
+    mask = padding_mask(src, 0)
+    with torch.inference_mode():
+        on = model(src, tgt, mask)
+        with fast.enabled(False):
+            off = model(src, tgt, mask)
+    torch.testing.assert_close(on, off, rtol=1e-4, atol=1e-4)
+
+
+def test_install_keeps_the_state_dict_and_switching_off_gives_the_plain_modules():
+    torch.manual_seed(0)
+    model = Transformer(vocab_size=60, d_model=32, n_heads=4, n_encoder_layers=1)
+    plain = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Dropout(0.1))
+    keys = list(plain.state_dict())
+    fast.install(plain)
+    assert isinstance(plain[0], fast.Linear) and isinstance(plain[1], fast.Dropout)
+    assert list(plain.state_dict()) == keys
+    kinds = {type(m) for m in model.modules()}
+    assert torch.nn.Linear not in kinds and torch.nn.Dropout not in kinds  # all installed
+    assert fast.Linear in kinds and fast.Dropout in kinds
+    with pytest.raises(ValueError, match="unknown speed tricks"):
+        with fast.enabled(False, "step"):
+            pass
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_search_gives_the_same_hypotheses_with_and_without_the_tricks(beam):
+    """Every trick switched off (the plain path) decodes the same tokens with the same scores
+    (float32 rounding), on a vocabulary wide enough for the block-wise top-k."""
+    torch.manual_seed(0)
+    model = Transformer(
+        vocab_size=1024, d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=2, d_ff=64
+    ).eval()
+    src = torch.randint(4, 1024, (6, 9))
+    src[1, 5:] = 0
+    mask = padding_mask(src, 0)
+    kwargs = dict(max_len_a=0.0, max_len_b=7)
+    with torch.inference_mode():
+        if beam == 1:
+            on = greedy_search(model, src, mask, 2, 3, **kwargs)
+        else:
+            on = beam_search(model, src, mask, 2, 3, beam_size=beam, n_best=beam, **kwargs)
+        with fast.enabled(False):
+            if beam == 1:
+                off = greedy_search(model, src, mask, 2, 3, **kwargs)
+            else:
+                off = beam_search(model, src, mask, 2, 3, beam_size=beam, n_best=beam, **kwargs)
+    assert [[h.tokens for h in hyps] for hyps in on] == [[h.tokens for h in hyps] for hyps in off]
+    on_scores = [h.score for hyps in on for h in hyps]
+    assert on_scores == pytest.approx([h.score for hyps in off for h in hyps], abs=1e-5)
+
+
+def test_training_step_gives_the_same_loss_and_gradients_with_and_without_the_tricks():
+    """Fused projection + loss and feed-forward on real rows (TranslationModule's choice when
+    the tricks are on) against full logits and F.cross_entropy, dropout off."""
+    import torch.nn.functional as F
+
+    from seq2seq.nn import linear_label_smoothed_cross_entropy
+
+    torch.manual_seed(0)
+    model = Transformer(
+        vocab_size=100, d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=2, d_ff=64,
+        dropout=0.0,
+    ).double()  # fmt: skip
+    src = torch.randint(4, 100, (4, 9))
+    src[1, 6:] = 0
+    tgt_in, tgt_out = torch.randint(4, 100, (4, 7)), torch.randint(4, 100, (4, 7))
+    tgt_in[2, 5:] = tgt_out[2, 5:] = 0
+    mask = padding_mask(src, 0)
+    index = (tgt_out.flatten() != 0).nonzero().squeeze(1)
+    src_index = mask.flatten().nonzero().squeeze(1)
+    hidden = model.features(src, tgt_in, mask, index, src_index=src_index, tgt_index=index)
+    target = tgt_out.flatten()[index]
+    fused, _ = linear_label_smoothed_cross_entropy(hidden, model.output_weight, target, 0.1)
+    fused_grads = torch.autograd.grad(fused, list(model.parameters()))
+    logits = model(src, tgt_in, mask)
+    plain = F.cross_entropy(
+        logits.flatten(0, 1), tgt_out.flatten(), ignore_index=0, label_smoothing=0.1,
+        reduction="sum",
+    )  # fmt: skip
+    plain_grads = torch.autograd.grad(plain, list(model.parameters()))
+    torch.testing.assert_close(fused.double(), plain, rtol=1e-6, atol=1e-6)  # float32 sums
+    for a, b in zip(fused_grads, plain_grads, strict=True):
+        torch.testing.assert_close(a, b)
+
+
+def test_block_argmax_equals_torch_argmax():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(9, 640, generator=g)
+    x[1, 70] = x[1, 700 - 100] = 50.0  # tie across blocks: the first index wins
+    x[2, 5] = x[2, 6] = 50.0  # tie within a block
+    x[3] = float("-inf")
+    x[3, 639] = 0.0
+    x[4, 300] = float("nan")  # NaN counts as the maximum, as in torch.argmax
+    x[5] = 1.0  # all equal
+    for rows in (x, x.bfloat16(), x.half(), x[:, :600], x[:, :630].contiguous()):
+        assert torch.equal(fast.argmax(rows), rows.argmax(dim=-1))
+
+
+def test_block_topk_equals_torch_topk():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(6, 64 * 100, generator=g)
+    x[1, :3000] = float("-inf")  # banned entries
+    x[2, 10:20] = 9.0  # ten equal maxima in one block
+    x[3, ::700] = 9.0  # equal maxima spread over blocks
+    x[4, 64 * 50 : 64 * 51] = torch.linspace(5, 6, 64)  # the whole top in one block
+    for n in (1, 5, 10):
+        values, index = fast.topk(x, n)
+        ref_values, _ = x.topk(n, dim=-1)
+        assert torch.equal(values, ref_values)
+        assert torch.equal(x.gather(1, index), values)  # indices point at those values
+        assert all(len(set(row)) == n for row in index.tolist())  # distinct entries
+    rows = x[[0, 5]]  # no ties: the same indices as torch.topk
+    assert torch.equal(fast.topk(rows, 10)[1], rows.topk(10, dim=-1).indices)
+
+
+class TestDropout:
+    def test_rate_lanes_and_expectation(self):
+        torch.manual_seed(0)
+        drop = fast.install(torch.nn.Dropout(0.1)).train()
+        x = torch.ones(400, 1000)
+        y = drop(x)
+        zero = y == 0
+        assert abs(zero.float().mean().item() - 0.1) < 0.003
+        # Four 16-bit draws come from each 64-bit word: every lane must be unbiased.
+        lanes = zero.flatten()[:400_000].view(-1, 4).float().mean(0)
+        assert (lanes - 0.1).abs().max().item() < 0.005
+        kept = y[~zero]
+        torch.testing.assert_close(kept, torch.full_like(kept, 65536 / (65536 - 6554)))
+        assert abs(y.mean().item() - 1.0) < 0.01
+
+    def test_seeded_eval_identity_gradient_and_the_plain_path(self):
+        drop = fast.install(torch.nn.Dropout(0.3)).train()
+        x = torch.randn(7, 13, requires_grad=True)
+        torch.manual_seed(5)
+        a = drop(x)
+        torch.manual_seed(5)
+        b = drop(x)
+        torch.testing.assert_close(a, b)
+        a.sum().backward()
+        torch.testing.assert_close(x.grad, (a / x).detach())  # grad = mask * scale
+        assert drop.eval()(x) is x
+        drop.train()
+        torch.manual_seed(5)
+        with fast.enabled(False, "dropout"):
+            plain = drop(x)
+        torch.manual_seed(5)
+        assert torch.equal(plain, torch.nn.functional.dropout(x, 0.3))
