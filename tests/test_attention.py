@@ -7,8 +7,11 @@ import math
 import pytest
 import torch
 
-from seq2seq.nn import MultiHeadAttention, padding_mask
+from seq2seq.nn import MultiHeadAttention, fast, padding_mask
 from seq2seq.nn.attention import KVCache, attend_first_if_empty, attention
+
+# The plain self-attention cache and the time-major one of seq2seq.nn.fast.
+SELF_CACHES = pytest.mark.parametrize("cache_class", [KVCache, fast.TimeMajorKVCache])
 
 D, H = 16, 4
 
@@ -83,11 +86,12 @@ def test_cross_attention_matches_reference(tokens, padded):
 
 
 @pytest.mark.parametrize("chunks", [[1] * 6, [2, 1, 3], [4, 2]])
-def test_cached_self_attention_equals_full(chunks):
+@SELF_CACHES
+def test_cached_self_attention_equals_full(chunks, cache_class):
     mha = MultiHeadAttention(D, H).double()
     x = torch.randn(2, 6, D, dtype=torch.float64)
     full = mha(x, is_causal=True)
-    cache = KVCache(static=False, capacity=2)  # forces the buffer to grow
+    cache = cache_class(static=False, capacity=2)  # forces the buffer to grow
     outs, start = [], 0
     for size in chunks:
         outs.append(mha(x[:, start : start + size], is_causal=True, cache=cache))
@@ -96,10 +100,11 @@ def test_cached_self_attention_equals_full(chunks):
     assert cache.length == 6
 
 
-def test_cache_reorder_selects_rows():
+@SELF_CACHES
+def test_cache_reorder_selects_rows(cache_class):
     mha = MultiHeadAttention(D, H).double()
     x = torch.randn(3, 4, D, dtype=torch.float64)
-    cache = KVCache(static=False)
+    cache = cache_class(static=False)
     mha(x[:, :3], is_causal=True, cache=cache)
     index = torch.tensor([2, 2, 0])
     cache.reorder(index)
@@ -108,11 +113,12 @@ def test_cache_reorder_selects_rows():
 
 
 @torch.no_grad()
-def test_repeated_reorders_reuse_buffers_and_select_rows():
+@SELF_CACHES
+def test_repeated_reorders_reuse_buffers_and_select_rows(cache_class):
     """Beam-search-like use: reorders between single steps (buffers swapped, batch shrinking)."""
     mha = MultiHeadAttention(D, H).double()
     x = torch.randn(4, 6, D, dtype=torch.float64)
-    cache = KVCache(static=False, capacity=3)  # grows while reordering
+    cache = cache_class(static=False, capacity=3)  # grows while reordering
     rows = torch.arange(4)
     mha(x[:, :1], is_causal=True, cache=cache)
     for step, index in enumerate(
@@ -126,12 +132,13 @@ def test_repeated_reorders_reuse_buffers_and_select_rows():
 
 
 @torch.no_grad()
-def test_reorders_that_move_few_rows_select_rows():
+@SELF_CACHES
+def test_reorders_that_move_few_rows_select_rows(cache_class):
     """Reorders that keep most rows in place (beams staying with their parents), swap two or
     copy a row over another read every source row before it is overwritten."""
     mha = MultiHeadAttention(D, H).double()
     x = torch.randn(6, 5, D, dtype=torch.float64)
-    cache = KVCache(static=False)
+    cache = cache_class(static=False)
     rows = torch.arange(6)
     mha(x[:, :1], is_causal=True, cache=cache)
     for step, index in enumerate([[0, 1, 2, 3, 4, 5], [1, 0, 2, 3, 4, 5], [0, 0, 2, 2, 4, 5]], 1):

@@ -15,7 +15,8 @@ class KVCache:
     """Keys and values of one attention layer, kept between incremental decoding steps.
 
     * Self-attention (``static=False``): each call appends the keys/values of the new target
-      step(s) along the time axis.
+      step(s) along the time axis of a buffer ``(B, H, capacity, Dh)``, written in place (the
+      buffer doubles when full), so a step copies its own keys/values only.
     * Cross-attention (``static=True``): the keys/values of the encoder memory, computed at the
       first call and reused unchanged afterwards.
 
@@ -23,15 +24,22 @@ class KVCache:
     beams of one sentence (:meth:`DecoderCache.expand_beams`), whose single-step queries then
     attend to the sentence's keys/values together, stored once per sentence.
 
-    Attributes:
+    Args:
         static: whether the cache holds cross-attention keys/values.
+        capacity: self-attention steps to allocate at first (it grows past them).
+
+    Attributes:
+        static: as given.
+        length: stored positions ``L`` (target steps for self-attention, ``S`` for cross).
         group: query rows per stored row (cross-attention; 1 = one to one).
     """
 
     def __init__(self, static: bool, capacity: int = 64) -> None:
         self.static = static
+        self.capacity = max(int(capacity), 1)
+        self.length = 0
         self.group = 1
-        self._k: Tensor | None = None  # (B, H, L, Dh)
+        self._k: Tensor | None = None  # (B, H, capacity, Dh); static: (B, H, S, Dh)
         self._v: Tensor | None = None
 
     @property
@@ -40,39 +48,41 @@ class KVCache:
         return self._k is None
 
     @property
-    def length(self) -> int:
-        """Stored positions ``L`` (target steps for self-attention, ``S`` for cross)."""
-        return 0 if self._k is None else self._k.size(2)
-
-    @property
     def rows(self) -> int:
         """Stored batch rows ``B`` (0 when empty)."""
         return 0 if self._k is None else self._k.size(0)
 
     @property
     def keys(self) -> Tensor:
-        """``(B, H, L, Dh)`` stored keys."""
+        """``(B, H, L, Dh)`` stored keys (a view)."""
         assert self._k is not None, "empty cache"
-        return self._k
+        return self._k[:, :, : self.length]
 
     @property
     def values(self) -> Tensor:
-        """``(B, H, L, Dh)`` stored values."""
+        """``(B, H, L, Dh)`` stored values (a view)."""
         assert self._v is not None, "empty cache"
-        return self._v
+        return self._v[:, :, : self.length]
 
     def set_static(self, k: Tensor, v: Tensor) -> None:
-        """Store cross-attention keys and values ``(B, H, S, Dh)``."""
-        self._k, self._v = k, v
+        """Store cross-attention keys and values ``(B, H, S, Dh)``, contiguous: every step's
+        products then read them in place instead of copying the projection's strided view."""
+        self._k, self._v, self.length = k.contiguous(), v.contiguous(), k.size(2)
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Append the ``(B, H, t, Dh)`` keys/values of ``t`` new steps; returns all stored ones,
         ``(B, H, L + t, Dh)`` each."""
-        if self._k is None:
-            self._k, self._v = k, v
-        else:
-            self._k, self._v = torch.cat([self._k, k], dim=2), torch.cat([self._v, v], dim=2)
-        return self._k, self._v
+        start, end = self.length, self.length + k.size(2)
+        if self._k is None or end > self._k.size(2):
+            size = max(self.capacity, end, 2 * (0 if self._k is None else self._k.size(2)))
+            b, h, _, dh = k.shape
+            new_k, new_v = (k.new_empty(b, h, size, dh) for _ in range(2))
+            if start:
+                new_k[:, :, :start], new_v[:, :, :start] = self.keys, self.values
+            self._k, self._v = new_k, new_v
+        self._k[:, :, start:end], self._v[:, :, start:end] = k, v
+        self.length = end
+        return self.keys, self.values
 
     def reorder(self, index: Tensor) -> None:
         """Select batch rows: row ``i`` becomes old row ``index[i]`` (``(B',)`` long)."""
@@ -92,11 +102,14 @@ class DecoderCache:
 
     Args:
         n_layers: number of decoder layers.
-        capacity: unused (kept for callers that size the cache).
+        capacity: target positions to allocate at first in each self-attention cache.
+        self_attention: the class of the self-attention caches.
     """
 
-    def __init__(self, n_layers: int, capacity: int = 64) -> None:
-        self.layers = [(KVCache(False), KVCache(True)) for _ in range(n_layers)]
+    def __init__(
+        self, n_layers: int, capacity: int = 64, self_attention: type[KVCache] = KVCache
+    ) -> None:
+        self.layers = [(self_attention(False, capacity), KVCache(True)) for _ in range(n_layers)]
 
     @property
     def length(self) -> int:

@@ -13,6 +13,13 @@ trick                  plain counterpart                     where it runs
 ``dropout``            ``nn.Dropout``                        CPU training: 16-bit draws
 ``topk``               ``torch.topk``                        CPU beam search, wide rows
 ``argmax``             ``torch.argmax``                      CPU greedy search
+``one_query``          :func:`~seq2seq.nn.attention.         cached decoding steps in
+                       attention` (SDPA)                     inference on CPU: two batched
+                                                             products
+``cache``              :class:`~seq2seq.nn.cache.KVCache`    decoding: time-major
+                       (batch-major)                         self-attention cache
+``slots``              beams in score order                  beam search: beams stay in
+                                                             their parent's cache row
 =====================  ====================================  ===============================
 
 :func:`install` turns a model's ``nn.Linear`` and ``nn.Dropout`` modules into the
@@ -37,8 +44,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from seq2seq.nn.cache import KVCache
+
 __all__ = [
     "TRICKS",
+    "TimeMajorKVCache",
+    "self_attention_cache",
+    "slots_in_place",
+    "one_query_attention",
+    "use_one_query",
     "Dropout",
     "Linear",
     "PackedWeight",
@@ -50,7 +64,17 @@ __all__ = [
     "topk",
 ]
 
-TRICKS = ("linear", "dropout", "topk", "argmax", "fused_loss", "real_rows")
+TRICKS = (
+    "linear",
+    "dropout",
+    "topk",
+    "argmax",
+    "one_query",
+    "cache",
+    "slots",
+    "fused_loss",
+    "real_rows",
+)
 """Names of the tricks (``fused_loss`` and ``real_rows`` are switched by their callers)."""
 
 _ON = {name: os.environ.get("SEQ2SEQ_FAST", "1") not in ("0", "false", "off") for name in TRICKS}
@@ -242,3 +266,135 @@ def topk(x: Tensor, n: int) -> tuple[Tensor, Tensor]:
     inside = blocks.gather(1, top_blocks.unsqueeze(-1).expand(rows, n, 64)).view(rows, n * 64)
     values, pos = inside.topk(n, dim=-1)
     return values, top_blocks.gather(1, pos // 64) * 64 + pos % 64
+
+
+# --------------------------------------------------------------------------- attention
+
+
+def use_one_query(q: Tensor, dropout: float) -> bool:
+    """Whether a cached decoding step (one query per row, ``(B, H, T, Dh)`` with ``T`` the
+    beams sharing a cross-attention row) takes :func:`one_query_attention`: CPU inference."""
+    return (
+        _ON["one_query"]
+        and q.device.type == "cpu"
+        and dropout == 0.0
+        and not torch.is_grad_enabled()
+        and not torch.compiler.is_compiling()
+    )
+
+
+def one_query_attention(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, is_causal: bool = False
+) -> Tensor:
+    """:func:`seq2seq.nn.attention.attention` for a cached decoding step, as two batched
+    products (``softmax(q K^T / sqrt(Dh) + M) V``): SDPA's CPU kernel costs about 1.7 ms per
+    call at ``64 x 4`` heads of one query over 30 keys, the products and softmax about 1 ms.
+    ``is_causal`` restricts nothing here: the queries are the newest positions (or, grouped,
+    the beams of one sentence in cross-attention)."""
+    from seq2seq.nn.attention import attend_first_if_empty  # attention.py imports this module
+
+    scores = torch.matmul(q, k.transpose(-2, -1).to(q.dtype)).mul_(q.size(-1) ** -0.5)
+    if mask is not None:
+        scores = scores.masked_fill_(~attend_first_if_empty(mask), float("-inf"))
+    return torch.matmul(scores.softmax(dim=-1), v.to(q.dtype))
+
+
+# --------------------------------------------------------------------------- beam search caches
+
+
+class TimeMajorKVCache(KVCache):
+    """A self-attention :class:`~seq2seq.nn.cache.KVCache` stored time-major,
+    ``(capacity, B, H, Dh)``, that beam search reorders cheaply.
+
+    The keys of the steps so far are one contiguous block, so a reorder copies just that prefix
+    (into a spare buffer kept from the previous reorder, then the two swap) and, when fewer than
+    half of the rows move (beams staying in their parent's row, :func:`slots_in_place`), only
+    the rows that move. A batch-major buffer copies every row's whole capacity instead.
+    """
+
+    def __init__(self, static: bool = False, capacity: int = 64) -> None:
+        super().__init__(static, capacity)
+        self._spare: tuple[Tensor, Tensor] | None = None
+
+    @property
+    def rows(self) -> int:
+        return 0 if self._k is None else self._k.size(1)
+
+    @property
+    def keys(self) -> Tensor:
+        assert self._k is not None, "empty cache"
+        return self._k[: self.length].permute(1, 2, 0, 3)
+
+    @property
+    def values(self) -> Tensor:
+        assert self._v is not None, "empty cache"
+        return self._v[: self.length].permute(1, 2, 0, 3)
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        start, end = self.length, self.length + k.size(2)
+        if self._k is None or end > self._k.size(0):
+            size = max(self.capacity, end, 2 * (0 if self._k is None else self._k.size(0)))
+            b, h, _, dh = k.shape
+            new_k, new_v = (k.new_empty(size, b, h, dh) for _ in range(2))
+            if start:
+                new_k[:start], new_v[:start] = self._k[:start], self._v[:start]
+            self._k, self._v, self._spare = new_k, new_v, None
+        self._k[start:end] = k.permute(2, 0, 1, 3)
+        self._v[start:end] = v.permute(2, 0, 1, 3)
+        self.length = end
+        return self.keys, self.values
+
+    def reorder(self, index: Tensor) -> None:
+        if self._k is None:
+            return
+        n, rows = self.length, index.numel()
+        if rows == self.rows and not self._k.requires_grad:
+            moved = (index != torch.arange(rows, device=index.device)).nonzero().squeeze(1)
+            if 2 * moved.numel() < rows:  # copy the rows that change only
+                sources = index[moved]
+                for buf in (self._k[:n], self._v[:n]):
+                    buf.index_copy_(1, moved, buf.index_select(1, sources))
+                return
+        if self._k.requires_grad:  # differentiable (out= does not support autograd)
+            self._k, self._v = self._k.index_select(1, index), self._v.index_select(1, index)
+            return
+        cap, _, h, dh = self._k.shape
+        if self._spare is None or self._spare[0].shape != (cap, rows, h, dh):
+            self._spare = (self._k.new_empty(cap, rows, h, dh), self._v.new_empty(cap, rows, h, dh))
+        spare_k, spare_v = self._spare
+        torch.index_select(self._k[:n], 1, index, out=spare_k[:n])
+        torch.index_select(self._v[:n], 1, index, out=spare_v[:n])
+        self._spare = (self._k, self._v)
+        self._k, self._v = spare_k, spare_v
+
+
+def self_attention_cache() -> type[KVCache]:
+    """The class of the self-attention caches of a new decoding run."""
+    return TimeMajorKVCache if _ON["cache"] else KVCache
+
+
+def slots_in_place(parent: Tensor) -> Tensor:
+    """An order of the new beams of each sentence that keeps them in their parent's slot.
+
+    Beam slots carry no order (beams are compared by score only), so each parent's first
+    (best) child takes the parent's slot and the other children fill the free slots, in order;
+    reordering the caches then leaves the first children's rows where they are
+    (:class:`TimeMajorKVCache` copies only the others). Switched off: the identity.
+
+    Args:
+        parent: ``(A, K)`` long parent slot of each new beam.
+
+    Returns:
+        ``(A, K)`` long ``order``: slot ``s`` receives new beam ``order[:, s]``.
+    """
+    a, k = parent.shape
+    slot_ids = torch.arange(k, device=parent.device)
+    if not _ON["slots"]:
+        return slot_ids.expand(a, k)
+    same = parent.unsqueeze(2) == parent.unsqueeze(1)  # (A, K, K): beams j, i share a parent
+    first = ~(same & (slot_ids.unsqueeze(1) > slot_ids)).any(dim=2)  # no earlier sibling
+    taken = (parent.unsqueeze(2) == slot_ids).any(dim=1)  # (A, K): slot is some beam's parent
+    free = torch.sort(taken.long() * k + slot_ids, dim=1).values % k  # free slots first
+    rank = (~first).long().cumsum(dim=1) - 1  # position of a later sibling among them
+    slot = torch.where(first, parent, free.gather(1, rank.clamp_min(0)))
+    return torch.empty_like(slot).scatter_(1, slot, slot_ids.expand(a, k).contiguous())

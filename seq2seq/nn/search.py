@@ -327,8 +327,11 @@ def beam_search(
             fin_tokens[alive] = merged_tokens.gather(1, top.unsqueeze(-1).expand(a, k, steps))
             fin_len[alive] = merged_len.gather(1, top)
 
-        # The best K other candidates stay open.
+        # The best K other candidates stay open (in any order of the K slots: fast.py keeps
+        # each in its parent's slot where possible, so the caches copy fewer rows).
         beam_score, sel = cand_score.masked_fill(ends, neg_inf).topk(k, dim=1)
+        order = fast.slots_in_place(cand_beam.gather(1, sel))
+        beam_score, sel = beam_score.gather(1, order), sel.gather(1, order)
         src_beam = cand_beam.gather(1, sel)
         hist = cand_hist.gather(1, sel.unsqueeze(-1).expand(a, k, steps))
         tokens = cand_tok.gather(1, sel)

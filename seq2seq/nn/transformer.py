@@ -409,4 +409,4 @@ class Transformer(nn.Module):
             A :class:`seq2seq.nn.attention.DecoderCache` with one self- and one
             cross-attention cache per decoder layer.
         """
-        return DecoderCache(len(self.decoder.layers), capacity)
+        return DecoderCache(len(self.decoder.layers), capacity, fast.self_attention_cache())
