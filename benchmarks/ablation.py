@@ -209,7 +209,9 @@ def variants_seam(nn, model, batches, src, sizes, measurement) -> dict[str, Call
         tricks = ("dropout", "linear", "fused_loss", "real_rows")
     else:
         beam = 1 if measurement == "greedy" else sizes.beam
-        tricks = ("linear", "argmax") if beam == 1 else ("linear", "topk")
+        tricks = ("linear", "one_query", "argmax")
+        if beam > 1:
+            tricks = ("linear", "one_query", "topk", "cache", "slots")
 
         def step(**off):
             return decode_fn(model, src, sizes, beam)
