@@ -240,3 +240,23 @@ class TestDropout:
             plain = drop(x)
         torch.manual_seed(5)
         assert torch.equal(plain, torch.nn.functional.dropout(x, 0.3))
+
+
+def test_the_ablation_benchmark_runs(tmp_path, capsys):
+    """benchmarks/ablation.py (tiny sizes): every trick of the seam switched off alone."""
+    import json
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import ablation
+
+    sizes = "--d-model 16 --n-heads 2 --encoder-layers 1 --decoder-layers 1 --d-ff 32 --vocab 640"
+    work = "--train-batch 4 --decode-batch 4 --new-tokens 3 --train-steps 1 --beam 2"
+    out = tmp_path / "ablation.json"
+    ablation.main(f"{sizes} {work} --repeats 1 --warmup 0 --json {out}".split())
+    rows = json.loads(out.read_text())["rows"]
+    variants = {(r["measurement"], r["variant"]) for r in rows}
+    assert ("train", "- fused_loss") in variants and ("beam", "- slots") in variants
+    assert all(r["value"] > 0 for r in rows)
+    assert "fast off (plain path)" in capsys.readouterr().out
