@@ -209,7 +209,7 @@ def variants_seam(nn, model, batches, src, sizes, measurement) -> dict[str, Call
         tricks = ("dropout", "linear", "fused_loss", "real_rows")
     else:
         beam = 1 if measurement == "greedy" else sizes.beam
-        tricks = ("linear", "one_query", "argmax")
+        tricks = ("linear", "one_query")
         if beam > 1:
             tricks = ("linear", "one_query", "topk", "cache", "slots")
 

@@ -178,19 +178,6 @@ def test_training_step_gives_the_same_loss_and_gradients_with_and_without_the_tr
         torch.testing.assert_close(a, b)
 
 
-def test_block_argmax_equals_torch_argmax():
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(9, 640, generator=g)
-    x[1, 70] = x[1, 700 - 100] = 50.0  # tie across blocks: the first index wins
-    x[2, 5] = x[2, 6] = 50.0  # tie within a block
-    x[3] = float("-inf")
-    x[3, 639] = 0.0
-    x[4, 300] = float("nan")  # NaN counts as the maximum, as in torch.argmax
-    x[5] = 1.0  # all equal
-    for rows in (x, x.bfloat16(), x.half(), x[:, :600], x[:, :630].contiguous()):
-        assert torch.equal(fast.argmax(rows), rows.argmax(dim=-1))
-
-
 def test_block_topk_equals_torch_topk():
     g = torch.Generator().manual_seed(0)
     x = torch.randn(6, 64 * 100, generator=g)

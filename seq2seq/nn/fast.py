@@ -12,7 +12,6 @@ trick                  plain counterpart                     where it runs
                                                              oneDNN with prepacked weights
 ``dropout``            ``nn.Dropout``                        CPU training: 16-bit draws
 ``topk``               ``torch.topk``                        CPU beam search, wide rows
-``argmax``             ``torch.argmax``                      CPU greedy search
 ``one_query``          :func:`~seq2seq.nn.attention.         cached decoding steps in
                        attention` (SDPA)                     inference on CPU: two batched
                                                              products
@@ -56,7 +55,6 @@ __all__ = [
     "Dropout",
     "Linear",
     "PackedWeight",
-    "argmax",
     "enabled",
     "install",
     "is_enabled",
@@ -68,7 +66,6 @@ TRICKS = (
     "linear",
     "dropout",
     "topk",
-    "argmax",
     "one_query",
     "cache",
     "slots",
@@ -229,23 +226,6 @@ def install(model: nn.Module) -> nn.Module:
 
 
 # --------------------------------------------------------------------------- search
-
-
-def argmax(x: Tensor) -> Tensor:
-    """``x.argmax(dim=-1)`` of ``(N, V)`` scores (the first index of each row's maximum).
-
-    On CPU ``torch.argmax`` over a long row is an indexed reduction that does not vectorise; a
-    maximum over blocks of 64 entries, then the arg-max within the best block, is 3-4x faster
-    at ``V = 8000``. bfloat16/float16 rows are widened to float32 first (exact).
-    """
-    n, v = x.shape
-    if not _ON["argmax"] or x.device.type != "cpu" or v % 64 or not x.is_contiguous():
-        return x.argmax(dim=-1)
-    if x.dtype in (torch.bfloat16, torch.float16):
-        x = x.float()
-    blocks = x.view(n, v // 64, 64)
-    best = blocks.amax(dim=-1).argmax(dim=-1)  # the first block holding the row maximum
-    return best * 64 + blocks[torch.arange(n, device=x.device), best].argmax(dim=-1)
 
 
 def topk(x: Tensor, n: int) -> tuple[Tensor, Tensor]:

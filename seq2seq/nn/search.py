@@ -168,7 +168,7 @@ def greedy_search(
         step_scores = _step_log_probs(
             model, tokens, memory, mask, cache, step, eos_id, min_len, normalise=scores
         )
-        tokens = fast.argmax(step_scores).unsqueeze(1)  # = step_scores.argmax(dim=-1)
+        tokens = step_scores.argmax(dim=-1, keepdim=True)
         if scores:
             score += step_scores.gather(1, tokens).squeeze(1)
         out[alive, step] = tokens.squeeze(1)
