@@ -82,13 +82,17 @@ def test_a_translator_of_a_module_gives_the_same_as_from_checkpoint(saved):
     assert direct == Translator.from_checkpoint(path).translate(SENTENCES, return_scores=True)
 
 
-def test_a_checkpoint_without_the_newer_config_fields_loads(saved, tmp_path):
-    """Checkpoints written before pad_id and pad_vocab_to_multiple_of were config fields (their
-    model_config holds the 14 older keys) translate as before: the defaults apply."""
-    path, _ = saved
+def test_the_checkpoint_stores_the_config_and_one_lacking_a_field_takes_its_default(
+    saved, tmp_path
+):
+    """model_config holds the TransformerConfig fields (the same keys as before the config
+    class existed); a checkpoint written before a field existed gets the field's default."""
+    path, module = saved
     checkpoint = torch.load(path, weights_only=True)
-    for key in ("pad_id", "pad_vocab_to_multiple_of"):
-        del checkpoint[CHECKPOINT_KEY]["model_config"][key]
+    config = checkpoint[CHECKPOINT_KEY]["model_config"]
+    assert config == module.config.to_dict() and len(config) == 14
+    assert config["positional"] == "sinusoidal"  # the default
+    del config["positional"]
     old = tmp_path / "old.ckpt"
     torch.save(checkpoint, old)
     expected = Translator.from_checkpoint(path).translate(SENTENCES, return_scores=True)

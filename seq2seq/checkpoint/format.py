@@ -5,8 +5,7 @@ A leaf module (it imports nothing else of seq2seq), shared by training, the
 weights (``state_dict``), the hyperparameters of the module and data module and the loop
 states; seq2seq adds ``checkpoint[CHECKPOINT_KEY]``, a dictionary of:
 
-* ``"model_config"``: the fields of :class:`seq2seq.nn.TransformerConfig` (checkpoints written
-  before ``pad_id`` and ``pad_vocab_to_multiple_of`` were fields lack them: the defaults);
+* ``"model_config"``: the fields of :class:`seq2seq.nn.TransformerConfig`;
 * ``"tokenizer"``: the serialized SentencePiece model as a uint8 tensor (optional);
 * ``"rng"``: the random generators' states for an exact resume (training only);
 * ``"log"``: the logger's name and version, so that a resumed run logs into the same folder.

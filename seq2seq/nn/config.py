@@ -42,9 +42,6 @@ class TransformerConfig:
         tie_embeddings: ``"none"`` (three matrices), ``"decoder"`` (target embedding = output
             projection, Press & Wolf 2017) or ``"all"`` (source embedding, target embedding and
             output projection shared, Vaswani et al. 2017 Sec. 3.4; needs a joint vocabulary).
-        pad_id: padding token id (zero embedding row, no gradient); SentencePiece's is 0.
-        pad_vocab_to_multiple_of: the embedding and output matrices get a multiple of this
-            many rows (faster matrix products); the extra rows are never used. 1 disables it.
     """
 
     vocab_size: int = 8000
@@ -61,8 +58,6 @@ class TransformerConfig:
     positional: str = "sinusoidal"
     max_positions: int = 256
     tie_embeddings: str = "all"
-    pad_id: int = 0
-    pad_vocab_to_multiple_of: int = 8
 
     def __post_init__(self) -> None:
         """Raises ValueError naming the setting, for sizes or options the model refuses."""
@@ -83,10 +78,6 @@ class TransformerConfig:
             raise ValueError(
                 f"positional 'rotary' needs an even head width, got d_model / n_heads = "
                 f"{self.d_model // self.n_heads}"
-            )
-        if not 0 <= self.pad_id < self.vocab_size:
-            raise ValueError(
-                f"pad_id ({self.pad_id}) must lie in [0, vocab_size={self.vocab_size})"
             )
 
     @classmethod

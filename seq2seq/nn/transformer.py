@@ -167,6 +167,9 @@ class Transformer(nn.Module):
 
     Args:
         config: the architecture (:class:`~seq2seq.nn.config.TransformerConfig`).
+        pad_id: padding token id (zero embedding row, no gradient); SentencePiece's is 0.
+        pad_vocab_to_multiple_of: the embedding and output matrices get a multiple of this
+            many rows (faster matrix products); the extra rows are never used. 1 disables it.
         **fields: instead of ``config``, its fields as keywords
             (``Transformer(vocab_size=8000, d_model=256)``; the others keep their defaults).
 
@@ -176,13 +179,22 @@ class Transformer(nn.Module):
             ``fields``.
     """
 
-    def __init__(self, config: TransformerConfig | None = None, **fields: Any) -> None:
+    def __init__(
+        self,
+        config: TransformerConfig | None = None,
+        *,
+        pad_id: int = 0,
+        pad_vocab_to_multiple_of: int = 8,
+        **fields: Any,
+    ) -> None:
         super().__init__()
         if config is not None and fields:
             raise ValueError("give Transformer a TransformerConfig or its fields, not both")
         config = TransformerConfig(**fields) if config is None else config
+        if not 0 <= pad_id < config.vocab_size:
+            raise ValueError(f"pad_id ({pad_id}) must lie in [0, vocab_size={config.vocab_size})")
         self.config = config
-        vocab_size, d_model, pad_id = config.vocab_size, config.d_model, config.pad_id
+        vocab_size, d_model = config.vocab_size, config.d_model
         positional, max_positions, dropout = (
             config.positional,
             config.max_positions,
@@ -192,7 +204,7 @@ class Transformer(nn.Module):
         self.d_model = d_model
         self.pad_id = pad_id
         self.max_positions = max_positions
-        multiple = max(1, config.pad_vocab_to_multiple_of)
+        multiple = max(1, pad_vocab_to_multiple_of)
         self.padded_vocab_size = -(-vocab_size // multiple) * multiple
 
         tgt_embed = self._embedding(d_model, pad_id)
