@@ -1,5 +1,5 @@
 """The one seam for speed tricks that measured end to end pay (``benchmarks/README.md``,
-"Ablation").
+section ``ablation.py``).
 
 Each trick computes what its plain counterpart computes, up to floating-point rounding (or, for
 dropout, with another draw of the same distribution); ``tests/test_fast.py`` checks both agree.
@@ -12,11 +12,11 @@ trick                  plain counterpart                     where it runs
                                                              oneDNN with prepacked weights
 ``dropout``            ``nn.Dropout``                        CPU training: 16-bit draws
 ``topk``               ``torch.topk``                        CPU beam search, wide rows
-``one_query``          :func:`~seq2seq.nn.attention.         cached decoding steps in
-                       attention` (SDPA)                     inference on CPU: two batched
+``one_query``          ``attention.attention`` (SDPA)        cached decoding steps in
+                                                             inference on CPU: two batched
                                                              products
-``cache``              :class:`~seq2seq.nn.cache.KVCache`    decoding: time-major
-                       (batch-major)                         self-attention cache
+``cache``              ``cache.KVCache`` (batch-major)       decoding: time-major
+                                                             self-attention cache
 ``slots``              beams in score order                  beam search: beams stay in
                                                              their parent's cache row
 =====================  ====================================  ===============================
