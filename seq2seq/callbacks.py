@@ -20,6 +20,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from seq2seq import compat
 from seq2seq.data.batching import collate
 from seq2seq.evaluation import gather_in_order, write_lines
 from seq2seq.files import check_output_file
@@ -89,8 +90,7 @@ def _logging_step(trainer: L.Trainer) -> int:
     finished before the current batch, ``_batches_that_stepped``): during a validation in
     ``fit``, one below ``trainer.global_step``, at which the ``val/*`` scalars go to the
     loggers."""
-    epoch_loop = getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None)
-    return getattr(epoch_loop, "_batches_that_stepped", trainer.global_step)
+    return compat.logged_step(trainer)
 
 
 def _escape_markdown(text: str) -> str:
@@ -378,30 +378,26 @@ class LastCheckpoint(L.Callback):
         self._in_batch = True
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args) -> None:
-        connector = getattr(trainer, "_signal_connector", None)
-        if trainer.fit_loop.epoch_loop._should_accumulate():
+        if compat.accumulating(trainer):
             # No optimizer update yet: the batch window goes on. A SIGTERM now would stop with
             # the window's gradients accumulated but not applied, which a resumed run cannot
             # recover (it skips the batches counted as done): Lightning's stop waits for the
             # window's end.
-            if connector is not None and connector.received_sigterm:
-                connector.received_sigterm = False
+            if compat.sigterm_received(trainer):
+                compat.set_sigterm_received(trainer, False)
                 self._sigterm_pending = True
             return
         self._in_batch = False
         if self._sigterm_pending:
             self._sigterm_pending = False
-            if connector is not None:
-                connector.received_sigterm = True
+            compat.set_sigterm_received(trainer, True)
         if self._interrupt_pending:
             self._interrupt_pending = False
             self.stopped_on_ctrl_c = True
-            connector = getattr(trainer, "_signal_connector", None)
-            if connector is None:
-                raise KeyboardInterrupt
             # Lightning's graceful stop, as for SIGTERM: after this batch's logging (and a
             # validation due here), with the batch counted as done.
-            connector.received_sigterm = True
+            if not compat.set_sigterm_received(trainer, True):
+                raise KeyboardInterrupt
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._restore_sigint()
@@ -426,18 +422,17 @@ class LastCheckpoint(L.Callback):
         return Path(checkpoint.dirpath) / "last.ckpt"
 
     def _save(self, trainer: L.Trainer, path: Path) -> None:
-        loop = trainer.fit_loop.epoch_loop
-        logged_steps = loop._batches_that_stepped  # the step Lightning's loggers use
-        batches = loop.batch_progress.current
+        logged_steps = compat.logged_step(trainer)  # the step Lightning's loggers use
+        batches = trainer.fit_loop.epoch_loop.batch_progress.current
         if batches.ready > batches.processed and logged_steps > 0:
             # Stopped inside a batch (Ctrl-C): the resumed run trains that batch again, and
             # Lightning, which adds one to this count when it resumes, would log it (and every
             # later value) one step late.
-            loop._batches_that_stepped -= 1
+            compat.set_logged_step(trainer, logged_steps - 1)
         try:
             trainer.save_checkpoint(path, weights_only=False)
         finally:
-            loop._batches_that_stepped = logged_steps
+            compat.set_logged_step(trainer, logged_steps)
         self._saved_step = trainer.global_step
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

@@ -586,11 +586,11 @@ def test_cli_fit_with_streaming(corpora, in_tmp):
 def test_streaming_validation_advice_only_where_validations_may_never_come():
     from types import SimpleNamespace
 
-    from seq2seq.cli import _streaming_validation_advice
+    from seq2seq.cli.environment import streaming_validation_advice
 
     def advice(streaming, interval, every):
         trainer = SimpleNamespace(val_check_interval=interval, check_val_every_n_epoch=every)
-        return _streaming_validation_advice(trainer, SimpleNamespace(streaming=streaming))
+        return streaming_validation_advice(trainer, SimpleNamespace(streaming=streaming))
 
     assert "val_check_interval 5000 and --trainer.check_val_every_n_epoch 1" in advice(
         True, 5000, 1
