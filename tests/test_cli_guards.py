@@ -390,3 +390,31 @@ def test_warnings_of_seq2seq_are_one_line_each(tiny_run, in_tmp, multi30k_dir, m
     )
     assert not [line for line in err if "UserWarning" in line or "datamodule.py" in line], err
     assert warnings.showwarning is shown
+
+
+def test_the_command_line_reads_the_checkpoint_once(
+    tiny_run, in_tmp, multi30k_dir, monkeypatch, capsys
+):
+    """validate --ckpt_path last: the command line reads the checkpoint file once for its
+    checks, model settings, language pair and SentencePiece model (Lightning then loads the
+    weights itself)."""
+    from seq2seq.cli import checkpoint_args
+
+    reads: list[str] = []
+    real = checkpoint_args.load_checkpoint
+
+    def counting(path, **kwargs):
+        reads.append(os.path.realpath(path))
+        return real(path, **kwargs)
+
+    monkeypatch.setattr(checkpoint_args, "load_checkpoint", counting)
+    code, _, err = run_main(
+        monkeypatch, capsys, "validate",
+        "--config", str(CONFIGS / "tiny.yaml"),
+        "--data.data_dir", str(multi30k_dir),
+        "--data.cache_dir", str(tiny_run / "data/cache"),
+        "--checkpoint_dir", str(tiny_run / "checkpoints/tiny"),
+        "--ckpt_path", "last", "--trainer.limit_val_batches", "1",
+    )  # fmt: skip
+    assert code == 0, err
+    assert reads == [os.path.realpath(tiny_run / "checkpoints/tiny/last.ckpt")]
