@@ -15,8 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-import yaml
-from conftest import multi30k_lines, write_corpus, write_lines
+from conftest import multi30k_lines, tiny_config, write_corpus, write_lines
 
 from seq2seq.checkpoint import load_checkpoint
 from seq2seq.cli import cli_main
@@ -73,7 +72,6 @@ def _datamodule(data_dir: Path, spm_file: Path | None, **kwargs) -> TranslationD
 
 def _fit_config(tmp_path: Path, data_dir: Path, **trainer) -> Path:
     """A tiny fit config in ``tmp_path`` (few steps, checkpoints every 2 steps)."""
-    config = yaml.safe_load((CONFIGS / "tiny.yaml").read_text())
     settings = dict(
         max_steps=4,
         limit_val_batches=0,
@@ -93,17 +91,14 @@ def _fit_config(tmp_path: Path, data_dir: Path, **trainer) -> Path:
             "init_args": {"save_dir": str(tmp_path / "logs")},
         },
     )
-    config["trainer"].update({**settings, **trainer})
-    config["data"].update(
+    data = dict(
         data_dir=str(data_dir),
         cache_dir=str(tmp_path / "cache"),
         vocab_size=VOCAB,
         max_tokens=400,
         download=False,
     )
-    path = tmp_path / "fit.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
+    return tiny_config(tmp_path / "fit.yaml", trainer={**settings, **trainer}, data=data)
 
 
 @pytest.fixture(scope="module")
