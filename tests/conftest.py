@@ -176,3 +176,93 @@ def refuse_new_files(monkeypatch, folder_name: str) -> None:
         return real(*args, dir=dir, **kwargs)
 
     monkeypatch.setattr(tempfile, "mkstemp", mkstemp)
+
+
+# ---------------------------------------------------------------------- shared test helpers
+def multi30k_lines(split: str, lang: str, n: int | None = None, folder: Path = MULTI30K):
+    """The first ``n`` lines (all for ``None``) of Multi30k's ``split.lang.gz``, without
+    their newlines."""
+    import gzip
+    from itertools import islice
+
+    with gzip.open(folder / f"{split}.{lang}.gz", "rt", encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in islice(f, n)]
+
+
+def write_lines(path: Path, lines, compress: bool = False) -> Path:
+    """``lines`` as a text file, each ending in a newline (gzip-compressed with ``compress``);
+    missing folders are created."""
+    import gzip
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = "".join(f"{line}\n" for line in lines).encode("utf-8")
+    path.write_bytes(gzip.compress(data) if compress else data)
+    return path
+
+
+def write_corpus(folder: Path, splits: dict, langs=("de", "en"), compress: bool = False) -> Path:
+    """A corpus folder of aligned text files: ``{split: (src_lines, tgt_lines)}`` as
+    ``split.<src>`` and ``split.<tgt>`` (``.gz`` with ``compress``)."""
+    suffix = ".gz" if compress else ""
+    for split, sides in splits.items():
+        for lang, lines in zip(langs, sides, strict=True):
+            write_lines(folder / f"{split}.{lang}{suffix}", lines, compress)
+    return folder
+
+
+def multi30k_slice(folder: Path, sizes: dict, folder_in: Path = MULTI30K) -> Path:
+    """:func:`write_corpus` of the first ``n`` pairs of each Multi30k split ``{split: n}``."""
+    splits = {
+        split: tuple(multi30k_lines(split, lang, n, folder_in) for lang in ("de", "en"))
+        for split, n in sizes.items()
+    }
+    return write_corpus(folder, splits)
+
+
+def tiny_config(path: Path, **sections) -> Path:
+    """``configs/tiny.yaml`` with the given top-level sections updated key by key (e.g.
+    ``trainer={"max_steps": 4}``), written to ``path``."""
+    import yaml
+
+    config = yaml.safe_load((CONFIGS / "tiny.yaml").read_text(encoding="utf-8"))
+    for section, values in sections.items():
+        if isinstance(values, dict) and isinstance(config.get(section), dict):
+            config[section].update(values)
+        else:
+            config[section] = values
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def tiny_model(**settings):
+    """A ``TranslationModule`` small enough for a unit test (vocabulary 16, ``d_model`` 8, 2
+    heads, ``d_ff`` 16), built from its public keyword arguments; ``settings`` override."""
+    from seq2seq.module import TranslationModule
+
+    return TranslationModule(
+        **{"vocab_size": 16, "d_model": 8, "n_heads": 2, "d_ff": 16, **settings}
+    )
+
+
+_SPM_MODELS: dict = {}
+
+
+@pytest.fixture(scope="session")
+def train_spm(tmp_path_factory):
+    """``train_spm(sentences, vocab_size)``: a SentencePiece model file of these sentences,
+    trained once per test run for each distinct (sentences, vocab_size)."""
+    import hashlib
+
+    from seq2seq.data.tokenizer import Tokenizer
+
+    def train(sentences, vocab_size: int) -> Path:
+        sentences = list(sentences)
+        key = (hashlib.sha256("\n".join(sentences).encode()).hexdigest(), vocab_size)
+        if key not in _SPM_MODELS:
+            path = tmp_path_factory.mktemp("spm") / f"spm_{vocab_size}.model"
+            Tokenizer.train(sentences, path, vocab_size)
+            _SPM_MODELS[key] = path
+        return _SPM_MODELS[key]
+
+    return train

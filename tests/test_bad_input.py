@@ -8,7 +8,6 @@ the documented handling (dropped and counted, kept, truncated with a warning).
 from __future__ import annotations
 
 import errno
-import gzip
 import io
 import logging
 from pathlib import Path
@@ -16,7 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-import yaml
+from conftest import multi30k_lines, tiny_config, write_corpus, write_lines
 
 from seq2seq.checkpoint import load_checkpoint
 from seq2seq.cli import cli_main
@@ -30,16 +29,8 @@ VOCAB = 200
 
 
 # ---------------------------------------------------------------------- helpers
-def _multi30k(multi30k_dir: Path, split: str, lang: str, n: int) -> list[str]:
-    with gzip.open(multi30k_dir / f"{split}.{lang}.gz", "rt", encoding="utf-8") as f:
-        return [next(f).rstrip("\n") for _ in range(n)]
-
-
 def _write(folder: Path, name: str, lines: list[str]) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / name
-    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-    return path
+    return write_lines(folder / name, lines)
 
 
 @pytest.fixture(scope="module")
@@ -47,25 +38,23 @@ def pairs(multi30k_dir) -> dict[str, tuple[list[str], list[str]]]:
     """Real Multi30k lines: 300 training pairs, 10 validation and 10 test pairs."""
     sizes = {"train": 300, "val": 10, "test_2016_flickr": 10}
     return {
-        split: (_multi30k(multi30k_dir, split, "de", n), _multi30k(multi30k_dir, split, "en", n))
+        split: (
+            multi30k_lines(split, "de", n, multi30k_dir),
+            multi30k_lines(split, "en", n, multi30k_dir),
+        )
         for split, n in sizes.items()
     }
 
 
 @pytest.fixture(scope="module")
-def spm_file(pairs, tmp_path_factory) -> Path:
+def spm_file(pairs, train_spm) -> Path:
     """A SentencePiece model of VOCAB pieces trained on the 300 training pairs."""
-    path = tmp_path_factory.mktemp("spm") / "spm.model"
-    Tokenizer.train(pairs["train"][0] + pairs["train"][1], path, VOCAB)
-    return path
+    return train_spm(pairs["train"][0] + pairs["train"][1], VOCAB)
 
 
 def _corpus(folder: Path, pairs, **replace: tuple[list[str], list[str]]) -> Path:
     """Writes train/val/test_2016_flickr text files, with some splits replaced."""
-    for split, (src, tgt) in {**pairs, **replace}.items():
-        _write(folder, f"{split}.de", src)
-        _write(folder, f"{split}.en", tgt)
-    return folder
+    return write_corpus(folder, {**pairs, **replace})
 
 
 def _datamodule(data_dir: Path, spm_file: Path | None, **kwargs) -> TranslationDataModule:
@@ -83,7 +72,6 @@ def _datamodule(data_dir: Path, spm_file: Path | None, **kwargs) -> TranslationD
 
 def _fit_config(tmp_path: Path, data_dir: Path, **trainer) -> Path:
     """A tiny fit config in ``tmp_path`` (few steps, checkpoints every 2 steps)."""
-    config = yaml.safe_load((CONFIGS / "tiny.yaml").read_text())
     settings = dict(
         max_steps=4,
         limit_val_batches=0,
@@ -103,17 +91,14 @@ def _fit_config(tmp_path: Path, data_dir: Path, **trainer) -> Path:
             "init_args": {"save_dir": str(tmp_path / "logs")},
         },
     )
-    config["trainer"].update({**settings, **trainer})
-    config["data"].update(
+    data = dict(
         data_dir=str(data_dir),
         cache_dir=str(tmp_path / "cache"),
         vocab_size=VOCAB,
         max_tokens=400,
         download=False,
     )
-    path = tmp_path / "fit.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
+    return tiny_config(tmp_path / "fit.yaml", trainer={**settings, **trainer}, data=data)
 
 
 @pytest.fixture(scope="module")

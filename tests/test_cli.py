@@ -715,7 +715,7 @@ def test_predict_writes_through_a_temporary_file_of_its_own(
 def test_a_checkpoint_trained_with_other_data_settings_is_one_line(monkeypatch, capsys):
     """Lightning's hparams clash between a checkpoint's model and the config's data module is
     reported in one line with what to do; other RuntimeErrors keep their traceback."""
-    import seq2seq.cli as cli
+    import seq2seq.cli.entry as cli
 
     monkeypatch.delenv("SEQ2SEQ_TRACEBACK", raising=False)
     monkeypatch.setattr("sys.argv", ["seq2seq", "test"])
@@ -1095,7 +1095,7 @@ def test_all_devices_on_the_cpu_is_one_line(in_tmp, monkeypatch, capsys):
 def test_sync_dist_advice_for_the_held_out_scores_is_silenced():
     """Under DDP Lightning advises sync_dist=True for every epoch-level value; the held-out
     scores are summed over the processes by the module already (other values keep it)."""
-    from seq2seq.cli import _silence_lightning_notices
+    from seq2seq.cli.entry import silence_lightning_notices
 
     advice = (
         "It is recommended to use `self.log({!r}, ..., sync_dist=True)` when logging on epoch "
@@ -1103,7 +1103,7 @@ def test_sync_dist_advice_for_the_held_out_scores_is_silenced():
     )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        _silence_lightning_notices()
+        silence_lightning_notices()
         for name in ("val/loss", "test/bleu", "train/loss"):
             warnings.warn(advice.format(name), stacklevel=1)
     assert [str(w.message) for w in caught] == [advice.format("train/loss")]
@@ -1186,7 +1186,7 @@ def test_init_from_an_alias_asks_for_the_file(in_tmp, monkeypatch, capsys, alias
 def test_resuming_a_checkpoint_behind_its_folders_last_is_warned_about(tiny_run, capsys):
     """fit --ckpt_path with a checkpoint older than its folder's last.ckpt (best, say) writes
     over the later checkpoints: one warning line names both steps and --init_from."""
-    from seq2seq.cli import _warn_resuming_behind_last
+    from seq2seq.cli.checkpoint_args import warn_resuming_behind_last
 
     folder = tiny_run / "checkpoints/tiny"
     steps = {
@@ -1197,26 +1197,26 @@ def test_resuming_a_checkpoint_behind_its_folders_last_is_warned_about(tiny_run,
     older = min(steps, key=steps.get)
     last_step = load_checkpoint(folder / "last.ckpt", mmap=True)["global_step"]
     assert steps[older] < last_step
-    _warn_resuming_behind_last(older, steps[older])
+    warn_resuming_behind_last(older, steps[older])
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith("seq2seq: warning: --ckpt_path ")
     assert f"is at step {steps[older]}, behind {folder / 'last.ckpt'} (step {last_step})" in err[0]
     assert "--init_from" in err[0]
-    _warn_resuming_behind_last(folder / "last.ckpt", last_step)
+    warn_resuming_behind_last(folder / "last.ckpt", last_step)
     assert capsys.readouterr().err == ""
 
 
 def test_cpu_bfloat16_instructions_are_read_from_cpuinfo(tmp_path):
-    from seq2seq.cli import _cpu_has_bfloat16_instructions
+    from seq2seq.cli.environment import cpu_has_bfloat16_instructions
 
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text("flags\t\t: fpu avx512f avx512bw avx512_vnni\n")
-    assert _cpu_has_bfloat16_instructions(cpuinfo) is False
+    assert cpu_has_bfloat16_instructions(cpuinfo) is False
     cpuinfo.write_text("flags\t\t: fpu avx512f avx512_bf16\n")
-    assert _cpu_has_bfloat16_instructions(cpuinfo) is True
+    assert cpu_has_bfloat16_instructions(cpuinfo) is True
     cpuinfo.write_text("flags\t\t: fpu amx_tile amx_bf16 amx_int8\n")
-    assert _cpu_has_bfloat16_instructions(cpuinfo) is True
-    assert _cpu_has_bfloat16_instructions(tmp_path / "missing") is None
+    assert cpu_has_bfloat16_instructions(cpuinfo) is True
+    assert cpu_has_bfloat16_instructions(tmp_path / "missing") is None
 
 
 @pytest.mark.parametrize(("has", "warned"), [(False, True), (True, False), (None, False)])
@@ -1225,10 +1225,10 @@ def test_bfloat16_on_a_cpu_without_its_instructions_is_warned_about(
 ):
     """bf16-mixed where the CPU emulates bfloat16 (no AVX512-BF16 or AMX): one warning line;
     none where it has them or where /proc/cpuinfo cannot tell."""
-    from seq2seq import cli
+    from seq2seq.cli import environment
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(cli, "_cpu_has_bfloat16_instructions", lambda: has)
+    monkeypatch.setattr(environment, "cpu_has_bfloat16_instructions", lambda: has)
     code, _, err = run_main(
         monkeypatch, capsys, "validate", "--config", str(CONFIGS / "tiny.yaml"),
         "--data.data_dir", str(multi30k_dir), "--data.cache_dir", str(tiny_run / "data_cache"),
@@ -1251,13 +1251,13 @@ def test_batch_counts_parse_as_integers_whatever_order_typing_cached():
     Lightning's annotation gets depends on what was imported before it)."""
     from lightning.pytorch.cli import LightningArgumentParser
 
-    from seq2seq.cli import _batch_counts_parse_as_integers
+    from seq2seq.cli.parser import batch_counts_parse_as_integers
 
     parser = LightningArgumentParser(exit_on_error=False)
     float_first = typing.Union[float, int, None]  # noqa: UP007 (the order is the point)
     parser.add_argument("--trainer.limit_test_batches", type=float_first, default=None)
     parser.add_argument("--trainer.overfit_batches", type=typing.Union[float, int], default=0.0)  # noqa: UP007
-    _batch_counts_parse_as_integers(parser)
+    batch_counts_parse_as_integers(parser)
     for given, expected in [("1", 1), ("1.0", 1.0), ("3", 3), ("0.25", 0.25)]:
         for name in ("limit_test_batches", "overfit_batches"):
             value = getattr(parser.parse_args([f"--trainer.{name}", given]).trainer, name)

@@ -4,6 +4,7 @@ checkpoint whose model settings differ from the config's."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -18,14 +19,13 @@ from seq2seq.checkpoint import load_checkpoint
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
-fcntl = pytest.importorskip("fcntl")
-
 _HOLD_LOCK = """
-import fcntl, os, sys
-fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o644)
-fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-os.ftruncate(fd, 0)
-os.write(fd, f"{os.getpid()}\\n".encode())
+import os, sys
+import filelock
+lock = filelock.FileLock(sys.argv[1], timeout=0)
+lock.acquire()
+with open(sys.argv[1] + ".pid", "w") as pid:
+    pid.write(f"{os.getpid()}\\n")
 print("locked", flush=True)
 sys.stdin.read()
 """
@@ -112,7 +112,7 @@ def test_fit_refuses_a_checkpoint_folder_another_fit_writes_to(
         holder.stdout.close()
         holder.stdin.close()
 
-    assert (folder / ".seq2seq.lock").read_text().strip() == str(holder.pid)  # left behind
+    assert (folder / ".seq2seq.lock.pid").read_text().strip() == str(holder.pid)  # left behind
     code, _, err = run_main(monkeypatch, capsys, *_fit_argv(multi30k_dir))
     assert code == 1, err  # not in use any more, but it holds the other run's checkpoints
     assert err[-1].startswith("seq2seq: error: checkpoints/tiny already holds"), err
@@ -121,7 +121,7 @@ def test_fit_refuses_a_checkpoint_folder_another_fit_writes_to(
     code, _, err = run_main(monkeypatch, capsys, *_fit_argv(multi30k_dir))
     assert code == 0, err
     after = _files(folder)
-    assert ".seq2seq.lock" not in after  # removed when fit ends
+    assert ".seq2seq.lock" not in after and ".seq2seq.lock.pid" not in after  # removed at end
     assert "last.ckpt" in after
 
 
@@ -132,20 +132,20 @@ def test_fit_in_a_new_folder_leaves_no_lock_and_no_warning(in_tmp, multi30k_dir,
     cli_main(_fit_argv(multi30k_dir))
     assert not [w for w in recwarn if "exists and is not empty" in str(w.message)]
     names = sorted(p.name for p in (in_tmp / "checkpoints" / "tiny").iterdir())
-    assert "last.ckpt" in names and ".seq2seq.lock" not in names
+    assert "last.ckpt" in names and not [n for n in names if n.startswith(".seq2seq.lock")]
 
 
 def test_a_held_lock_stops_a_second_lock_and_is_released(tmp_path):
-    from seq2seq.cli import _FolderLock
+    from seq2seq.cli.run_folder import FolderLock
 
-    first = _FolderLock(tmp_path)
+    first = FolderLock(tmp_path)
     first.acquire()
-    assert (tmp_path / ".seq2seq.lock").read_text().strip().isdigit()
+    assert (tmp_path / ".seq2seq.lock.pid").read_text().strip() == str(os.getpid())
     with pytest.raises(OSError, match=rf"{tmp_path} is in use by another seq2seq fit \(pid \d+\)"):
-        _FolderLock(tmp_path).acquire()
+        FolderLock(tmp_path).acquire()
     first.release()
     assert list(tmp_path.iterdir()) == []
-    second = _FolderLock(tmp_path)
+    second = FolderLock(tmp_path)
     second.acquire()
     second.release()
 
@@ -390,3 +390,31 @@ def test_warnings_of_seq2seq_are_one_line_each(tiny_run, in_tmp, multi30k_dir, m
     )
     assert not [line for line in err if "UserWarning" in line or "datamodule.py" in line], err
     assert warnings.showwarning is shown
+
+
+def test_the_command_line_reads_the_checkpoint_once(
+    tiny_run, in_tmp, multi30k_dir, monkeypatch, capsys
+):
+    """validate --ckpt_path last: the command line reads the checkpoint file once for its
+    checks, model settings, language pair and SentencePiece model (Lightning then loads the
+    weights itself)."""
+    from seq2seq.cli import checkpoint_args
+
+    reads: list[str] = []
+    real = checkpoint_args.load_checkpoint
+
+    def counting(path, **kwargs):
+        reads.append(os.path.realpath(path))
+        return real(path, **kwargs)
+
+    monkeypatch.setattr(checkpoint_args, "load_checkpoint", counting)
+    code, _, err = run_main(
+        monkeypatch, capsys, "validate",
+        "--config", str(CONFIGS / "tiny.yaml"),
+        "--data.data_dir", str(multi30k_dir),
+        "--data.cache_dir", str(tiny_run / "data/cache"),
+        "--checkpoint_dir", str(tiny_run / "checkpoints/tiny"),
+        "--ckpt_path", "last", "--trainer.limit_val_batches", "1",
+    )  # fmt: skip
+    assert code == 0, err
+    assert reads == [os.path.realpath(tiny_run / "checkpoints/tiny/last.ckpt")]

@@ -18,7 +18,8 @@ from conftest import (  # MULTI30K: SEQ2SEQ_MULTI30K or ../shared
     quiet_cpu_trainer,
 )
 
-from seq2seq.data import datamodule
+from seq2seq.data import cache as arrow_cache
+from seq2seq.data import datamodule, multi30k
 from seq2seq.data.corpus import read_lines
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.data.tokenizer import EOS_ID, Tokenizer
@@ -114,7 +115,7 @@ def test_train_set_stays_memory_mapped(dm, corpus, tmp_path, monkeypatch):
     assert dm.train_set.data.cache_files
     assert all(isinstance(a, np.ndarray) for a in dm._lengths["train"])
     # Tokenising in chunks (here 7 pairs) gives the ids of one call over the whole split.
-    monkeypatch.setattr(datamodule, "_ENCODE_CHUNK", 7)
+    monkeypatch.setattr(arrow_cache, "ENCODE_CHUNK", 7)
     chunked = _dm(corpus, tmp_path)
     table = chunked._tokenized(chunked._locate("val"), dm.tokenizer)
     assert table["src"] == dm.tokenizer.encode(read_lines(corpus / "val.de.gz"))
@@ -496,7 +497,7 @@ def test_downloads_only_the_multi30k_splits_the_stage_reads(
         source = corpus if own or name.startswith("val") else MULTI30K
         (folder / name).write_bytes((source / name).read_bytes())
     asked = []
-    monkeypatch.setattr(datamodule, "download_multi30k", lambda d, files: asked.extend(files))
+    monkeypatch.setattr(multi30k, "download_multi30k", lambda d, files: asked.extend(files))
     dm = _dm(folder, tmp_path / "cache", download=True, tokenizer_path=None)
     if stage is not None:
         dm.trainer = SimpleNamespace(state=SimpleNamespace(fn=SimpleNamespace(value=stage)))
@@ -533,7 +534,7 @@ def test_no_download_is_announced_for_files_that_are_there(tmp_path, monkeypatch
     for name in ("train.de.gz", "train.en.gz", "val.de.gz", "val.en.gz"):
         (folder / name).write_bytes((MULTI30K / name).read_bytes())
     asked = []
-    monkeypatch.setattr(datamodule, "download_multi30k", lambda d, files: asked.extend(files))
+    monkeypatch.setattr(multi30k, "download_multi30k", lambda d, files: asked.extend(files))
     dm = _dm(folder, tmp_path / "cache", download=True, tokenizer_path=None, src_lang="fr")
     dm._download_missing(training=True, stage="fit")
     assert asked == []

@@ -15,7 +15,6 @@ normalised by the real target tokens of the whole step the two runs take identic
 from __future__ import annotations
 
 import copy
-import gzip
 import json
 import os
 import signal
@@ -26,6 +25,7 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
+from conftest import multi30k_slice
 from torch.utils.data import DataLoader
 
 from seq2seq.data.batching import TokenBudgetBatchSampler, collate
@@ -127,11 +127,7 @@ def corpus(tmp_path_factory, multi30k_dir) -> Path:
     root = tmp_path_factory.mktemp("ddp")
     data = root / "data"
     data.mkdir()
-    for split, n in (("train", TRAIN_LINES), ("val", VAL_LINES)):
-        for lang in ("de", "en"):
-            with gzip.open(multi30k_dir / f"{split}.{lang}.gz", "rt", encoding="utf-8") as f:
-                lines = f.read().splitlines()[:n]
-            (data / f"{split}.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    multi30k_slice(data, {"train": TRAIN_LINES, "val": VAL_LINES}, multi30k_dir)
     return root
 
 

@@ -11,20 +11,20 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from conftest import CONFIGS, run_main
+from conftest import CONFIGS, run_main, tiny_model
 from matplotlib.figure import Figure
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 
-from seq2seq import callbacks
 from seq2seq.callbacks import (
     AttentionHeatmaps,
     BestScoreHparams,
     TextProgress,
     ValidationSamples,
-    _escape_markdown,
     plot_attention,
 )
+from seq2seq.callbacks import progress as progress_module
+from seq2seq.callbacks.tensorboard import _escape_markdown
 from seq2seq.data.corpus import read_lines
 from seq2seq.translator import Translator
 
@@ -78,9 +78,8 @@ def test_tokens_per_s_averages_the_batches_since_the_last_logged_value(monkeypat
     """train/tokens_per_s: the tokens of the batches since the value last went to the logger,
     over their time (a slow batch between two logged steps is not lost), as fairseq's wps."""
     from seq2seq import module as module_file
-    from seq2seq.module import TranslationModule
 
-    module = TranslationModule(vocab_size=16, d_model=8, n_heads=2, d_ff=16)
+    module = tiny_model()
     connector = SimpleNamespace(should_update_logs=False)
     module._trainer = SimpleNamespace(_logger_connector=connector)
     logged = []
@@ -212,9 +211,8 @@ def test_invalid_settings():
 def test_tokens_per_s_does_not_count_validation_time():
     """train/tokens_per_s divides a batch's tokens by the time since the previous batch ended;
     after a validation that previous batch is unknown, so the next batch logs no rate."""
-    from seq2seq.module import TranslationModule
 
-    module = TranslationModule(vocab_size=16, d_model=8, n_heads=2, d_ff=16)
+    module = tiny_model()
     module._last_batch_time = 123.0  # set by on_train_batch_end
     module.on_validation_epoch_start()
     assert module._last_batch_time is None
@@ -277,7 +275,7 @@ def test_progress_line_rates_count_this_process_training_time_only(monkeypatch, 
     time of validations; lr: the learning rate of the optimizer step just taken, read from
     the optimizer (a scheduler has moved it on by the time the line is printed)."""
     clock = [100.0]
-    monkeypatch.setattr(callbacks.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(progress_module.time, "monotonic", lambda: clock[0])
     progress = TextProgress(every_n_steps=2)
     trainer = _fake_trainer(global_step=40, current_epoch=3)
     optimizer = SimpleNamespace(param_groups=[{"lr": 1e-3}])
@@ -352,7 +350,7 @@ def test_progress_line_time_is_the_timer_time_of_the_whole_run(monkeypatch, caps
     from lightning.pytorch.callbacks import Timer
 
     clock = [1000.0]
-    monkeypatch.setattr(callbacks.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(progress_module.time, "monotonic", lambda: clock[0])
     timer = Timer(duration="00:00:15:00")
     timer.load_state_dict({"time_elapsed": {"train": 7 * 60 + 26.0}})  # the earlier processes
     progress = TextProgress(every_n_steps=2)

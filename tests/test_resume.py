@@ -9,7 +9,6 @@ losses equal those of a run that was never interrupted.
 from __future__ import annotations
 
 import csv
-import gzip
 import io
 import os
 import signal
@@ -20,6 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from conftest import multi30k_slice
 from lightning.pytorch.callbacks import Callback
 
 from seq2seq.checkpoint import AtomicCheckpointIO, load_checkpoint
@@ -104,13 +104,7 @@ class StopAtStep(Callback):
 
 def _write_corpus(multi30k_dir: Path, folder: Path, sizes: dict[str, int]) -> Path:
     """Writes the first ``n`` lines of each Multi30k split ``{split: n}`` as plain files."""
-    folder.mkdir(parents=True, exist_ok=True)
-    for split, n in sizes.items():
-        for lang in ("de", "en"):
-            with gzip.open(multi30k_dir / f"{split}.{lang}.gz", "rt", encoding="utf-8") as f:
-                lines = [next(f) for _ in range(n)]
-            (folder / f"{split}.{lang}").write_text("".join(lines), encoding="utf-8")
-    return folder
+    return multi30k_slice(folder, sizes, multi30k_dir)
 
 
 def _config(tmp_path: Path, data_dir: Path, name: str, kill_at: int | None = None) -> Path:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gzip
 import json
 import logging
 import os
@@ -19,7 +18,7 @@ import lightning as L
 import numpy as np
 import pytest
 import torch
-from conftest import other_batching_warning, quiet_cpu_trainer
+from conftest import multi30k_lines, other_batching_warning, quiet_cpu_trainer, write_corpus
 from test_datamodule import _Recorder
 
 from seq2seq.checkpoint import load_checkpoint
@@ -37,26 +36,19 @@ POOL = 400  # 2,003 pairs: five full pools and one of 3 pairs
 LONG = " ".join(["Hund"] * 200)  # beyond MAX_POSITIONS tokens
 
 
-def _lines(multi30k_dir: Path, split: str, lang: str, n: int) -> list[str]:
-    with gzip.open(multi30k_dir / f"{split}.{lang}.gz", "rt", encoding="utf-8") as f:
-        return [next(f).rstrip("\n") for _ in range(n)]
-
-
 @pytest.fixture(scope="module")
 def pairs(multi30k_dir) -> dict[str, tuple[list[str], list[str]]]:
     """2,000 Multi30k training pairs plus three to be filtered; 40 validation pairs."""
-    src, tgt = (_lines(multi30k_dir, "train", lang, 2000) for lang in ("de", "en"))
+    src, tgt = (multi30k_lines("train", lang, 2000, multi30k_dir) for lang in ("de", "en"))
     # Inserted early, in pool 0: an empty side, a too long pair, a skewed pair.
     src[5:5] = ["", LONG, "Ja."]
     tgt[5:5] = ["Something.", LONG, "Yes, " + " ".join(["and so on"] * 10)]
-    val = tuple(_lines(multi30k_dir, "val", lang, 40) for lang in ("de", "en"))
+    val = tuple(multi30k_lines("val", lang, 40, multi30k_dir) for lang in ("de", "en"))
     return {"train": (src, tgt), "val": val}
 
 
 def _write_text(folder: Path, split: str, src: list[str], tgt: list[str]) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    for lang, lines in (("de", src), ("en", tgt)):
-        (folder / f"{split}.{lang}").write_text("".join(f"{line}\n" for line in lines))
+    write_corpus(folder, {split: (src, tgt)})
 
 
 @pytest.fixture(scope="module")
@@ -83,10 +75,8 @@ def corpora(pairs, tmp_path_factory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def spm_file(pairs, tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("spm") / "spm.model"
-    Tokenizer.train(pairs["train"][0] + pairs["train"][1], path, VOCAB)
-    return path
+def spm_file(pairs, train_spm) -> Path:
+    return train_spm(pairs["train"][0] + pairs["train"][1], VOCAB)
 
 
 @pytest.fixture(scope="module")
@@ -586,11 +576,11 @@ def test_cli_fit_with_streaming(corpora, in_tmp):
 def test_streaming_validation_advice_only_where_validations_may_never_come():
     from types import SimpleNamespace
 
-    from seq2seq.cli import _streaming_validation_advice
+    from seq2seq.cli.environment import streaming_validation_advice
 
     def advice(streaming, interval, every):
         trainer = SimpleNamespace(val_check_interval=interval, check_val_every_n_epoch=every)
-        return _streaming_validation_advice(trainer, SimpleNamespace(streaming=streaming))
+        return streaming_validation_advice(trainer, SimpleNamespace(streaming=streaming))
 
     assert "val_check_interval 5000 and --trainer.check_val_every_n_epoch 1" in advice(
         True, 5000, 1

@@ -36,6 +36,8 @@ from dataclasses import dataclass, replace
 from itertools import islice
 from pathlib import Path
 
+from seq2seq import compat
+
 MULTI30K_URL = "https://github.com/multi30k/dataset/raw/master/data/task1/raw"
 """Where :func:`download_multi30k` fetches the Multi30k task-1 files from."""
 
@@ -669,7 +671,7 @@ class CorpusSplit:
             f"{self.format}|{self.split}|{self.src_lang}|{self.tgt_lang}".encode()
         )
         if self.format in ("hf_hub", "hf_disk"):
-            digest.update(self._hf_dataset()._fingerprint.encode())
+            digest.update(compat.dataset_fingerprint(self._hf_dataset()).encode())
         else:
             for path in self.paths:
                 digest.update(_sha256(path).encode())
@@ -687,7 +689,7 @@ class CorpusSplit:
             f"{self.hf_name}|{self.hf_config}".encode()
         )
         if self.format == "hf_disk":
-            digest.update(self._hf_dataset()._fingerprint.encode())
+            digest.update(compat.dataset_fingerprint(self._hf_dataset()).encode())
         else:
             for path in self.paths:
                 stat = path.stat()

@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-import hashlib
-import os
-import shutil
-import tempfile
 import warnings
-from collections.abc import Iterator, Mapping
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -15,13 +10,10 @@ from typing import Any
 import datasets
 import lightning as L
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 import torch
-from datasets.arrow_writer import ArrowWriter
 from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_warn
 from lightning.pytorch.utilities.warnings import PossibleUserWarning
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
 from seq2seq.data.batching import (
     TokenBudgetBatchSampler,
@@ -32,128 +24,27 @@ from seq2seq.data.batching import (
     over_budget,
     training_budget_advice,
 )
-from seq2seq.data.corpus import (
-    MULTI30K_SHA256,
-    CorpusSplit,
-    _sha256,
-    download_multi30k,
-    locate_split,
-    read_lines,
+from seq2seq.data.cache import ENCODE_CHUNK, token_lengths, tokenized_split
+from seq2seq.data.corpus import CorpusSplit, locate_split, read_lines
+from seq2seq.data.dataset import TokenizedDataset
+from seq2seq.data.multi30k import download_missing
+from seq2seq.data.resume import (
+    NOT_RESUMABLE,
+    batching_differences,
+    resume_refusal,
 )
 from seq2seq.data.streaming import StreamingLoader, StreamingPairs
 from seq2seq.data.tokenizer import (
-    EOS_ID,
     MIN_VOCAB_SIZE,
     PAD_ID,
     SPM_CHARACTER_COVERAGE,
+    SentencePieceSettings,
     Tokenizer,
-    flatten_ids,
-    id_dtype,
+    load_or_train,
 )
 
-_CACHE_VERSION = "2"  # bump when the layout of the tokenised Arrow cache changes
-_ENCODE_CHUNK = 10_000  # sentence pairs tokenised at a time while building the cache
-_STREAM_SPM_PAIRS = 500_000  # pairs SentencePiece trains on when streaming, by default
-
-# Start of Lightning's warning on resuming mid-epoch; see TranslationDataModule.load_state_dict.
-_NOT_RESUMABLE = "You're resuming from a checkpoint that ended before the epoch ended"
 # Start of Lightning's warning about drop_last and custom batch samplers in prediction.
 _CUSTOM_SAMPLER = "You are using a custom batch sampler `TokenBudgetBatchSampler` for prediction"
-# End of the warning on resuming with other batching settings from mid-epoch.
-_MID_EPOCH = " (in the epoch under way, pairs may be skipped or trained twice)"
-
-
-def _saved_batching(state_dict: dict[str, Any], streaming: bool) -> tuple[dict, dict | None]:
-    """The batching settings a data module state was saved with, and its training position
-    (``None`` if none). A position carries the settings it cannot be reproduced without (also
-    in checkpoints written before ``"batching"`` was saved)."""
-    saved = dict(state_dict.get("batching") or {})
-    position = state_dict.get("train_stream" if streaming else "train_sampler")
-    if position:
-        if "seed" in position:
-            saved["seed"] = position["seed"]
-        if streaming and "pool_size" in position:
-            saved["stream_pool_size"] = position["pool_size"]
-    return saved, position
-
-
-def cli_value(value: Any) -> str:
-    """``value`` as written on the command line: ``true``, ``null``, ``4096``."""
-    if isinstance(value, bool):
-        return str(value).lower()
-    return "null" if value is None else str(value)
-
-
-def _arrow_lists(values: np.ndarray, offsets: np.ndarray) -> pa.ListArray:
-    return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(values))
-
-
-class TokenizedDataset(Dataset):
-    """Examples of one split, read from a tokenised Arrow table.
-
-    Each example is a dict with ``"index"`` (line number in the split), ``"src"`` (source
-    ids + EOS, at most ``max_positions`` long), ``"tgt"`` (target ids without BOS/EOS, at most
-    ``max_positions - 1`` long, when the split has targets) and, with ``with_text``,
-    ``"src_text"`` and ``"ref_text"`` (the raw lines, untouched).
-
-    Args:
-        data: ``datasets.Dataset`` with columns ``index``, ``src``, ``src_text`` and
-            optionally ``tgt``, ``tgt_text``.
-        max_positions: Longest sequence the model accepts; longer ones are truncated.
-        with_text: Also return the raw source and reference lines.
-        tokenizer: Re-encodes the raw text on every access when ``subword_alpha > 0``.
-        subword_alpha: Sampling parameter of subword regularisation; 0 uses the cached ids.
-    """
-
-    def __init__(
-        self,
-        data: datasets.Dataset,
-        max_positions: int,
-        with_text: bool = False,
-        tokenizer: Tokenizer | None = None,
-        subword_alpha: float = 0.0,
-    ) -> None:
-        self.data = data
-        self.max_positions = max_positions
-        self.with_text = with_text
-        self.tokenizer = tokenizer
-        self.subword_alpha = subword_alpha
-        self.has_targets = "tgt" in data.column_names
-        # Only the columns a batch needs are read, so pages of the memory-mapped cache
-        # holding raw text are never touched while training on cached ids.
-        names = data.column_names
-        self._ids = data.select_columns([c for c in ("index", "src", "tgt") if c in names])
-        needs_text = with_text or (subword_alpha > 0 and tokenizer is not None)
-        text_columns = [c for c in ("src_text", "tgt_text") if c in names]
-        self._text = data.select_columns(text_columns) if needs_text else None
-
-    def __len__(self) -> int:
-        return len(self.data)
-
-    def __getitem__(self, i: int) -> dict[str, Any]:
-        return self.__getitems__([i])[0]
-
-    def __getitems__(self, indices: list[int]) -> list[dict[str, Any]]:
-        indices = list(indices)
-        rows = self._ids[indices]
-        text = self._text[indices] if self._text is not None else {}
-        src, tgt = rows["src"], rows["tgt"] if self.has_targets else None
-        if self.subword_alpha > 0 and self.tokenizer is not None:
-            src = self.tokenizer.encode(text["src_text"], sample=True, alpha=self.subword_alpha)
-            if self.has_targets:
-                tgt = self.tokenizer.encode(text["tgt_text"], sample=True, alpha=self.subword_alpha)
-        limit = self.max_positions - 1
-        examples = []
-        for k in range(len(indices)):
-            example: dict[str, Any] = {"index": rows["index"][k], "src": [*src[k][:limit], EOS_ID]}
-            if tgt is not None:
-                example["tgt"] = list(tgt[k][:limit])
-            if self.with_text:
-                example["src_text"] = text["src_text"][k]
-                if self.has_targets:
-                    example["ref_text"] = text["tgt_text"][k]
-            examples.append(example)
-        return examples
 
 
 class TranslationDataModule(L.LightningDataModule):
@@ -416,128 +307,33 @@ class TranslationDataModule(L.LightningDataModule):
         splits = self._all_splits() if stage is None else self._stage_splits(stage)
         if stage is not None and training:
             splits = [self.train_split, *splits]
-        wanted = []
-        for split in dict.fromkeys(splits):
-            if split == self.train_split and not training:
-                continue
-            try:
-                self._locate(split)
-            except FileNotFoundError:
-                names = [f"{split}.{lang}.gz" for lang in (self.src_lang, self.tgt_lang)]
-                wanted += [
-                    name
-                    for name in names
-                    if name in MULTI30K_SHA256
-                    and not any((self.data_dir / f).is_file() for f in (name, name[:-3]))
-                ]
-        if wanted and self._multi30k_folder():  # hashes the training files only then
-            rank_zero_info(f"Downloading {', '.join(wanted)} into {self.data_dir}")
-            download_multi30k(self.data_dir, files=wanted)
-
-    def _multi30k_folder(self) -> bool:
-        """Whether ``data_dir`` holds no training split or Multi30k's own training files."""
-        try:
-            train = self._locate(self.train_split)
-        except FileNotFoundError:
-            return True
-        expected = [f"{self.train_split}.{lang}.gz" for lang in (self.src_lang, self.tgt_lang)]
-        if train.format != "text" or not all(name in MULTI30K_SHA256 for name in expected):
-            return False
-        return all(
-            path.name in MULTI30K_SHA256 and _sha256(path) == MULTI30K_SHA256[path.name]
-            for path in train.paths
-        )
+        if not training:
+            splits = [split for split in splits if split != self.train_split]
+        download_missing(
+            self.data_dir, list(dict.fromkeys(splits)), self.train_split, self._locate,
+            (self.src_lang, self.tgt_lang),
+        )  # fmt: skip
 
     # ------------------------------------------------------------------ tokenizer
-    def _tokenizer_file(self, train: CorpusSplit) -> Path:
-        if self.tokenizer_path is not None:
-            return Path(self.tokenizer_path)
-        if self.streaming:
-            corpus = f"{train.stream_fingerprint()}|first {self._spm_stream_pairs()} pairs"
-        else:
-            corpus = f"{train.fingerprint()}|{self.spm_input_sentence_size}"
-        settings = f"{corpus}|{self.character_coverage}|{self.byte_fallback}|{self.seed}"
-        digest = hashlib.sha256(settings.encode()).hexdigest()[:12]
-        name = f"spm_{train.src_lang}{train.tgt_lang}_{self.spm_model_type}_{self.vocab_size}"
-        return self.cache_dir / f"{name}_{digest}.model"
-
     def _prepare_tokenizer(self) -> Tokenizer:
-        """Loads the SentencePiece model, training it on the training split if it is missing."""
-        if self.tokenizer_path is not None and Path(self.tokenizer_path).is_file():
-            tokenizer = Tokenizer.load(self.tokenizer_path)
-            path = Path(self.tokenizer_path)
-        else:
-            # One joint model serves both directions of a language pair: it is trained on (and
-            # cached under the name and digest of) the split read in the order of the language
-            # codes (de-en for an en->de run too).
-            train = self._locate(self.train_split)
-            if train.src_lang > train.tgt_lang:
-                train = train.reversed()
-            path = self._tokenizer_file(train)
-            if path.is_file():
-                tokenizer = Tokenizer.load(path)
-            else:
-                if self.streaming:  # the head of the stream, every sentence of it
-                    src, tgt = self._stream_head(train)
-                    sentences, sample = src + tgt, 0
-                    has_text = any(s.strip() for s in sentences)
-                else:  # the whole split, read twice; SentencePiece samples as it reads
-                    has_text = any(s.strip() for s in self._spm_sentences(train))
-                    sentences = self._spm_sentences(train)
-                    sample = self.spm_input_sentence_size
-                if not has_text:
-                    raise ValueError(
-                        f"The training split {train.split!r} is empty: {train.describe()} has "
-                        "no sentence pairs with text (no lines, or blank ones only), so no "
-                        "SentencePiece model can be trained."
-                    )
-                rank_zero_info(
-                    f"Training a {self.spm_model_type} SentencePiece model with "
-                    f"{self.vocab_size} pieces on {train.describe()} -> {path}"
-                )
-                tokenizer = Tokenizer.train(
-                    sentences,
-                    path,
-                    self.vocab_size,
-                    model_type=self.spm_model_type,
-                    character_coverage=self.character_coverage,
-                    byte_fallback=self.byte_fallback,
-                    input_sentence_size=sample,
-                    seed=self.seed,
-                    num_threads=min(8, os.cpu_count() or 1),
-                )
-        if tokenizer.vocab_size != self.vocab_size:
-            raise ValueError(
-                f"SentencePiece model {path} has {tokenizer.vocab_size} pieces but "
-                f"data.vocab_size is {self.vocab_size}; set data.vocab_size to "
-                f"{tokenizer.vocab_size} or point data.tokenizer_path at another model."
-            )
-        return tokenizer
-
-    def _spm_sentences(self, train: CorpusSplit) -> Iterator[str]:
-        """Every source sentence of the training split, then every target sentence.
-
-        The split is read twice, a chunk at a time, so no list of all lines is built
-        (SentencePiece samples ``spm_input_sentence_size`` sentences as they stream by).
-        """
-        for side in (0, 1):
-            for chunk in train.iter_chunks(_ENCODE_CHUNK):
-                yield from chunk[side]
-
-    def _spm_stream_pairs(self) -> int:
-        return self.spm_input_sentence_size or _STREAM_SPM_PAIRS
-
-    def _stream_head(self, train: CorpusSplit) -> tuple[list[str], list[str]]:
-        """The first ``spm_input_sentence_size`` pairs of the streamed training split."""
-        wanted = self._spm_stream_pairs()
-        src: list[str] = []
-        tgt: list[str] = []
-        for s, t in train.iter_chunks(min(_ENCODE_CHUNK, wanted), streaming=True):
-            src += s[: wanted - len(src)]
-            tgt += t[: wanted - len(tgt)]
-            if len(src) >= wanted:
-                break
-        return src, tgt
+        """Loads the SentencePiece model, training it on the training split if it is missing
+        (see :func:`seq2seq.data.tokenizer.load_or_train`)."""
+        named = self.tokenizer_path is not None and Path(self.tokenizer_path).is_file()
+        return load_or_train(
+            None if named else self._locate(self.train_split),
+            SentencePieceSettings(
+                vocab_size=self.vocab_size,
+                model_type=self.spm_model_type,
+                character_coverage=self.character_coverage,
+                byte_fallback=self.byte_fallback,
+                input_sentence_size=self.spm_input_sentence_size,
+                seed=self.seed,
+                streaming=self.streaming,
+            ),
+            self.cache_dir,
+            self.tokenizer_path,
+            chunk_size=ENCODE_CHUNK,
+        )
 
     def _fingerprint(self, corpus: CorpusSplit) -> str:
         """Content digest; for Hub datasets while streaming, one that downloads nothing."""
@@ -547,72 +343,21 @@ class TranslationDataModule(L.LightningDataModule):
 
     # ------------------------------------------------------------------ tokenised cache
     def _tokenized(self, corpus: CorpusSplit, tokenizer: Tokenizer) -> datasets.Dataset:
-        """The split as an Arrow table of ids, from the cache or freshly tokenised."""
-        key = hashlib.sha256(
-            f"{_CACHE_VERSION}|{self._fingerprint(corpus)}|".encode()
-            + hashlib.sha256(tokenizer.to_bytes()).digest()
-        ).hexdigest()[:16]
-        path = self.cache_dir / "tokenized" / f"{corpus.split}_{self.src_lang}{self.tgt_lang}_{key}"
-        table_file = path / "data.arrow"
-        if table_file.is_file():
-            return datasets.Dataset.from_file(str(table_file))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}."))
-        try:
-            n_pairs = self._write_tokenized(corpus, tokenizer, tmp / table_file.name)
-            if n_pairs == 0:
-                kind = "training split" if corpus.split == self.train_split else "held-out split"
-                raise ValueError(f"The {kind} {corpus.split!r} is empty: {corpus.describe()}.")
-            os.rename(tmp, path)
-        except OSError:
-            shutil.rmtree(tmp, ignore_errors=True)
-            if not table_file.is_file():  # not written meanwhile by another process
-                raise
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        self.tokenized_splits.append(corpus.split)
-        return datasets.Dataset.from_file(str(table_file))
-
-    def _write_tokenized(self, corpus: CorpusSplit, tokenizer: Tokenizer, file: Path) -> int:
-        """Tokenises the split a chunk at a time straight into an Arrow file; returns its rows.
-
-        Only one chunk of text and ids is in memory at a time. Ids are stored as uint16 when
-        the vocabulary allows it (int32 otherwise).
-        """
-        id_type = id_dtype(tokenizer.vocab_size)
-        ids = datasets.List(datasets.Value(id_type.name))
-        features = datasets.Features(
-            {
-                "index": datasets.Value("int64"),
-                "src_text": datasets.Value("string"),
-                "tgt_text": datasets.Value("string"),
-                "src": ids,
-                "tgt": ids,
-            }
+        """The split as an Arrow table of ids, from the cache or freshly tokenised (see
+        :func:`seq2seq.data.cache.tokenized_split`)."""
+        kind = "training split" if corpus.split == self.train_split else "held-out split"
+        table, written = tokenized_split(
+            corpus,
+            tokenizer,
+            self.cache_dir / "tokenized",
+            f"{self.src_lang}{self.tgt_lang}",
+            self._fingerprint(corpus),
+            streaming=self.streaming,
+            kind=kind,
         )
-        n_pairs = 0
-        with ArrowWriter(features=features, path=str(file)) as writer:
-            for src, tgt in corpus.iter_chunks(_ENCODE_CHUNK, streaming=self.streaming):
-                chunk = {
-                    "index": pa.array(np.arange(n_pairs, n_pairs + len(src))),
-                    "src_text": pa.array(src, pa.string()),
-                    "tgt_text": pa.array(tgt, pa.string()),
-                    "src": _arrow_lists(*flatten_ids(tokenizer.encode(src), id_type)),
-                    "tgt": _arrow_lists(*flatten_ids(tokenizer.encode(tgt), id_type)),
-                }
-                writer.write_table(pa.table(chunk))
-                n_pairs += len(src)
-            writer.finalize()
-        return n_pairs
-
-    @staticmethod
-    def _token_lengths(table: datasets.Dataset) -> tuple[np.ndarray, np.ndarray]:
-        """Numbers of source and target ids per row, without EOS/BOS (unselected tables)."""
-        return tuple(
-            np.asarray(pc.list_value_length(table.data.column(name)), dtype=np.int64)
-            for name in ("src", "tgt")
-        )
+        if written:
+            self.tokenized_splits.append(corpus.split)
+        return table
 
     # ------------------------------------------------------------------ Lightning hooks
     def prepare_data(self) -> None:
@@ -690,14 +435,14 @@ class TranslationDataModule(L.LightningDataModule):
                 bucket_size=self.bucket_size,
                 subword_alpha=self.subword_alpha,
                 pad_to_multiple_of=self.pad_to_multiple_of,
-                chunk_size=_ENCODE_CHUNK,
+                chunk_size=ENCODE_CHUNK,
             )
             if self._pending_stream_state is not None:
                 self.train_set.load_state_dict(self._pending_stream_state)
                 self._pending_stream_state = None
             return
         table = self._tokenized(corpus, self.tokenizer)
-        s, t = self._token_lengths(table)
+        s, t = token_lengths(table)
         mask, counts = filter_training_pairs(s, t, self.max_positions, self.max_length_ratio)
         keep = np.flatnonzero(mask)
         rank_zero_info(
@@ -719,7 +464,7 @@ class TranslationDataModule(L.LightningDataModule):
     def _heldout(self, split: str) -> TokenizedDataset:
         corpus = self._locate(split)
         table = self._tokenized(corpus, self.tokenizer)
-        s, t = self._token_lengths(table)
+        s, t = token_lengths(table)
         self._warn_truncation(split, s, t)
         self._lengths[split] = (s + 1, t + 1)
         return TokenizedDataset(table, self.max_positions, with_text=True)
@@ -961,46 +706,7 @@ class TranslationDataModule(L.LightningDataModule):
             state["batches_yielded"] = processed
         return {"train_sampler": state}
 
-    @staticmethod
-    def resume_refusal(state_dict: dict[str, Any], settings: Mapping[str, Any]) -> str | None:
-        """Why a run with these ``data.*`` settings cannot resume from this saved state, or
-        ``None``: a saved training position needs the ``seed`` (and, streaming,
-        ``stream_pool_size``) it was written with. Needs no data, so a command line can be
-        checked before any is read (``seq2seq fit --ckpt_path``).
-
-        Args:
-            state_dict: the data module's state from a checkpoint (:meth:`state_dict`).
-            settings: the run's ``data.*`` values by name (``streaming``, ``seed``,
-                ``stream_pool_size``, ``num_workers`` — a streamed position mid-epoch is kept
-                per worker, 0 counting as 1; others are ignored).
-
-        Returns:
-            A message naming the option and both values, or ``None``.
-        """
-        streaming = bool(settings.get("streaming"))
-        saved, position = _saved_batching(state_dict, streaming)
-        if not position:
-            return None
-        for name in ("seed", "stream_pool_size") if streaming else ("seed",):
-            if name in saved and name in settings and settings[name] != saved[name]:
-                mine, value = cli_value(settings[name]), cli_value(saved[name])
-                return (
-                    f"The checkpoint was written with --data.{name}={value}, but this run has "
-                    f"--data.{name}={mine}: the batches that follow cannot be reproduced; resume "
-                    f"with --data.{name}={value}."
-                )
-        workers = position.get("num_workers") if streaming else None
-        if workers and not position.get("complete") and "num_workers" in settings:
-            mine = settings["num_workers"]
-            if max(1, int(mine)) != workers:
-                value = f"{workers} (or 0)" if workers == 1 else str(workers)
-                return (
-                    f"The checkpoint was written with --data.num_workers={value}, but this run "
-                    f"has --data.num_workers={mine}: the stream position is kept per worker, so "
-                    f"the batches that follow cannot be reproduced; resume with "
-                    f"--data.num_workers={workers}."
-                )
-        return None
+    resume_refusal = staticmethod(resume_refusal)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restores the training position saved by :meth:`state_dict`.
@@ -1025,7 +731,7 @@ class TranslationDataModule(L.LightningDataModule):
         if self.trainer is None or self._fitting():
             self._check_batching(state_dict)
         if state_dict.get("train_stream") or state_dict.get("train_sampler"):
-            warnings.filterwarnings("ignore", message=_NOT_RESUMABLE, category=PossibleUserWarning)
+            warnings.filterwarnings("ignore", message=NOT_RESUMABLE, category=PossibleUserWarning)
         stream = state_dict.get("train_stream")
         if stream:
             if isinstance(self.train_set, StreamingPairs):
@@ -1043,19 +749,8 @@ class TranslationDataModule(L.LightningDataModule):
     def _check_batching(self, state_dict: dict[str, Any]) -> None:
         """Warns about (or refuses) batching settings that differ from the checkpoint's; see
         :meth:`load_state_dict`."""
-        refusal = self.resume_refusal(state_dict, self._batching())
+        refusal = resume_refusal(state_dict, self._batching())
         if refusal:
             raise ValueError(refusal)
-        saved, position = _saved_batching(state_dict, self.streaming)
-        mid_epoch = bool(position) and not position.get("complete")
-        mid_epoch = mid_epoch and bool(position.get("batches_yielded", position.get("batches")))
-        current = self._batching()
-        for name, value in saved.items():
-            if name not in current or current[name] == value:
-                continue
-            mine, value = cli_value(current[name]), cli_value(value)
-            rank_zero_warn(
-                f"Resuming with --data.{name}={mine}, but the checkpoint was written with "
-                f"--data.{name}={value}: training continues with other batches than the "
-                f"interrupted run would have had{_MID_EPOCH if mid_epoch else ''}."
-            )
+        for warning in batching_differences(state_dict, self._batching(), self.streaming):
+            rank_zero_warn(warning)

@@ -1,0 +1,25 @@
+"""Lightning callbacks, one module per concern: writing predictions in input order
+(:mod:`~seq2seq.callbacks.prediction`), TensorBoard samples, attention heatmaps and the best
+score (:mod:`~seq2seq.callbacks.tensorboard`), the last checkpoint and graceful stops
+(:mod:`~seq2seq.callbacks.last_checkpoint`) and text progress lines
+(:mod:`~seq2seq.callbacks.progress`). Configs name them as ``seq2seq.callbacks.<Class>``."""
+
+from seq2seq.callbacks.last_checkpoint import LastCheckpoint
+from seq2seq.callbacks.prediction import TranslationWriter
+from seq2seq.callbacks.progress import TextProgress
+from seq2seq.callbacks.tensorboard import (
+    AttentionHeatmaps,
+    BestScoreHparams,
+    ValidationSamples,
+    plot_attention,
+)
+
+__all__ = [
+    "AttentionHeatmaps",
+    "BestScoreHparams",
+    "LastCheckpoint",
+    "TextProgress",
+    "TranslationWriter",
+    "ValidationSamples",
+    "plot_attention",
+]

@@ -1,0 +1,424 @@
+"""Checkpoint arguments of the LightningCLI commands: ``--ckpt_path`` (``best``, ``last``, a
+file, ``untrained``), ``--init_from`` and ``--checkpoint_dir``, reconciled with the config
+before any data is read, each checkpoint file read once per command."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from jsonargparse import Namespace
+from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_only
+
+from seq2seq.checkpoint import (
+    CheckpointError,
+    check_model_checkpoint,
+    language_pair,
+    load_checkpoint,
+    resolve_ckpt_path,
+)
+from seq2seq.cli.messages import UNTRAINED, USES, cli_value
+from seq2seq.cli.run_folder import refuse_earlier_checkpoints
+from seq2seq.data.datamodule import TranslationDataModule
+from seq2seq.data.tokenizer import Tokenizer
+from seq2seq.files import check_output_file
+from seq2seq.module import _NON_STRUCTURAL, CHECKPOINT_KEY, tokenizer_from_checkpoint
+
+
+class CheckpointReader:
+    """Reads each checkpoint file once per command (memory-mapped: its tensors are read only
+    where used), for the several checks and settings a command takes from it."""
+
+    def __init__(self) -> None:
+        self._read: dict[str, dict[str, Any]] = {}
+
+    def __call__(self, path: str | Path) -> dict[str, Any]:
+        """The checkpoint dict of ``path``.
+
+        Raises:
+            OSError, CheckpointError: as :func:`seq2seq.checkpoint.load_checkpoint`.
+        """
+        key = os.path.realpath(path)
+        if key not in self._read:
+            self._read[key] = load_checkpoint(path, mmap=True)
+        return self._read[key]
+
+
+def resolve_ckpt_arguments(
+    subcommand: str, config, fail: Callable[[str], None], read: CheckpointReader
+) -> int | None:
+    """Resolves ``--ckpt_path`` of ``subcommand`` in ``config`` (``best``/``last`` to the file in
+    the configured checkpoint folder) and checks it against the config, before any data is
+    read: a ``fit`` over an earlier run's checkpoints, a weights-only checkpoint for ``fit``,
+    other model settings, another language pair or data seed are refused.
+
+    Args:
+        subcommand: ``fit``, ``validate``, ``test`` or ``predict``.
+        config: the subcommand's parsed config (changed in place).
+        fail: reports an argument error (exit status 2); does not return.
+        read: the command's :class:`CheckpointReader`.
+
+    Returns:
+        The global step of the checkpoint ``fit`` resumes from (``None``: none).
+
+    Raises:
+        FileNotFoundError, FileExistsError, OSError, CheckpointError, ValueError: naming the
+            checkpoint or folder and what to do.
+    """
+    ckpt_path = config.get("ckpt_path")
+    fast_dev_run = config.get("trainer", {}).get("fast_dev_run")
+    if subcommand in USES:
+        if not ckpt_path:
+            verb, verbs = USES[subcommand]
+            fail(
+                f"{subcommand} needs --ckpt_path best, last or FILE, the checkpoint to "
+                f"{verb}; --ckpt_path {UNTRAINED} {verbs} the model of the config with "
+                "freshly initialised weights"
+            )
+        writer = config.get("prediction_writer") if subcommand == "predict" else None
+        if writer is not None and writer.get("output_path"):
+            # Before the checkpoint or the data are read, rather than after decoding.
+            check_output_file(writer["output_path"], "--prediction_writer.output_path")
+        if str(ckpt_path) == UNTRAINED:
+            return None
+    if ckpt_path in ("best", "last") and not (subcommand == "fit" and ckpt_path == "last"):
+        config["ckpt_path"] = str(resolve_ckpt_path(ckpt_path, checkpoint_dirs(config)))
+    elif ckpt_path == "last":
+        # ``fit --ckpt_path last`` resumes if a last.ckpt exists, else starts from scratch.
+        dirs = checkpoint_dirs(config)
+        try:
+            config["ckpt_path"] = str(resolve_ckpt_path("last", dirs))
+        except FileNotFoundError:
+            config["ckpt_path"] = None
+            if not fast_dev_run:
+                refuse_earlier_checkpoints(dirs)
+            where = ", ".join(str(d) for d in dirs) or "the configured checkpoint folder"
+            if rank_zero_only.rank == 0:  # a mistyped folder would start over unseen
+                print(
+                    f"seq2seq: warning: --ckpt_path last: no last.ckpt in {where}; "
+                    "training from scratch",
+                    file=sys.stderr,
+                )
+    elif subcommand == "fit" and not ckpt_path:
+        # A smoke run (fast_dev_run) writes no checkpoint, so it may run beside a real run's.
+        if not fast_dev_run:
+            refuse_earlier_checkpoints(checkpoint_dirs(config))
+    elif subcommand == "fit" and not fast_dev_run:
+        # Resuming from a file: fine in its own folder, not over another run's checkpoints.
+        own = Path(os.path.realpath(Path(ckpt_path).parent))
+        others = [d for d in checkpoint_dirs(config) if Path(os.path.realpath(d)) != own]
+        refuse_earlier_checkpoints(others, resuming=ckpt_path)
+    if not config.get("ckpt_path"):
+        return None
+    path = config["ckpt_path"]
+    checkpoint = read(path)  # a bad checkpoint is reported before any data is read
+    check_model_checkpoint(checkpoint, path, trainer=True)
+    step = checkpoint.get("global_step")
+    if subcommand == "fit":
+        _check_resumable(config, path, checkpoint, step)
+    return step
+
+
+def _check_resumable(config, path: str, checkpoint: dict, step: int | None) -> None:
+    """``fit --ckpt_path``: continues the run's log version, warns when resuming behind the
+    folder's ``last.ckpt``, and refuses what the module or data module would refuse only
+    after the data is prepared."""
+    continue_log_version(config, checkpoint)
+    warn_resuming_behind_last(path, step)
+    if "optimizer_states" not in checkpoint:
+        raise CheckpointError(
+            f"{path} holds model weights only (e.g. written by `seq2seq average`): training "
+            "cannot resume from it; give a checkpoint written by `seq2seq fit`, or start a "
+            f"new run from its weights with --init_from {path}"
+        )
+    saved = checkpoint.get(CHECKPOINT_KEY, {}).get("model_config", {})
+    if saved and hasattr(config.get("model"), "get"):
+        differing = other_architecture(saved, config["model"])
+        if differing:
+            raise ValueError(
+                f"{path} was trained with other model settings than the config: "
+                f"{', '.join(differing)}; training resumes only with the checkpoint's (give "
+                "the config it was trained with)"
+            )
+    if hasattr(config.get("data"), "get"):
+        other = other_languages(checkpoint, config["data"])
+        if other:
+            raise ValueError(
+                f"{path} was trained {other}; training resumes only in the checkpoint's "
+                "direction (start a new run, in another --checkpoint_dir, for the other one)"
+            )
+    data_state = checkpoint.get(TranslationDataModule.__qualname__)
+    if data_state and hasattr(config.get("data"), "get"):
+        # Before SentencePiece and the data cache are built for settings that the data
+        # module would refuse once the checkpoint is loaded.
+        refusal = TranslationDataModule.resume_refusal(data_state, config["data"])
+        if refusal:
+            raise ValueError(f"{path}: {refusal}")
+
+
+def apply_init_from(
+    subcommand: str, config, fail: Callable[[str], None], read: CheckpointReader
+) -> str:
+    """Checks ``--init_from`` and takes the model settings from its checkpoint (before any
+    data is read).
+
+    Returns:
+        The checkpoint path.
+
+    Raises:
+        FileNotFoundError, CheckpointError: for a checkpoint that cannot start a run.
+    """
+    path = config["init_from"]
+    if subcommand != "fit":
+        fail(f"--init_from is for fit (a new run from a checkpoint's weights), not {subcommand}")
+    if config.get("ckpt_path"):
+        fail(
+            "give either --ckpt_path (resume a run: its optimizer, schedule and data "
+            "position too) or --init_from (a new run from a checkpoint's weights), not both"
+        )
+    if path in ("best", "last") and not Path(path).exists():
+        # The aliases name checkpoints of this run's folder, which a new run starts empty.
+        raise FileNotFoundError(
+            f"--init_from {path}: the aliases best and last name this run's own "
+            "checkpoints (--ckpt_path); --init_from needs the file of the checkpoint to "
+            "start from, e.g. checkpoints/multi30k_de_en/last.ckpt"
+        )
+    checkpoint = read(path)
+    check_model_checkpoint(checkpoint, path)
+    if tokenizer_from_checkpoint(checkpoint) is None:
+        raise CheckpointError(f"--init_from {path} holds no SentencePiece model")
+    saved = checkpoint.get(CHECKPOINT_KEY, {}).get("model_config", {})
+    if saved:
+        warn_other_architecture("fit --init_from", path, saved, config["model"])
+        _take_model_settings(saved, config)
+    other = other_languages(checkpoint, config["data"])
+    if other and rank_zero_only.rank == 0:
+        print(
+            f"seq2seq: warning: --init_from {path} was trained {other}; fit trains "
+            "it on the configured pairs",
+            file=sys.stderr,
+        )
+    return path
+
+
+def _take_model_settings(saved: dict, config) -> None:
+    """The checkpoint's model settings into ``config``, with the ``data.*`` settings that
+    model settings follow (:data:`DATA_LINKED`)."""
+    for key, value in saved.items():
+        config["model"][key] = value
+    for key in DATA_LINKED:
+        if key in saved:
+            config["data"][key] = saved[key]
+
+
+def apply_checkpoint_architecture(subcommand: str, config, read: CheckpointReader) -> None:
+    """``validate``/``test``/``predict``: the model architecture (not decoding settings) and
+    the language pair of ``--ckpt_path``, warning where the config differs."""
+    ckpt_path = config.get("ckpt_path")
+    if subcommand == "fit" or untrained_or_none(ckpt_path) or not Path(ckpt_path).is_file():
+        return
+    checkpoint = read(ckpt_path)  # settings only
+    data = config["data"]
+    other = other_languages(checkpoint, data)
+    if other:
+        if rank_zero_only.rank == 0:
+            print(
+                f"seq2seq: warning: {ckpt_path} was trained {other}; {subcommand} uses the "
+                "checkpoint's languages",
+                file=sys.stderr,
+            )
+        src, tgt = language_pair(checkpoint)
+        data["src_lang"], data["tgt_lang"] = src, tgt
+        config["model"]["tgt_lang"] = tgt  # sacreBLEU's tokenizer choice
+    saved = checkpoint.get(CHECKPOINT_KEY, {}).get("model_config", {})
+    if saved:
+        warn_other_architecture(subcommand, ckpt_path, saved, config["model"])
+        _take_model_settings(saved, config)
+
+
+def checkpoint_tokenizer(subcommand: str, config, datamodule, read: CheckpointReader):
+    """The SentencePiece model of ``--ckpt_path`` that the command tokenises with, else
+    ``None``: evaluating, predicting and resuming use the checkpoint's (a resumed run trains
+    no SentencePiece model, also on a corpus that has grown since); an explicit
+    ``--data.tokenizer_path`` wins for ``fit``."""
+    ckpt_path = config.get("ckpt_path")
+    if untrained_or_none(ckpt_path) or not Path(ckpt_path).is_file():
+        return None
+    if subcommand == "fit" and getattr(datamodule, "tokenizer_path", None):
+        return None
+    return tokenizer_from_checkpoint(read(ckpt_path))
+
+
+def load_initial_weights(model, datamodule, path: str, read: CheckpointReader) -> None:
+    """``fit --init_from``: the checkpoint's SentencePiece model and model weights, before
+    the data is prepared (no SentencePiece model is trained).
+
+    Raises:
+        ValueError: if ``--data.tokenizer_path`` names another SentencePiece model.
+    """
+    checkpoint = read(path)
+    tokenizer = tokenizer_from_checkpoint(checkpoint)
+    named = getattr(datamodule, "tokenizer_path", None)
+    if named and Path(named).is_file():
+        if Tokenizer.load(named).to_bytes() != tokenizer.to_bytes():
+            raise ValueError(
+                f"--data.tokenizer_path {named} is another SentencePiece model than the one "
+                f"--init_from {path} was trained with; leave data.tokenizer_path unset (the "
+                "checkpoint's is used)"
+            )
+    datamodule.tokenizer = tokenizer
+    model.tokenizer = tokenizer
+    state = {
+        key[len("model.") :]: value
+        for key, value in checkpoint["state_dict"].items()
+        if key.startswith("model.")
+    }
+    model.model.load_state_dict(state)
+    step = checkpoint.get("global_step")
+    rank_zero_info(
+        f"initialised the model from {path}"
+        + (f" (trained {step} steps)" if step is not None else "")
+        + "; optimizer, learning-rate schedule, step count and data position start afresh"
+    )
+
+
+def untrained_or_none(ckpt_path: str | Path | None) -> bool:
+    """Whether ``ckpt_path`` names no checkpoint file: not given, or ``untrained``."""
+    return not ckpt_path or str(ckpt_path) == UNTRAINED
+
+
+def _model_checkpoints(config) -> list:
+    """The ``init_args`` of each configured ``ModelCheckpoint`` callback (``None`` where it has
+    none)."""
+    found = []
+    for callback in config.get("trainer", {}).get("callbacks") or []:
+        class_path = getattr(callback, "class_path", None) or (
+            callback.get("class_path") if isinstance(callback, dict) else None
+        )
+        if class_path and class_path.endswith("ModelCheckpoint"):
+            init_args = getattr(callback, "init_args", None) or (
+                callback.get("init_args") if isinstance(callback, dict) else None
+            )
+            found.append(init_args)
+    return found
+
+
+def set_checkpoint_dirs(config, folder: str) -> None:
+    """``--checkpoint_dir``: make ``folder`` the ``dirpath`` of every ``ModelCheckpoint``.
+
+    Raises:
+        ValueError: if the config has no ``ModelCheckpoint`` callback.
+    """
+    targets = [init_args for init_args in _model_checkpoints(config) if init_args is not None]
+    if not targets:
+        raise ValueError(
+            f"--checkpoint_dir {folder}: the config has no ModelCheckpoint in trainer.callbacks "
+            "whose folder it could set"
+        )
+    for init_args in targets:
+        init_args["dirpath"] = folder
+
+
+def checkpoint_dirs(config) -> list[Path]:
+    """The ``dirpath`` of each configured ``ModelCheckpoint`` callback."""
+    return [
+        Path(init_args["dirpath"])
+        for init_args in _model_checkpoints(config)
+        if hasattr(init_args, "get") and init_args.get("dirpath")
+    ]
+
+
+def continue_log_version(config, checkpoint: dict) -> None:
+    """A resumed ``fit`` logs into the version folder of the run it resumes
+    (``lightning_logs/<name>/version_N``), as fairseq's TensorBoard folder continues, instead of
+    a new ``version_N+1``: the configured TensorBoard logger, if it has the name the checkpoint
+    recorded and no version of its own. (Each process writes event files of its own, so
+    nothing is overwritten; Lightning's CSV logger would rewrite ``metrics.csv``, so a CSV
+    logger keeps starting a new version.)"""
+    saved = (checkpoint.get(CHECKPOINT_KEY) or {}).get("log") or {}
+    logger = config.get("trainer", {}).get("logger")
+    if not saved or not hasattr(logger, "get") or not hasattr(logger.get("init_args"), "get"):
+        return
+    class_path = str(logger.get("class_path", ""))
+    if class_path.rsplit(".", 1)[-1] != "TensorBoardLogger":
+        return
+    init_args = logger["init_args"]
+    name = init_args.get("name") or "lightning_logs"
+    if init_args.get("version") is None and name == saved.get("name"):
+        init_args["version"] = saved["version"]
+
+
+def warn_resuming_behind_last(ckpt_path: str | Path, step: int | None) -> None:
+    """Warns (one line, global rank 0) when ``fit --ckpt_path`` names a checkpoint older than
+    the ``last.ckpt`` of its own folder (``best``, say): the resumed run writes its checkpoints
+    over the later ones, ``last.ckpt`` included (as fairseq's ``--restore-file`` does)."""
+    path = Path(ckpt_path)
+    last = path.parent / "last.ckpt"
+    if step is None or not last.is_file() or os.path.samefile(last, path):
+        return
+    try:
+        last_step = load_checkpoint(last, mmap=True).get("global_step")
+    except (OSError, CheckpointError):
+        return
+    if last_step is not None and last_step > step and rank_zero_only.rank == 0:
+        print(
+            f"seq2seq: warning: --ckpt_path {path} is at step {step}, behind {last} (step "
+            f"{last_step}): the resumed run writes its checkpoints over the later ones; to keep "
+            f"them, resume with --ckpt_path last, or start a new run from it with --init_from "
+            f"{path} --checkpoint_dir NEW_FOLDER",
+            file=sys.stderr,
+        )
+
+
+def other_languages(checkpoint: dict, data: dict | Namespace) -> str | None:
+    """``"de->en (data.src_lang de, data.tgt_lang en), not en->de as configured"`` when the
+    checkpoint's language pair differs from the config's ``data`` settings, else ``None``."""
+    saved = language_pair(checkpoint)
+    if saved is None or not hasattr(data, "get"):
+        return None
+    mine = (data.get("src_lang"), data.get("tgt_lang"))
+    if None in mine or tuple(saved) == mine:
+        return None
+    return (
+        f"{saved[0]}->{saved[1]} (data.src_lang {saved[0]}, data.tgt_lang {saved[1]}), not "
+        f"{mine[0]}->{mine[1]} as configured"
+    )
+
+
+DATA_LINKED = ("vocab_size", "max_positions")
+"""Model settings given by ``data.*`` settings (``link_arguments``), which an evaluated
+checkpoint's values replace too."""
+
+
+def other_architecture(saved: dict, model: dict | Namespace) -> list[str]:
+    """The settings in which the model settings ``saved`` in a checkpoint differ from the
+    config's ``model`` settings (dropout rates left out), each as ``model.KEY SAVED (config
+    VALUE)``, ``data.KEY`` for those the data settings give (:data:`DATA_LINKED`)."""
+    return [
+        f"{'data' if key in DATA_LINKED else 'model'}.{key} {cli_value(value)} "
+        f"(config {cli_value(model.get(key))})"
+        for key, value in saved.items()
+        if key not in _NON_STRUCTURAL and key in model and model.get(key) != value
+    ]
+
+
+def warn_other_architecture(
+    subcommand: str, ckpt_path: str | Path, saved: dict, model: dict | Namespace
+) -> None:
+    """Warns on stderr (one line, global rank 0 only) when the model settings saved in the
+    checkpoint ``ckpt_path`` differ from the config's ``model`` settings, which ``subcommand``
+    (``validate``, ``test`` or ``predict``) replaces by the checkpoint's (``vocab_size`` and
+    ``max_positions`` are named as the ``data.*`` settings that set them). Dropout rates, which
+    do not act outside training, are left out; decoding settings (``beam_size``,
+    ``length_penalty``, ...) are not saved as architecture: the config's apply.
+    """
+    differing = other_architecture(saved, model)
+    if differing and rank_zero_only.rank == 0:
+        print(
+            f"seq2seq: warning: {ckpt_path} was trained with other model settings than the "
+            f"config: {', '.join(differing)}; {subcommand} uses the checkpoint's",
+            file=sys.stderr,
+        )

@@ -1,0 +1,210 @@
+"""``main``: the ``seq2seq`` console script's dispatch, exit statuses and one-line reports.
+
+The plain commands (``translate``, ``average`` and ``export``, see :mod:`seq2seq.commands`)
+are dispatched before anything of Lightning is imported; ``fit``/``validate``/``test``/
+``predict`` run :class:`seq2seq.cli.app.Seq2SeqCLI`.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import platform
+import signal
+import sys
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from seq2seq.cli.messages import (
+    HPARAMS_CLASH,
+    USES,
+    check_config_syntax,
+    commands_help,
+    traceback_wanted,
+)
+
+if TYPE_CHECKING:
+    from seq2seq.cli.app import Seq2SeqCLI
+
+#: The commands that :mod:`seq2seq.commands` runs, without LightningCLI.
+PLAIN_COMMANDS = ("translate", "average", "export")
+
+
+def cli_main(args: Sequence[str] | None = None) -> Seq2SeqCLI | None:
+    """Entry point of the ``seq2seq`` console script.
+
+    Args:
+        args: command-line arguments without the program name (``None``: ``sys.argv[1:]``).
+
+    Returns:
+        The :class:`~seq2seq.cli.app.Seq2SeqCLI` that ran (for ``fit``/``validate``/``test``/
+        ``predict``), or ``None`` for ``translate``, ``average`` and ``export``.
+    """
+    argv = list(sys.argv[1:] if args is None else args)
+    check_config_syntax(argv)
+    silence_lightning_notices(argv[0] if argv else None)
+    if argv and argv[0] in PLAIN_COMMANDS:
+        from seq2seq import commands
+
+        # export where seq2seq.commands has it; else LightningCLI reports an unknown command
+        command = getattr(commands, argv[0], None)
+        if command is not None:
+            command(argv[1:])
+            return None
+    from seq2seq.cli.app import run_lightning_cli
+
+    return run_lightning_cli(None if args is None else argv)
+
+
+def user_errors() -> tuple[type[BaseException], ...]:
+    """Errors that come from what the user asked for (a path, a file, a setting, a device)
+    rather than from a fault in the program: reported in one line, without a traceback. Every
+    ``ValueError`` raised by seq2seq names the setting or file at fault (``CheckpointError``
+    is one). Lightning's ``MisconfigurationException`` (e.g. a GPU accelerator on a machine
+    without one) counts where Lightning was imported: only then can it be raised."""
+    errors: list[type[BaseException]] = [
+        OSError,  # missing/unreadable files and folders, failed downloads, full disks
+        ValueError,  # bad settings and bad input data (UnicodeDecodeError included)
+        pickle.UnpicklingError,  # a file given as --ckpt_path that is no checkpoint
+    ]
+    exceptions = sys.modules.get("lightning.pytorch.utilities.exceptions")
+    if exceptions is not None:
+        errors.append(exceptions.MisconfigurationException)
+    return tuple(errors)
+
+
+def _is_sigterm_stop(stop: SystemExit) -> bool:
+    """Whether ``stop`` is Lightning's graceful stop on SIGTERM (a ``SystemExit`` subclass)."""
+    exceptions = sys.modules.get("lightning.pytorch.utilities.exceptions")
+    return exceptions is not None and isinstance(stop, exceptions.SIGTERMException)
+
+
+def version_line() -> str:
+    """``seq2seq X.Y.Z (torch A, lightning B, sentencepiece C, sacrebleu D, Python E)``: the
+    versions that decide what a run computes, for a bug report or a paper's setup."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from seq2seq import __version__
+
+    parts = []
+    for name in ("torch", "lightning", "sentencepiece", "sacrebleu"):
+        try:
+            parts.append(f"{name} {version(name)}")
+        except PackageNotFoundError:
+            parts.append(f"{name} not installed")
+    parts.append(f"Python {platform.python_version()}")
+    return f"seq2seq {__version__} ({', '.join(parts)})"
+
+
+def main() -> int:
+    """Console-script entry point: runs :func:`cli_main`.
+
+    Returns:
+        0 on success, 1 after one of :func:`user_errors` (printed as ``seq2seq: error: ...``
+        on stderr; set ``SEQ2SEQ_TRACEBACK=1`` to see the traceback), 130 after Ctrl-C, 143
+        after a SIGTERM (Lightning stops gracefully; ``fit`` saves ``last.ckpt``). Other
+        exceptions propagate with their traceback; argument errors exit with status 2.
+    """
+    argv = sys.argv[1:]
+    if argv[:1] in (["--version"], ["-V"]):
+        print(version_line())
+        return 0
+    if not argv or argv[0] in ("-h", "--help"):
+        try:
+            cli_main()
+        finally:
+            print(commands_help(), file=sys.stdout if argv else sys.stderr)
+        return 0
+    shown = warnings.showwarning
+    warnings.showwarning = _warning_lines(shown)
+    try:
+        cli_main()
+    except KeyboardInterrupt:
+        print("seq2seq: interrupted", file=sys.stderr)
+        return 130
+    except SystemExit as stop:
+        if not _is_sigterm_stop(stop):  # argument errors, --help
+            raise
+        print("seq2seq: terminated (SIGTERM)", file=sys.stderr)
+        return 128 + signal.SIGTERM
+    except Exception as err:
+        known = isinstance(err, user_errors())
+        if traceback_wanted() or not (known or isinstance(err, RuntimeError)):
+            raise
+        message = " ".join(str(err).split()) or type(err).__name__
+        if not known:
+            if not message.startswith(HPARAMS_CLASH):
+                raise
+            # Lightning's check that model and data agree on shared settings: the checkpoint's
+            # model was trained with other data settings than the config gives.
+            message += (
+                " The checkpoint was trained with other data settings than this config; pass "
+                "them (e.g. --data.max_positions) or the config it was trained with."
+            )
+        # Lightning's advice in the command line's terms.
+        message = message.replace(
+            "set `check_val_every_n_epoch=None`", "set --trainer.check_val_every_n_epoch null"
+        )
+        print(f"seq2seq: error: {message} (SEQ2SEQ_TRACEBACK=1 shows where)", file=sys.stderr)
+        return 1
+    finally:
+        warnings.showwarning = shown
+    return 0
+
+
+_PACKAGE = Path(__file__).resolve().parents[1]
+
+
+def _warning_lines(show: Callable) -> Callable:
+    """A ``warnings.showwarning`` for the console script: a ``UserWarning`` raised by seq2seq's
+    own code (a setting or input to look at, e.g. sentences cut at ``max_positions``) becomes
+    one ``seq2seq: warning: ...`` line, like the command line's errors; ``show`` (Python's
+    format: file, line and category) shows the others."""
+
+    def show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+        try:
+            ours = _PACKAGE in Path(filename).resolve().parents
+        except (OSError, RuntimeError, ValueError):
+            ours = False
+        if ours and issubclass(category, UserWarning):
+            print(f"seq2seq: warning: {message}", file=file or sys.stderr)
+        else:
+            show(message, category, filename, lineno, file, line)
+
+    return show_warning
+
+
+class _DropAdvertisement(logging.Filter):
+    """Drops Lightning's "💡 Tip: ... try installing litlogger" notice (not about the run)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("💡 Tip")
+
+
+_DROP_ADVERTISEMENT = _DropAdvertisement()
+
+
+def silence_lightning_notices(subcommand: str | None = None) -> None:
+    """Keep the output to what concerns the run: no litlogger advertisement, no PyTorch
+    deprecation warning raised inside Lightning's own code on every command, no
+    ``ModelCheckpoint`` "could not find the monitored key" before the first validation, nor
+    its "dirpath has changed" when ``validate``/``test``/``predict`` read another folder's
+    checkpoint, and under DDP
+    no advice to log the held-out scores with ``sync_dist=True`` (``TranslationModule`` sums
+    them over the processes itself, so every process logs the same values)."""
+    logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_DROP_ADVERTISEMENT)
+    warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
+    warnings.filterwarnings(
+        "ignore", message=r"It is recommended to use `self\.log\('(val|test)/.*sync_dist=True"
+    )
+    # Warned (instead of raised) only while no validation has run, e.g. a run stopped by
+    # max_steps before its first one: LastCheckpoint says so in words of the run instead.
+    warnings.filterwarnings(
+        "ignore", message=r"`ModelCheckpoint\(monitor=.*could not find the monitored key"
+    )
+    if subcommand in USES:
+        # Evaluating a checkpoint of another folder writes no checkpoint: which best_k_models
+        # ModelCheckpoint reloads does not matter there.
+        warnings.filterwarnings("ignore", message=r"The dirpath has changed from ")

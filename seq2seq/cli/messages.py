@@ -1,0 +1,270 @@
+"""The command line's words: argument errors in a few lines, help texts, the YAML pre-check.
+
+Nothing here imports Lightning: the plain commands (``translate``, ``average``, ``export``)
+start without it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import sys
+from argparse import ArgumentParser
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from seq2seq import compat
+
+_OFF_VALUES = ("", "0", "false", "no", "off")
+
+
+def traceback_wanted() -> bool:
+    """Whether ``SEQ2SEQ_TRACEBACK`` asks for tracebacks: set to anything but an off value
+    (empty, ``0``, ``false``, ``no``, ``off``, in any case)."""
+    return os.environ.get("SEQ2SEQ_TRACEBACK", "").strip().lower() not in _OFF_VALUES
+
+
+#: ``--ckpt_path`` of ``validate``/``test``/``predict`` that asks for the model of the config
+#: with freshly initialised weights (without any ``--ckpt_path`` they refuse to run).
+UNTRAINED = "untrained"
+
+
+#: What ``validate``/``test``/``predict`` do with the checkpoint (for their error and help).
+USES = {
+    "validate": ("score", "scores"),
+    "test": ("score", "scores"),
+    "predict": ("translate with", "translates with"),
+}
+
+
+_RST_ROLE = re.compile(r":(?:func|class|meth|attr|data|mod|obj):`~?([^`]+)`")
+
+
+def plain_help(text: str) -> str:
+    """``--help`` text without reStructuredText markup: roles become their target's name,
+    double back-quotes go."""
+    return _RST_ROLE.sub(r"\1", text).replace("``", "")
+
+
+def argument_error_lines(message: str, parser: ArgumentParser) -> list[str]:
+    """A jsonargparse error ``message`` as a few ``seq2seq: error: ...`` lines."""
+    first, *rest = message.strip().splitlines() or [""]
+    if first.startswith("unrecognized arguments: "):
+        return _unrecognized_lines(first.split(": ", 1)[1].split(), parser)
+    match = re.fullmatch(
+        r"(?:Subcommand '[^']*'|Group '([^']*)') does not accept option '([^']*)'", first
+    )
+    if match:  # a key of a config file (or of a dict given on the command line)
+        key = f"{match[1]}.{match[2]}" if match[1] else match[2]
+        keys = [
+            a.dest for a in compat.parser_actions(parser) if a.option_strings and a.dest != "help"
+        ]
+        return [f"seq2seq: error: unknown config key '{key}'{_did_you_mean(key, keys)}"]
+    match = re.match(r'Parser key "([^"]+)":\s*(.*)', first)
+    if match:
+        return _invalid_value_lines(match[1], match[2], rest)
+    match = re.match(r"argument (\S+) --> (\S+): ", first)
+    if match:  # a linked option given directly (jsonargparse words this badly)
+        source = re.sub(r"^\w+\((.*)\)$", r"\1", match[1])
+        return [
+            f"seq2seq: error: --{match[2]} cannot be set: it is taken from --{source} "
+            "(set that instead)"
+        ]
+    match = re.match(r"argument \S+: invalid choice: '([^']*)'", first)
+    if match and compat.subcommand_names(parser):
+        commands = [*compat.subcommand_names(parser), *plain_commands()]
+        return [
+            f"seq2seq: error: unknown command '{match[1]}'{_did_you_mean(match[1], commands)}; "
+            f"the commands are {', '.join(commands)}"
+        ]
+    return [f"seq2seq: error: {line.strip()}" for line in [first, *rest][:6] if line.strip()]
+
+
+def _unrecognized_lines(tokens: list[str], parser: ArgumentParser) -> list[str]:
+    options = [
+        option
+        for option in compat.option_strings(parser)
+        if option.startswith("--") and not option.endswith(".help")
+    ]
+    lines = []
+    after_option = False
+    for token in tokens:
+        if token.startswith("-") and not re.fullmatch(r"-[\d.eE+-]+", token):
+            name = token.split("=", 1)[0]
+            lines.append(
+                f"seq2seq: error: unrecognized option {name}{_did_you_mean(name, options)}"
+            )
+            after_option = "=" not in token
+        elif after_option:  # the value of the option before it
+            after_option = False
+        else:
+            lines.append(f"seq2seq: error: unexpected argument {token!r}")
+    if len(lines) > 5:
+        lines[5:] = [f"seq2seq: error: ... and {len(lines) - 5} more"]
+    return lines
+
+
+def _did_you_mean(name: str, candidates: Iterable[str]) -> str:
+    """`` (did you mean X?)`` with the closest of ``candidates`` to ``name``, or ``""``."""
+    candidates = list(dict.fromkeys(candidates))
+    last = name.lstrip("-").rsplit(".", 1)[-1]
+    # the same last part: --trainer.max_epochs for --max_epochs or --model.max_epochs
+    matches = [c for c in candidates if c != name and c.rsplit(".", 1)[-1] == last]
+    if not matches:  # else similar spellings, not counting the group it names (--data.foo)
+        others = [c for c in candidates if not name.startswith(c + ".")]
+        matches = difflib.get_close_matches(name, others, n=3, cutoff=0.75)
+    return f" (did you mean {' or '.join(matches[:3])}?)" if matches else ""
+
+
+def _invalid_value_lines(key: str, inline: str, details: list[str]) -> list[str]:
+    """``Parser key "key": ...`` (a value of the wrong type or an invalid class) in short."""
+    value = None
+    expected: list[str] = []
+    choices: list[str] = []
+    notes: list[str] = []
+    prefix = ""
+    for raw in details:
+        line = raw.strip().removeprefix("- ").strip()
+        if (
+            not line
+            or line in ("Errors:", "Does not validate against any of the Union subtypes")
+            or line.startswith(("Subtypes:", "Given value type:", "Expected a path but "))
+        ):
+            continue
+        if line.startswith("Given value: "):
+            value = line.split(": ", 1)[1]
+            continue
+        match = re.fullmatch(r"Problem with given class_path '([^']*)':", line)
+        if match:
+            prefix = f"{match[1]}: "
+            continue
+        match = re.fullmatch(r"Expected a dot import path string: (.*)", line)
+        if match:
+            notes.append(f"{match[1]!r} is not a known class name or import path")
+            continue
+        match = re.fullmatch(r"Expected a (.+?)(?:\. Got value: (.*))?", line)
+        if match and not prefix:
+            if match[2] is not None:
+                value = match[2]
+            literal = re.fullmatch(r"(?:typing\.)?Literal\[(.*)\]", match[1])
+            if literal:
+                choices.append(literal[1])
+            else:
+                expected.append(_type_name(match[1]))
+            continue
+        notes.append(prefix + line)
+        prefix = ""
+    if choices:
+        expected.insert(0, "one of " + ", ".join(choices))
+    summary = "seq2seq: error: invalid value"
+    if value is not None and not inline and not value.startswith("NestedArg("):
+        summary += f" {value if len(value) <= 60 else value[:57] + '...'!r}"
+    summary += f" for --{key}"
+    if inline:
+        summary += f": {inline}"
+    if expected and not notes:  # with notes (a class at fault) the other types mislead
+        summary += f" (expected {' or '.join(dict.fromkeys(expected))})"
+    notes = list(dict.fromkeys(notes))
+    if len(notes) > 4:
+        notes[4:] = ["..."]
+    return [summary, *(f"  {note}" for note in notes)]
+
+
+def _type_name(typehint: str) -> str:
+    """``<class 'int'>`` -> ``int``, ``<class 'NoneType'>`` -> ``null``."""
+    name = re.sub(r"<class '(?:[\w.]+\.)?(\w+)'>", r"\1", typehint).replace("typing.", "")
+    return "null" if name == "NoneType" else name
+
+
+def check_config_syntax(argv: Sequence[str]) -> None:
+    """Exit with status 2 and one line naming the file, line and column when a YAML file given
+    on the command line (``--config``, a ``--trainer`` piece, ...) is not valid YAML
+    (jsonargparse reports such an error without naming the file)."""
+    values = [a.split("=", 1)[1] if a.startswith("--") and "=" in a else a for a in argv]
+    paths = [v for v in values if v.endswith((".yaml", ".yml")) and Path(v).is_file()]
+    for name in paths:
+        try:
+            yaml.safe_load(Path(name).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError):
+            continue  # a missing or unreadable file: jsonargparse's error names it
+        except yaml.YAMLError as err:
+            mark = getattr(err, "problem_mark", None)
+            where = f"{name}, line {mark.line + 1}, column {mark.column + 1}" if mark else name
+            problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+            context, start = getattr(err, "context", None), getattr(err, "context_mark", None)
+            if context and start is not None:
+                problem += f" ({context} at line {start.line + 1}, column {start.column + 1})"
+            print(f"seq2seq: error: YAML syntax error in {where}: {problem}", file=sys.stderr)
+            raise SystemExit(2) from None
+
+
+DESCRIPTION = "Train, evaluate and use encoder-decoder Transformer translation models."
+
+
+def usage() -> str:
+    """The usage line of ``seq2seq --help``."""
+    return (
+        "seq2seq [-c CONFIG] {fit,validate,test,predict} [OPTIONS]\n"
+        f"       seq2seq {{{','.join(plain_commands())}}} [OPTIONS]"
+    )
+
+
+SUBCOMMAND_HELP = {
+    "fit": "train a model (or resume a run with --ckpt_path last)",
+    "validate": "score a checkpoint on the validation set (data.val_split)",
+    "test": "score a checkpoint on the test sets (data.test_splits): BLEU, chrF, TER",
+    "predict": "translate data.predict_file with a checkpoint, through the Trainer",
+}
+
+
+_PLAIN_HELP = {
+    "translate": "translate text with a checkpoint alone (stdin/stdout or --input/--output)",
+    "average": "average the parameters of several checkpoints",
+}
+
+
+def plain_commands() -> list[str]:
+    """The commands that run without LightningCLI: ``translate``, ``average`` and, where
+    :mod:`seq2seq.commands` has it, ``export``."""
+    names = ["translate", "average"]
+    if export_command() is not None:
+        names.append("export")
+    return names
+
+
+def export_command():
+    """``seq2seq.commands.export``, or ``None`` where that function does not exist."""
+    from seq2seq import commands
+
+    return getattr(commands, "export", None)
+
+
+def commands_help() -> str:
+    """The lines ``seq2seq --help`` ends with: the plain commands and ``--version``."""
+    lines = ["", "Further commands (each has --help):"]
+    for name in plain_commands():
+        text = _PLAIN_HELP.get(name)
+        if text is None:  # export: the first line of its docstring
+            doc = (export_command().__doc__ or "").strip().splitlines() or [""]
+            text = doc[0].replace("``", "").rstrip(".")
+        lines.append(f"  {name:<20}{text}")
+    lines += [
+        "",
+        "seq2seq --version prints the versions of seq2seq, torch, lightning, sentencepiece and "
+        "sacrebleu.",
+    ]
+    return "\n".join(lines)
+
+
+HPARAMS_CLASH = "Error while merging hparams"
+
+
+def cli_value(value: Any) -> str:
+    """``value`` as written on the command line: ``true``, ``null``, ``4096``."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    return "null" if value is None else str(value)

@@ -1,0 +1,126 @@
+"""The tokenised Arrow cache: each split's ids, keyed by the corpus content and the
+SentencePiece model, written once and memory-mapped by every later run."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import datasets
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from datasets.arrow_writer import ArrowWriter
+
+from seq2seq.data.corpus import CorpusSplit
+from seq2seq.data.tokenizer import Tokenizer, flatten_ids, id_dtype
+
+CACHE_VERSION = "2"  # bump when the layout of the tokenised Arrow cache changes
+ENCODE_CHUNK = 10_000  # sentence pairs tokenised (or read for SentencePiece) at a time
+
+
+def _arrow_lists(values: np.ndarray, offsets: np.ndarray) -> pa.ListArray:
+    return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(values))
+
+
+def tokenized_split(
+    corpus: CorpusSplit,
+    tokenizer: Tokenizer,
+    folder: Path,
+    pair: str,
+    fingerprint: str,
+    streaming: bool = False,
+    kind: str = "split",
+) -> tuple[datasets.Dataset, bool]:
+    """The split ``corpus`` as an Arrow table of ids, from the cache in ``folder`` or freshly
+    tokenised into it.
+
+    The table is written to a temporary folder beside its place and renamed into it, so a
+    reader never sees a partial table; where another process wrote it meanwhile, its table is
+    used.
+
+    Args:
+        corpus: the split to read.
+        tokenizer: the SentencePiece model (its bytes are part of the cache key).
+        folder: the cache folder (``<cache_dir>/tokenized``).
+        pair: the language pair as in the cache's folder names (``"deen"``).
+        fingerprint: the corpus content's digest (part of the cache key).
+        streaming: read a Hub dataset as a stream while tokenising.
+        kind: what the split is, for the error of an empty one (``"held-out split"``).
+
+    Returns:
+        The table (columns ``index``, ``src_text``, ``tgt_text``, ``src``, ``tgt``) and whether
+        it was tokenised now.
+
+    Raises:
+        ValueError: if the split holds no pairs.
+        OSError: if the cache cannot be written.
+    """
+    key = hashlib.sha256(
+        f"{CACHE_VERSION}|{fingerprint}|".encode() + hashlib.sha256(tokenizer.to_bytes()).digest()
+    ).hexdigest()[:16]
+    path = folder / f"{corpus.split}_{pair}_{key}"
+    table_file = path / "data.arrow"
+    if table_file.is_file():
+        return datasets.Dataset.from_file(str(table_file)), False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}."))
+    try:
+        n_pairs = write_tokenized(corpus, tokenizer, tmp / table_file.name, streaming)
+        if n_pairs == 0:
+            raise ValueError(f"The {kind} {corpus.split!r} is empty: {corpus.describe()}.")
+        os.rename(tmp, path)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not table_file.is_file():  # not written meanwhile by another process
+            raise
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return datasets.Dataset.from_file(str(table_file)), True
+
+
+def write_tokenized(
+    corpus: CorpusSplit, tokenizer: Tokenizer, file: Path, streaming: bool = False
+) -> int:
+    """Tokenises the split a chunk at a time straight into an Arrow file; returns its rows.
+
+    Only one chunk of text and ids is in memory at a time. Ids are stored as uint16 when
+    the vocabulary allows it (int32 otherwise).
+    """
+    id_type = id_dtype(tokenizer.vocab_size)
+    ids = datasets.List(datasets.Value(id_type.name))
+    features = datasets.Features(
+        {
+            "index": datasets.Value("int64"),
+            "src_text": datasets.Value("string"),
+            "tgt_text": datasets.Value("string"),
+            "src": ids,
+            "tgt": ids,
+        }
+    )
+    n_pairs = 0
+    with ArrowWriter(features=features, path=str(file)) as writer:
+        for src, tgt in corpus.iter_chunks(ENCODE_CHUNK, streaming=streaming):
+            chunk = {
+                "index": pa.array(np.arange(n_pairs, n_pairs + len(src))),
+                "src_text": pa.array(src, pa.string()),
+                "tgt_text": pa.array(tgt, pa.string()),
+                "src": _arrow_lists(*flatten_ids(tokenizer.encode(src), id_type)),
+                "tgt": _arrow_lists(*flatten_ids(tokenizer.encode(tgt), id_type)),
+            }
+            writer.write_table(pa.table(chunk))
+            n_pairs += len(src)
+        writer.finalize()
+    return n_pairs
+
+
+def token_lengths(table: datasets.Dataset) -> tuple[np.ndarray, np.ndarray]:
+    """Numbers of source and target ids per row, without EOS/BOS (unselected tables)."""
+    return tuple(
+        np.asarray(pc.list_value_length(table.data.column(name)), dtype=np.int64)
+        for name in ("src", "tgt")
+    )
