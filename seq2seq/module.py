@@ -11,9 +11,9 @@ import lightning as L
 import torch
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 
+from seq2seq import compat
 from seq2seq.checkpoint.format import (
     CHECKPOINT_KEY,
-    NON_STRUCTURAL,
     differing_settings,
     model_config,
     tokenizer_blob,
@@ -46,16 +46,7 @@ from seq2seq.translator import (
 
 log = logging.getLogger(__name__)
 
-# Names other modules import from here (the checkpoint format now lives in
-# seq2seq.checkpoint.format, the decoding settings in seq2seq.translator).
-_NON_STRUCTURAL = NON_STRUCTURAL
-__all__ = [
-    "CHECKPOINT_KEY",
-    "DECODING_SETTINGS",
-    "TranslationModule",
-    "check_decoding_settings",
-    "tokenizer_from_checkpoint",
-]
+__all__ = ["TranslationModule", "tokenizer_from_checkpoint"]
 
 
 def tokenizer_from_checkpoint(checkpoint: dict[str, Any]) -> Tokenizer | None:
@@ -238,8 +229,7 @@ class TranslationModule(L.LightningModule):
             # before Lightning counted that batch in its logging step. A resumed run counts it
             # on its own only where this validation was due anyway (it then skips it);
             # otherwise it would log every value one step early.
-            loop = checkpoint["loops"]["fit_loop"]["epoch_loop.state_dict"]
-            loop["_batches_that_stepped"] += 1
+            compat.add_to_saved_logged_step(checkpoint, 1)
 
     def _batch_under_way(self) -> bool:
         """Whether fit is inside a training batch (begun, not processed yet)."""
@@ -281,7 +271,7 @@ class TranslationModule(L.LightningModule):
             return False  # not after a finished training batch
         if batches.is_last_batch:
             return False
-        if getattr(trainer, "_val_check_time_interval", None) is not None:
+        if compat.val_check_time_interval(trainer) is not None:
             return True
         if trainer.val_check_batch == float("inf"):
             return True
@@ -401,8 +391,7 @@ class TranslationModule(L.LightningModule):
         if self._rate_seconds > 0:
             rate = self._rate_tokens / self._rate_seconds
             self.log("train/tokens_per_s", rate, prog_bar=True)
-            connector = getattr(self.trainer, "_logger_connector", None)
-            if getattr(connector, "should_update_logs", True):  # written to the logger now
+            if compat.logs_written_now(self.trainer):
                 self._rate_tokens, self._rate_seconds = 0, 0.0
 
     def on_train_start(self) -> None:
@@ -440,13 +429,13 @@ class TranslationModule(L.LightningModule):
         self.log("train/lr", float(optimizer.param_groups[0]["lr"]), prog_bar=True)
         scale = world / total.clamp(min=1)
         grads = [p.grad for p in self.parameters() if p.grad is not None]
-        torch._foreach_mul_(grads, scale)
+        compat.foreach_mul_(grads, scale)
         self._window_tokens = torch.zeros_like(self._window_tokens)
         if grads:
             # Every step, like the losses: a run that stops between two logging steps
             # (max_time) flushes the step metrics once more, which must not repeat an older
             # step's norm. One fused pass over the gradients.
-            norms = torch._foreach_norm(grads)
+            norms = compat.foreach_norm(grads)
             self.log("train/grad_norm", torch.linalg.vector_norm(torch.stack(norms)))
 
     def _raise_nonfinite(self) -> None:

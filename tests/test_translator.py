@@ -37,9 +37,10 @@ def saved(tmp_path_factory):
     return path, module.eval()
 
 
-def test_importing_the_translator_imports_no_lightning_nor_data_pipeline():
+def test_translating_with_a_checkpoint_imports_no_lightning_nor_data_pipeline(saved):
     code = (
         "import sys; from seq2seq.translator import Translator; "
+        f"Translator.from_checkpoint({str(saved[0])!r}).translate(['Ein Mann.']); "
         "print(sorted({m.split('.')[0] for m in sys.modules}))"
     )
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)

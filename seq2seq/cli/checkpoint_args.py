@@ -20,12 +20,13 @@ from seq2seq.checkpoint import (
     load_checkpoint,
     resolve_ckpt_path,
 )
+from seq2seq.checkpoint.format import CHECKPOINT_KEY, differing_settings
 from seq2seq.cli.messages import UNTRAINED, USES, cli_value
 from seq2seq.cli.run_folder import refuse_earlier_checkpoints
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.files import check_output_file
-from seq2seq.module import _NON_STRUCTURAL, CHECKPOINT_KEY, tokenizer_from_checkpoint
+from seq2seq.module import tokenizer_from_checkpoint
 
 
 class CheckpointReader:
@@ -399,9 +400,8 @@ def other_architecture(saved: dict, model: dict | Namespace) -> list[str]:
     VALUE)``, ``data.KEY`` for those the data settings give (:data:`DATA_LINKED`)."""
     return [
         f"{'data' if key in DATA_LINKED else 'model'}.{key} {cli_value(value)} "
-        f"(config {cli_value(model.get(key))})"
-        for key, value in saved.items()
-        if key not in _NON_STRUCTURAL and key in model and model.get(key) != value
+        f"(config {cli_value(wanted)})"
+        for key, value, wanted in differing_settings(saved, model)
     ]
 
 

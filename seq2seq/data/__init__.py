@@ -1,40 +1,47 @@
-"""Data pipeline: corpora, SentencePiece tokenizer, token-budget batching, DataModule."""
+"""Data pipeline: corpora, SentencePiece tokenizer, token-budget batching, DataModule.
 
-from seq2seq.data.batching import TokenBudgetBatchSampler, collate, filter_training_pairs
-from seq2seq.data.corpus import (
-    download_multi30k,
-    find_split,
-    iter_lines,
-    iter_parallel,
-    locate_split,
-    read_jsonl,
-    read_lines,
-    read_parallel,
-    read_tsv,
-)
-from seq2seq.data.datamodule import TranslationDataModule
-from seq2seq.data.streaming import StreamingLoader, StreamingPairs
-from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
+The names below are imported on first use, so that ``seq2seq.data.tokenizer`` (what a
+:class:`~seq2seq.translator.Translator` needs) loads without Lightning, ``datasets`` or pyarrow.
+"""
 
-__all__ = [
-    "BOS_ID",
-    "EOS_ID",
-    "PAD_ID",
-    "UNK_ID",
-    "StreamingLoader",
-    "StreamingPairs",
-    "TokenBudgetBatchSampler",
-    "Tokenizer",
-    "TranslationDataModule",
-    "collate",
-    "download_multi30k",
-    "filter_training_pairs",
-    "find_split",
-    "iter_lines",
-    "iter_parallel",
-    "locate_split",
-    "read_jsonl",
-    "read_lines",
-    "read_parallel",
-    "read_tsv",
-]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_HOMES = {
+    "TokenBudgetBatchSampler": "batching",
+    "collate": "batching",
+    "filter_training_pairs": "batching",
+    "download_multi30k": "corpus",
+    "find_split": "corpus",
+    "iter_lines": "corpus",
+    "iter_parallel": "corpus",
+    "locate_split": "corpus",
+    "read_jsonl": "corpus",
+    "read_lines": "corpus",
+    "read_parallel": "corpus",
+    "read_tsv": "corpus",
+    "TranslationDataModule": "datamodule",
+    "StreamingLoader": "streaming",
+    "StreamingPairs": "streaming",
+    "BOS_ID": "tokenizer",
+    "EOS_ID": "tokenizer",
+    "PAD_ID": "tokenizer",
+    "UNK_ID": "tokenizer",
+    "Tokenizer": "tokenizer",
+}
+
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_HOMES))

@@ -224,7 +224,9 @@ class MultiHeadAttention(nn.Module):
             self.weights = attention_probs(q, k, mask, is_causal)
         dropout = self.dropout if self.training else 0.0
         if cache is not None and t == 1 and fast.use_one_query(q, dropout):
-            out = fast.one_query_attention(q, k, v, mask, is_causal)  # a measured speed trick
+            # a measured speed trick; the mask's empty rows are handled here, as in attention()
+            mask = None if mask is None else attend_first_if_empty(mask)
+            out = fast.one_query_attention(q, k, v, mask, is_causal)
         else:
             out = attention(q, k, v, mask, is_causal, dropout)  # (B, H, T, Dh)
         if g > 1:  # back to one query per row: (B, H, 1, Dh)

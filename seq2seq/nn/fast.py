@@ -270,12 +270,11 @@ def one_query_attention(
     products (``softmax(q K^T / sqrt(Dh) + M) V``): SDPA's CPU kernel costs about 1.7 ms per
     call at ``64 x 4`` heads of one query over 30 keys, the products and softmax about 1 ms.
     ``is_causal`` restricts nothing here: the queries are the newest positions (or, grouped,
-    the beams of one sentence in cross-attention)."""
-    from seq2seq.nn.attention import attend_first_if_empty  # attention.py imports this module
-
+    the beams of one sentence in cross-attention). ``mask`` allows at least one key per row
+    (the caller's :func:`~seq2seq.nn.attention.attend_first_if_empty`)."""
     scores = torch.matmul(q, k.transpose(-2, -1).to(q.dtype)).mul_(q.size(-1) ** -0.5)
     if mask is not None:
-        scores = scores.masked_fill_(~attend_first_if_empty(mask), float("-inf"))
+        scores = scores.masked_fill_(~mask, float("-inf"))
     return torch.matmul(scores.softmax(dim=-1), v.to(q.dtype))
 
 
