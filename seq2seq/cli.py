@@ -167,7 +167,7 @@ def _argument_error_lines(message: str, parser: LightningArgumentParser) -> list
         ]
     match = re.match(r"argument \S+: invalid choice: '([^']*)'", first)
     if match and parser._subcommands_action is not None:
-        commands = [*parser._subcommands_action.choices, "translate", "average"]
+        commands = [*parser._subcommands_action.choices, "translate", "average", "export"]
         return [
             f"seq2seq: error: unknown command '{match[1]}'{_did_you_mean(match[1], commands)}; "
             f"the commands are {', '.join(commands)}"
@@ -1361,7 +1361,7 @@ def cli_main(args: Sequence[str] | None = None) -> Seq2SeqCLI | None:
     argv = list(sys.argv[1:] if args is None else args)
     _check_config_syntax(argv)
     _silence_lightning_notices(argv[0] if argv else None)
-    if argv and argv[0] in ("translate", "average"):
+    if argv and argv[0] in ("translate", "average", "export"):
         from seq2seq import commands
 
         getattr(commands, argv[0])(argv[1:])
@@ -1391,7 +1391,7 @@ USER_ERRORS = (
 _DESCRIPTION = "Train, evaluate and use encoder-decoder Transformer translation models."
 _USAGE = (
     "seq2seq [-c CONFIG] {fit,validate,test,predict} [OPTIONS]\n"
-    "       seq2seq {translate,average} [OPTIONS]"
+    "       seq2seq {translate,average,export} [OPTIONS]"
 )
 _SUBCOMMAND_HELP = {
     "fit": "train a model (or resume a run with --ckpt_path last)",
@@ -1404,6 +1404,7 @@ _COMMANDS_HELP = """
 Further commands (each has --help):
   translate           translate text with a checkpoint alone (stdin/stdout or --input/--output)
   average             average the parameters of several checkpoints
+  export              export a checkpoint to CTranslate2 or Hugging Face Transformers
 
 seq2seq --version prints the versions of seq2seq, torch, lightning, sentencepiece and sacrebleu."""
 
