@@ -65,7 +65,9 @@ class Translator:
         """Build a translator from a checkpoint alone (no data files needed).
 
         Args:
-            path: a checkpoint written by ``seq2seq fit`` or ``seq2seq average``.
+            path: a checkpoint written by ``seq2seq fit`` or ``seq2seq average``, or a folder
+                of ``seq2seq export --format ctranslate2`` (then a
+                :class:`~seq2seq.export.ctranslate2.CTranslate2Translator` is returned).
             device: ``None`` picks CUDA when available, else CPU.
             max_tokens: padded source tokens per batch.
             **decoding: overrides of decoding settings (``beam_size``, ``length_penalty``,
@@ -84,6 +86,10 @@ class Translator:
                 from_checkpoint)``), or a decoding setting the module refuses (e.g.
                 ``model.max_len_a must be >= 0, got -1.0``).
         """
+        if Path(path).is_dir():  # a folder of seq2seq export --format ctranslate2
+            from seq2seq.export.ctranslate2 import CTranslate2Translator
+
+            return CTranslate2Translator(path, device, max_tokens, **decoding)
         checkpoint = load_checkpoint(path)
         check_model_checkpoint(checkpoint, path)
         extra = checkpoint.get(CHECKPOINT_KEY, {})
