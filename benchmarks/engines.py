@@ -114,7 +114,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
             outputs[name, beam] = hyps
         for name in names:
             hyps = outputs[name, beam]
-            bleu = sacrebleu.corpus_bleu(hyps, [refs])
+            metric = sacrebleu.BLEU()
+            bleu = metric.corpus_score(hyps, [refs])
+            signature = str(metric.get_signature())
             reference = outputs.get(("seq2seq", beam))
             same = (
                 None
@@ -131,7 +133,6 @@ def main(argv: list[str] | None = None) -> list[dict]:
                     "n": len(sources),
                 }
             )
-        signature = str(sacrebleu.BLEU().get_signature())
     print(
         f"{args.split}, {len(sources)} sentences, {args.threads} threads, length penalty "
         f"{lp}, max_len {hp.max_len_a} * src_len + {hp.max_len_b}, CTranslate2 patience "

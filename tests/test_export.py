@@ -236,14 +236,15 @@ def test_translate_through_a_ctranslate2_folder_keeps_the_output_formats(
     tiny_ckpt, ct2_dir, tmp_path, monkeypatch, capsys
 ):
     source = tmp_path / "in.de"
-    source.write_text("\n".join([*_lines(12), ""]) + "\n", encoding="utf-8")
+    long_line = " ".join(["Hund"] * 80)  # cut at max_positions, with a warning
+    source.write_text("\n".join([*_lines(12), long_line, ""]) + "\n", encoding="utf-8")
     for flags in (
         ["--beam_size", "1", "--scores"],
         ["--beam_size", "3", "--n_best", "3", "--length_penalty", "0"],
     ):
         rows = {}
         for path in (tiny_ckpt, ct2_dir):
-            code, out, _ = run_main(
+            code, out, err = run_main(
                 monkeypatch,
                 capsys,
                 "translate",
@@ -254,9 +255,13 @@ def test_translate_through_a_ctranslate2_folder_keeps_the_output_formats(
                 *flags,
             )
             assert code in (0, None)
+            assert err == [
+                "seq2seq: warning: input line 13 has 81 tokens (with EOS), more "
+                "than the model's max_positions=64; truncated to 64"
+            ]
             rows[path] = [line.split("\t") for line in out.splitlines()]
         ckpt_rows, ct2_rows = rows[tiny_ckpt], rows[ct2_dir]
-        assert len(ct2_rows) == len(ckpt_rows) == 13 * (3 if "--n_best" in flags else 1)
+        assert len(ct2_rows) == len(ckpt_rows) == 14 * (3 if "--n_best" in flags else 1)
         for a, b in zip(ct2_rows, ckpt_rows, strict=True):
             assert len(a) == len(b)
             assert a[:-2] == b[:-2] and a[-1] == b[-1]  # index, text

@@ -294,6 +294,11 @@ class CTranslate2Translator:
         """Source ids without EOS (CTranslate2 appends it), cut so that with EOS they fit
         ``max_positions``; cut lines are named in one ``UserWarning`` as
         :meth:`seq2seq.translator.Translator.encode` names them."""
+        return self._encode(sentences)
+
+    def _encode(self, sentences: Sequence[str]) -> list[list[int]]:
+        """:meth:`encode`; its warning points at the code that called :meth:`encode` or
+        :meth:`translate`."""
         if isinstance(sentences, str | bytes | bytearray):
             raise TypeError("sentences must be a list of str; wrap a single sentence in [text]")
         sentences = list(sentences)
@@ -354,7 +359,7 @@ class CTranslate2Translator:
         if n_best > beam:
             raise ValueError(f"n_best ({n_best}) exceeds the beam size ({beam})")
         single = isinstance(sentences, str)
-        encoded = self.encode([sentences] if single else sentences)
+        encoded = self._encode([sentences] if single else sentences)
         limits = [
             max_len(
                 len(ids) + 1,
