@@ -383,3 +383,24 @@ def test_export_without_the_extra_names_it(tiny_ckpt, tmp_path, monkeypatch, cap
         assert code == 2
         assert f"needs the {module} package" in err[-1] and ".[export]" in err[-1]
         assert not (tmp_path / fmt).exists()
+
+
+def test_engines_benchmark_runs(tiny_ckpt, tmp_path):
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    try:
+        import engines
+    finally:
+        sys.path.pop(0)
+    rows = engines.main(
+        [
+            *("--ckpt", str(tiny_ckpt), "--data_dir", str(MULTI30K), "--limit", "6"),
+            *("--engines", "seq2seq,ct2-float32,ct2-int8", "--beams", "1"),
+            *("--threads", "1", "--work_dir", str(tmp_path)),
+        ]
+    )
+    by_engine = {r["engine"]: r for r in rows}
+    assert set(by_engine) == {"seq2seq", "ct2-float32", "ct2-int8"}
+    assert by_engine["ct2-float32"]["identical"] == 6  # greedy: the same search
+    assert all(r["n"] == 6 and r["sent_per_s"] > 0 for r in rows)
