@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
             model, tokenizer, sources, beam, length_penalty=lp, **limits
         )
 
-    rows, outputs = [], {}
+    rows, outputs, timings = [], {}, {}
     for beam in [int(b) for b in args.beams.split(",")]:
         names = list(run)
         for name in names if beam % 2 else names[::-1]:  # alternate the order per beam
@@ -112,6 +112,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 hyps = run[name](beam)
                 seconds = time.perf_counter() - start
             outputs[name, beam] = hyps
+            timings[name, beam] = seconds
         for name in names:
             hyps = outputs[name, beam]
             metric = sacrebleu.BLEU()
@@ -127,7 +128,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 {
                     "engine": name,
                     "beam": beam,
-                    "sent_per_s": len(sources) / seconds,
+                    "sent_per_s": len(sources) / timings[name, beam],
                     "bleu": round(bleu.score, 2),
                     "identical": same,
                     "n": len(sources),
