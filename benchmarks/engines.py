@@ -52,7 +52,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--beams", default="1,5", help="beam sizes, comma-separated")
     parser.add_argument(
-        "--patience", type=float, default=1.0, help="CTranslate2's beam patience factor"
+        "--patience",
+        type=float,
+        default=2.0,
+        help="CTranslate2's beam patience factor (default 2, the translator's)",
     )
     parser.add_argument("--engines", default="seq2seq,ct2-float32,ct2-int8,transformers")
     parser.add_argument("--work_dir", default=None, help="where the exports go (default: temp)")
