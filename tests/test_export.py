@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import MULTI30K, run_main
 
 from seq2seq.export.common import MARKER
 from seq2seq.translator import Translator
-from tests.conftest import MULTI30K, run_main
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 transformers = pytest.importorskip("transformers")
