@@ -1,4 +1,4 @@
-"""The ``seq2seq translate`` and ``seq2seq average`` commands."""
+"""The ``seq2seq translate``, ``seq2seq average`` and ``seq2seq export`` commands."""
 
 from __future__ import annotations
 
@@ -33,7 +33,12 @@ def translate(argv: Sequence[str]) -> None:
     parser = argparse.ArgumentParser(
         prog="seq2seq translate", description=_plain(translate.__doc__), allow_abbrev=False
     )
-    parser.add_argument("--ckpt_path", required=True, help="checkpoint written by seq2seq fit")
+    parser.add_argument(
+        "--ckpt_path",
+        required=True,
+        help="checkpoint written by seq2seq fit, or a folder of seq2seq export --format "
+        "ctranslate2 (translated through CTranslate2)",
+    )
     parser.add_argument(
         "--input", default="-", help="source file, one sentence per line (- = stdin)"
     )
@@ -139,7 +144,11 @@ def translate(argv: Sequence[str]) -> None:
     translator = Translator.from_checkpoint(
         args.ckpt_path, device=args.device, max_tokens=args.max_tokens, **decoding
     )
-    beam = translator.module.hparams.beam_size
+    beam = (
+        translator.beam_size
+        if Path(args.ckpt_path).is_dir()  # a CTranslate2 folder (seq2seq.export)
+        else translator.module.hparams.beam_size
+    )
     if args.n_best > beam:
         parser.error(
             f"--n_best {args.n_best} exceeds the beam size {beam} (the checkpoint's); "
@@ -339,3 +348,55 @@ def _training_step(checkpoint: dict) -> int | None:
     if isinstance(step, bool) or not isinstance(step, int):
         return None
     return step
+
+
+def export(argv: Sequence[str]) -> None:
+    """``seq2seq export --ckpt_path model.ckpt --format {ctranslate2,huggingface} --output DIR``.
+
+    Writes a model folder for a deployment engine from a checkpoint alone: a CTranslate2
+    folder (``seq2seq translate --ckpt_path DIR`` translates through it; ``--quantization``
+    takes CTranslate2's weight types) or a Hugging Face Transformers folder
+    (``AutoModelForSeq2SeqLM`` and ``AutoTokenizer`` load it). A setting the engine cannot
+    represent is refused by name before anything is written; an existing ``--output`` folder
+    is replaced only if ``seq2seq export`` wrote it. Needs the export extra (pip install -e
+    ".[export]").
+    """
+    from seq2seq.export.ctranslate2 import QUANTIZATIONS
+
+    parser = argparse.ArgumentParser(
+        prog="seq2seq export", description=_plain(export.__doc__), allow_abbrev=False
+    )
+    parser.add_argument("--ckpt_path", required=True, help="checkpoint written by seq2seq fit")
+    parser.add_argument(
+        "--format", required=True, choices=("ctranslate2", "huggingface"), help="target engine"
+    )
+    parser.add_argument("--output", required=True, help="model folder to write")
+    parser.add_argument(
+        "--quantization",
+        choices=QUANTIZATIONS,
+        default=None,
+        help="ctranslate2 only: weight type (default: none = float32)",
+    )
+    args = parser.parse_args(list(argv))
+    if args.quantization not in (None, "none", "float32") and args.format != "ctranslate2":
+        parser.error(f"--quantization {args.quantization} applies to --format ctranslate2 only")
+    from seq2seq.export.common import check_output_folder
+
+    try:
+        check_output_folder(args.output)
+    except OSError as err:
+        parser.error(str(err))
+    try:
+        if args.format == "ctranslate2":
+            from seq2seq.export.ctranslate2 import export_ctranslate2
+
+            written = export_ctranslate2(args.ckpt_path, args.output, args.quantization)
+        else:
+            from seq2seq.export.huggingface import export_huggingface
+
+            written = export_huggingface(args.ckpt_path, args.output)
+    except ModuleNotFoundError as err:
+        if err.name not in ("ctranslate2", "transformers"):
+            raise
+        parser.error(str(err))  # the extra to install, in one line
+    print(f"exported {args.ckpt_path} to {written} ({args.format})")

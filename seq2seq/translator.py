@@ -288,7 +288,9 @@ class Translator:
         checkpoint's hyperparameters, overridden by ``decoding``.
 
         Args:
-            path: a checkpoint written by ``seq2seq fit`` or ``seq2seq average``.
+            path: a checkpoint written by ``seq2seq fit`` or ``seq2seq average``, or a folder
+                of ``seq2seq export --format ctranslate2`` (then a
+                :class:`~seq2seq.export.ctranslate2.CTranslate2Translator` is returned).
             device: ``None`` picks CUDA when available, else CPU.
             max_tokens: padded source tokens per batch.
             **decoding: overrides of decoding settings (``beam_size``, ``length_penalty``,
@@ -307,6 +309,10 @@ class Translator:
                 from_checkpoint)``), or an out-of-range decoding setting (e.g.
                 ``model.max_len_a must be >= 0, got -1.0``).
         """
+        if Path(path).is_dir():  # a folder of seq2seq export --format ctranslate2
+            from seq2seq.export.ctranslate2 import CTranslate2Translator
+
+            return CTranslate2Translator(path, device, max_tokens, **decoding)
         from seq2seq.data.tokenizer import Tokenizer  # SentencePiece, when a model is read
 
         checkpoint = load_checkpoint(path)

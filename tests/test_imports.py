@@ -187,25 +187,3 @@ def test_the_console_path_itself_imports_neither_torch_nor_lightning(command):
         """
     )
     assert lines == [f"RAN {command} ['--help']", "LOADED False False"]
-
-
-def test_without_an_export_command_export_is_an_unknown_command():
-    """Where ``seq2seq.commands`` has no ``export``, ``seq2seq export`` is refused as an
-    unknown command (exit status 2) and the help lists translate and average only."""
-    lines = _run(
-        """
-        import sys, types
-        import seq2seq.commands as commands
-        if hasattr(commands, "export"):
-            del commands.export
-        from seq2seq.cli import entry, messages
-        print("PLAIN", messages.plain_commands())
-        sys.argv = ["seq2seq", "export"]
-        try:
-            entry.main()
-        except SystemExit as stop:
-            print("EXIT", stop.code)
-        """
-    )
-    assert lines[0] == "PLAIN ['translate', 'average']"
-    assert lines[-1] == "EXIT 2"

@@ -22,6 +22,7 @@ from seq2seq.cli.messages import (
     USES,
     check_config_syntax,
     commands_help,
+    plain_commands,
     traceback_wanted,
 )
 
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
     from seq2seq.cli.app import Seq2SeqCLI
 
 #: The commands that :mod:`seq2seq.commands` runs, without LightningCLI.
-PLAIN_COMMANDS = ("translate", "average", "export")
+PLAIN_COMMANDS = tuple(plain_commands())
 
 
 def cli_main(args: Sequence[str] | None = None) -> Seq2SeqCLI | None:
@@ -48,11 +49,8 @@ def cli_main(args: Sequence[str] | None = None) -> Seq2SeqCLI | None:
     if argv and argv[0] in PLAIN_COMMANDS:
         from seq2seq import commands
 
-        # export where seq2seq.commands has it; else LightningCLI reports an unknown command
-        command = getattr(commands, argv[0], None)
-        if command is not None:
-            command(argv[1:])
-            return None
+        getattr(commands, argv[0])(argv[1:])
+        return None
     from seq2seq.cli.app import run_lightning_cli
 
     return run_lightning_cli(None if args is None else argv)

@@ -224,33 +224,19 @@ SUBCOMMAND_HELP = {
 _PLAIN_HELP = {
     "translate": "translate text with a checkpoint alone (stdin/stdout or --input/--output)",
     "average": "average the parameters of several checkpoints",
+    "export": "export a checkpoint to CTranslate2 or Hugging Face Transformers",
 }
 
 
 def plain_commands() -> list[str]:
-    """The commands that run without LightningCLI: ``translate``, ``average`` and, where
-    :mod:`seq2seq.commands` has it, ``export``."""
-    names = ["translate", "average"]
-    if export_command() is not None:
-        names.append("export")
-    return names
-
-
-def export_command():
-    """``seq2seq.commands.export``, or ``None`` where that function does not exist."""
-    from seq2seq import commands
-
-    return getattr(commands, "export", None)
+    """The commands that run without LightningCLI (:mod:`seq2seq.commands`)."""
+    return list(_PLAIN_HELP)
 
 
 def commands_help() -> str:
     """The lines ``seq2seq --help`` ends with: the plain commands and ``--version``."""
     lines = ["", "Further commands (each has --help):"]
-    for name in plain_commands():
-        text = _PLAIN_HELP.get(name)
-        if text is None:  # export: the first line of its docstring
-            doc = (export_command().__doc__ or "").strip().splitlines() or [""]
-            text = doc[0].replace("``", "").rstrip(".")
+    for name, text in _PLAIN_HELP.items():
         lines.append(f"  {name:<20}{text}")
     lines += [
         "",

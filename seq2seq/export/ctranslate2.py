@@ -1,0 +1,434 @@
+"""Export to CTranslate2, and translation through an exported CTranslate2 folder.
+
+The folder is built with CTranslate2's own specification API
+(``ctranslate2.specs.TransformerSpec.from_config``, ``validate``, ``optimize``, ``save``) from
+the checkpoint's weights. It reproduces :class:`seq2seq.nn.Transformer` exactly:
+
+* token embeddings times ``sqrt(d_model)`` plus our sinusoid table, written out explicitly
+  (CTranslate2's built-in table lays sin and cos out in halves, ours interleaves them);
+* Pre-LN with final LayerNorms, or Post-LN without them; LayerNorm epsilon 1e-5;
+* sources end with EOS (``add_source_eos``), decoding starts from ``<s>``;
+* the fused ``[q; k; v]`` and ``[k; v]`` projections are CTranslate2's own layout.
+
+The SentencePiece model travels in the folder (``sentencepiece.model``), with the checkpoint's
+decoding settings in ``seq2seq_export.json``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from seq2seq.data.tokenizer import Tokenizer
+from seq2seq.export.common import (
+    SENTENCEPIECE_FILE,
+    ExportSource,
+    max_len,
+    read_checkpoint,
+    read_marker,
+    refuse,
+    require,
+    source_record,
+    write_folder,
+)
+
+#: ``--quantization`` values: CTranslate2's weight types (``none`` keeps float32).
+QUANTIZATIONS = (
+    "none",
+    "float32",
+    "int8",
+    "int8_float32",
+    "int8_float16",
+    "int8_bfloat16",
+    "int16",
+    "float16",
+    "bfloat16",
+)
+
+LAYER_NORM_EPSILON = 1e-5  # torch.nn.LayerNorm's default, which seq2seq.nn uses
+
+
+def unsupported(config: dict[str, Any]) -> list[tuple[str, str]]:
+    """``(setting, why)`` for each setting of ``config`` that the CTranslate2 Transformer
+    cannot represent exactly."""
+    problems = []
+    if config["positional"] == "rotary":
+        problems.append(
+            (
+                "positional",
+                "rotary positions in a Transformer encoder-decoder are not exported "
+                "(export sinusoidal or learned positions)",
+            )
+        )
+    if config["activation"] not in ("relu", "gelu"):
+        problems.append(("activation", "CTranslate2 takes relu or gelu here"))
+    return problems
+
+
+def _linear(spec, weight, bias=None) -> None:
+    spec.weight = weight.numpy()
+    if bias is not None:
+        spec.bias = bias.numpy()
+
+
+def _norm(spec, source: ExportSource, name: str) -> None:
+    spec.gamma = source.weight(f"{name}.weight").numpy()
+    spec.beta = source.weight(f"{name}.bias").numpy()
+
+
+def _attention(spec, source: ExportSource, name: str, self_attention: bool) -> None:
+    """Our ``qkv`` (self) or ``q`` + ``kv`` (cross) projections, already fused in
+    CTranslate2's order, and the output projection."""
+    w = source.weight
+    if self_attention:
+        _linear(spec.linear[0], w(f"{name}.qkv.weight"), w(f"{name}.qkv.bias"))
+    else:
+        _linear(spec.linear[0], w(f"{name}.q.weight"), w(f"{name}.q.bias"))
+        _linear(spec.linear[1], w(f"{name}.kv.weight"), w(f"{name}.kv.bias"))
+    _linear(spec.linear[-1], w(f"{name}.out.weight"), w(f"{name}.out.bias"))
+
+
+def _ffn(spec, source: ExportSource, name: str) -> None:
+    w = source.weight
+    _linear(spec.linear_0, w(f"{name}.fc1.weight"), w(f"{name}.fc1.bias"))
+    _linear(spec.linear_1, w(f"{name}.fc2.weight"), w(f"{name}.fc2.bias"))
+
+
+def _positions(source: ExportSource) -> np.ndarray:
+    """``(max_positions, D)`` float32 sinusoid table added to the scaled embeddings, the one
+    :class:`seq2seq.nn.layers.SinusoidalPositionalEncoding` computes (sin and cos
+    interleaved)."""
+    config = source.config
+    from seq2seq.nn.layers import SinusoidalPositionalEncoding
+
+    table = SinusoidalPositionalEncoding(config["d_model"], config["max_positions"]).table
+    return table.numpy().astype(np.float32)
+
+
+def build_spec(source: ExportSource):
+    """The ``ctranslate2.specs.TransformerSpec`` of a checkpoint, filled and validated.
+
+    Raises:
+        ValueError: for a setting CTranslate2 cannot represent (:func:`unsupported`).
+        ModuleNotFoundError: without the ``export`` extra.
+    """
+    refuse(source, "CTranslate2", unsupported(source.config))
+    require("ctranslate2", "seq2seq export --format ctranslate2")
+    from ctranslate2.specs import common_spec, transformer_spec
+
+    config = source.config
+    activation = {
+        "relu": common_spec.Activation.RELU,
+        "gelu": common_spec.Activation.GELU,  # exact erf form, as torch's F.gelu
+    }[config["activation"]]
+    spec = transformer_spec.TransformerSpec.from_config(
+        (config["n_encoder_layers"], config["n_decoder_layers"]),
+        config["n_heads"],
+        pre_norm=config["norm_first"],
+        activation=activation,
+    )
+    sinusoids = _positions(source) if config["positional"] == "sinusoidal" else None
+    for stack, cross in ((spec.encoder, False), (spec.decoder, True)):
+        prefix = "decoder" if cross else "encoder"
+        embeddings = stack.embeddings if cross else stack.embeddings[0]
+        embeddings.weight = source.vocab_rows(f"{prefix}.embed.weight").numpy()
+        stack.scale_embeddings = True  # times sqrt(d_model), as seq2seq.nn does
+        if sinusoids is not None:
+            stack.position_encodings.encodings = sinusoids
+        else:
+            stack.position_encodings.encodings = source.weight(f"{prefix}.positions.weight").numpy()
+        if config["norm_first"]:
+            _norm(stack.layer_norm, source, f"{prefix}.norm")
+        for i, layer in enumerate(stack.layer):
+            name = f"{prefix}.layers.{i}"
+            _attention(layer.self_attention, source, f"{name}.self_attn", self_attention=True)
+            _norm(layer.self_attention.layer_norm, source, f"{name}.norm1")
+            if cross:
+                _attention(layer.attention, source, f"{name}.cross_attn", self_attention=False)
+                _norm(layer.attention.layer_norm, source, f"{name}.norm2")
+            _ffn(layer.ffn, source, f"{name}.ff")
+            _norm(layer.ffn.layer_norm, source, f"{name}.norm{3 if cross else 2}")
+    spec.decoder.projection.weight = source.vocab_rows("output.weight").numpy()
+
+    pieces = source.tokenizer.id_to_piece(list(range(config["vocab_size"])))
+    spec.register_source_vocabulary(pieces)
+    spec.register_target_vocabulary(pieces)
+    tok = source.tokenizer
+    spec.config.unk_token = pieces[tok.unk_id]
+    spec.config.bos_token = pieces[tok.bos_id]
+    spec.config.eos_token = pieces[tok.eos_id]
+    spec.config.decoder_start_token = pieces[tok.bos_id]  # decoding starts from <s>
+    spec.config.add_source_eos = True  # our data module ends every source with EOS
+    spec.config.layer_norm_epsilon = LAYER_NORM_EPSILON
+    spec.validate()
+    return spec
+
+
+def export_ctranslate2(
+    ckpt_path: str | Path, output: str | Path, quantization: str | None = None
+) -> Path:
+    """Write a CTranslate2 model folder for a checkpoint.
+
+    Args:
+        ckpt_path: a checkpoint written by ``seq2seq fit`` or ``seq2seq average``.
+        output: the folder to write: absent, empty, or an earlier export's (replaced).
+        quantization: one of :data:`QUANTIZATIONS` (``None``/``"none"``: float32 weights).
+
+    Returns:
+        The folder written.
+
+    Raises:
+        ValueError: for a setting CTranslate2 cannot represent, named before anything is
+            written, or an unknown quantization.
+        FileExistsError: for an ``output`` that ``seq2seq export`` did not write.
+        ModuleNotFoundError: without the ``export`` extra.
+    """
+    quantization = None if quantization in (None, "none") else quantization
+    if quantization is not None and quantization not in QUANTIZATIONS:
+        raise ValueError(f"--quantization {quantization}: choose from {', '.join(QUANTIZATIONS)}")
+    from seq2seq.export.common import check_output_folder
+
+    check_output_folder(output)
+    source = read_checkpoint(ckpt_path)
+    spec = build_spec(source)
+    spec.optimize(quantization=quantization)  # aliases the tied matrices, then quantizes
+
+    def build(folder: Path) -> None:
+        (folder / SENTENCEPIECE_FILE).write_bytes(source.tokenizer.to_bytes())
+        spec.save(str(folder))
+
+    marker = source_record(source, "ctranslate2")
+    marker["quantization"] = quantization or "float32"
+    return write_folder(Path(output), build, marker)
+
+
+class CTranslate2Translator:
+    """Translation through an exported CTranslate2 folder, with the options and outputs of
+    :class:`seq2seq.translator.Translator`.
+
+    Sources are encoded with the folder's SentencePiece model (EOS appended by CTranslate2,
+    cut to ``max_positions`` with the same warning), sorted by length and cut into batches of
+    at most ``max_tokens`` source tokens whose sentences share one length limit
+    (``max_len = int(max_len_a * src_len + max_len_b)``, EOS included, at most
+    ``max_positions``): CTranslate2 takes one ``max_decoding_length`` per batch. The padding
+    token is never generated. A line with no piece the model knows comes back empty, scored 0.
+
+    Differences that remain (both from CTranslate2's search, not the model): a beam search
+    ends when ``beam_size * patience`` hypotheses have finished, where ours ends when no open
+    beam can still beat the ``beam_size``-th finished one (Hugging Face's
+    ``early_stopping=False``); the two agree exactly with ``length_penalty=0``. CTranslate2
+    removes banned tokens before its softmax, ours after it: an early EOS under ``min_len``
+    changes the reported scores by its probability, and the padding token is banned only in a
+    batch where CTranslate2 chose it (run again), so that other scores stay exact.
+
+    Args:
+        folder: a folder written by ``seq2seq export --format ctranslate2``.
+        device: ``"cpu"``, ``"cuda"`` or ``"cuda:N"``; ``None`` picks CUDA when available.
+        max_tokens: source tokens per batch.
+        compute_type: CTranslate2's compute type (``"default"``: the saved weights' type).
+        intra_threads: CPU threads per translation (0: CTranslate2's default).
+        patience: CTranslate2's beam patience factor (see above). 2 (CTranslate2's default
+            is 1) lets a beam run on until ``2 * beam_size`` hypotheses have finished, closer
+            to our rule: on test_2016_flickr it gave 996 of 1,000 beam-5 outputs identical to
+            ours, 1 gave 989 (``benchmarks/README.md``), at about the same speed.
+        **decoding: overrides of the folder's ``beam_size``, ``length_penalty``,
+            ``length_penalty_form``, ``max_len_a``, ``max_len_b``, ``min_len``.
+
+    Raises:
+        FileNotFoundError: if ``folder`` was not written by ``seq2seq export``.
+        ValueError: for another export format, an unknown decoding setting, or one CTranslate2
+            has no equivalent of (``length_penalty_form="gnmt"``).
+        ModuleNotFoundError: without the ``export`` extra.
+    """
+
+    def __init__(
+        self,
+        folder: str | Path,
+        device: str | None = None,
+        max_tokens: int = 4096,
+        compute_type: str = "default",
+        intra_threads: int = 0,
+        patience: float = 2.0,
+        **decoding: Any,
+    ) -> None:
+        folder = Path(folder)
+        marker = read_marker(folder)
+        if marker.get("format") != "ctranslate2":
+            raise ValueError(
+                f"{folder} holds a {marker.get('format')} export; translate needs a "
+                "CTranslate2 folder (seq2seq export --format ctranslate2)"
+            )
+        ct2 = require("ctranslate2", "translating with a CTranslate2 folder")
+        unknown = sorted(set(decoding) - set(marker["decoding"]))
+        if unknown:
+            raise ValueError(f"unknown decoding settings: {unknown}")
+        self.settings = {**marker["decoding"], **decoding}
+        _check_form(self.settings["length_penalty_form"])
+        self.model_config = marker["model_config"]
+        self.tokenizer = Tokenizer.load(folder / SENTENCEPIECE_FILE)
+        if device is None:
+            device = "cuda" if ct2.get_cuda_device_count() > 0 else "cpu"
+        kind, _, index = str(device).partition(":")
+        if kind not in ("cpu", "cuda"):
+            raise ValueError(f"--device {device}: CTranslate2 runs on cpu or cuda[:N] only")
+        self.device = device
+        self.max_tokens = max_tokens
+        self.patience = patience
+        self.model = ct2.Translator(
+            str(folder),
+            device=kind,
+            device_index=int(index or 0),
+            compute_type=compute_type,
+            intra_threads=intra_threads,
+        )
+        self._pieces = self.tokenizer.id_to_piece(list(range(self.model_config["vocab_size"])))
+        self._ids = {piece: i for i, piece in enumerate(self._pieces)}
+
+    @property
+    def beam_size(self) -> int:
+        """The beam size used when ``translate`` is given none."""
+        return int(self.settings["beam_size"])
+
+    def encode(self, sentences: Sequence[str]) -> list[list[int]]:
+        """Source ids without EOS (CTranslate2 appends it), cut so that with EOS they fit
+        ``max_positions``; cut lines are named in one ``UserWarning`` as
+        :meth:`seq2seq.translator.Translator.encode` names them."""
+        return self._encode(sentences)
+
+    def _encode(self, sentences: Sequence[str]) -> list[list[int]]:
+        """:meth:`encode`; its warning points at the code that called :meth:`encode` or
+        :meth:`translate`."""
+        if isinstance(sentences, str | bytes | bytearray):
+            raise TypeError("sentences must be a list of str; wrap a single sentence in [text]")
+        sentences = list(sentences)
+        for i, sentence in enumerate(sentences):
+            if not isinstance(sentence, str):
+                raise TypeError(f"sentences[{i}] is {type(sentence).__name__}, not a string")
+            if "\n" in sentence:
+                raise ValueError(f"sentences[{i}] holds a line break (\\n): one sentence per entry")
+        limit = self.model_config["max_positions"]
+        encoded, cut = [], []
+        for i, ids in enumerate(self.tokenizer.encode(sentences)):
+            if len(ids) + 1 > limit:
+                cut.append((i + 1, len(ids) + 1))
+                ids = ids[: limit - 1]
+            encoded.append(ids)
+        if len(cut) == 1:
+            ((line, length),) = cut
+            message = (
+                f"input line {line} has {length} tokens (with EOS), more than the model's "
+                f"max_positions={limit}; truncated to {limit}"
+            )
+        elif cut:
+            line, length = max(cut, key=lambda c: c[1])
+            lines = ", ".join(str(c[0]) for c in cut[:10]) + (", ..." if len(cut) > 10 else "")
+            message = (
+                f"{len(cut)} input lines (lines {lines}) have more than the model's "
+                f"max_positions={limit} tokens (with EOS); truncated to {limit} (longest: line "
+                f"{line}, {length} tokens)"
+            )
+        if cut:
+            warnings.warn(message, UserWarning, stacklevel=3)
+        return encoded
+
+    def translate(
+        self,
+        sentences: str | Sequence[str],
+        beam_size: int | None = None,
+        n_best: int = 1,
+        return_scores: bool = False,
+        **decoding: Any,
+    ):
+        """Translate one sentence or a list of them, as
+        :meth:`seq2seq.translator.Translator.translate` does (same arguments and results).
+
+        Raises:
+            ValueError: if ``n_best`` exceeds the beam size, for an unknown decoding setting,
+                or for ``length_penalty_form="gnmt"`` (CTranslate2 divides by
+                ``len ** length_penalty`` only).
+        """
+        unknown = sorted(set(decoding) - (set(self.settings) - {"beam_size"}))
+        if unknown:
+            raise ValueError(f"unknown decoding settings: {unknown}")
+        settings = {**self.settings, **decoding}
+        _check_form(settings["length_penalty_form"])
+        beam = self.beam_size if beam_size is None else beam_size
+        if beam < 1:
+            raise ValueError(f"beam_size must be >= 1, got {beam}")
+        if n_best > beam:
+            raise ValueError(f"n_best ({n_best}) exceeds the beam size ({beam})")
+        single = isinstance(sentences, str)
+        encoded = self._encode([sentences] if single else sentences)
+        limits = [
+            max_len(
+                len(ids) + 1,
+                settings["max_len_a"],
+                settings["max_len_b"],
+                self.model_config["max_positions"],
+            )
+            for ids in encoded
+        ]
+        order = sorted(range(len(encoded)), key=lambda i: (len(encoded[i]), limits[i]))
+        results: list[Any] = [None] * len(encoded)
+        start = 0
+        while start < len(order):
+            end = start + 1
+            while (
+                end < len(order)
+                and limits[order[end]] == limits[order[start]]
+                and (end - start + 1) * (len(encoded[order[end]]) + 1) <= self.max_tokens
+            ):
+                end += 1
+            chunk = order[start:end]
+            hyps = self._translate_chunk(
+                [encoded[i] for i in chunk], limits[chunk[0]], beam, n_best, settings
+            )
+            for i, h in zip(chunk, hyps, strict=True):
+                results[i] = h[0][0] if n_best == 1 and not return_scores else h
+            start = end
+        return results[0] if single else results
+
+    def _translate_chunk(
+        self, sources: list[list[int]], limit: int, beam: int, n_best: int, settings: dict
+    ) -> list[list[tuple[str, float]]]:
+        """One CTranslate2 call for sources that share the length limit ``limit``."""
+        tok = self.tokenizer
+        special = {tok.pad_id, tok.eos_id, tok.unk_id, tok.space_id}
+        output: list[list[tuple[str, float]]] = [[("", 0.0)] * n_best for _ in sources]
+        known = [i for i, ids in enumerate(sources) if any(t not in special for t in ids)]
+        if not known:
+            return output
+        batch = [[self._pieces[t] for t in sources[i]] for i in known]
+        options = dict(
+            beam_size=beam,
+            patience=self.patience,
+            num_hypotheses=n_best,
+            length_penalty=settings["length_penalty"],
+            max_decoding_length=limit,
+            min_decoding_length=min(settings["min_len"], limit),
+            max_input_length=0,  # encode() already cut to max_positions
+            return_scores=True,
+        )
+        translated = self.model.translate_batch(batch, **options)
+        pad = self._pieces[tok.pad_id]
+        if any(pad in hyp for result in translated for hyp in result.hypotheses):
+            # CTranslate2 bans tokens before its softmax, which would change every score by
+            # the padding token's probability; so only a batch that chose it is run again.
+            translated = self.model.translate_batch(batch, suppress_sequences=[[pad]], **options)
+        for i, result in zip(known, translated, strict=True):
+            ids = [[self._ids[p] for p in hyp] for hyp in result.hypotheses]
+            texts = tok.decode(ids)
+            output[i] = list(zip(texts, map(float, result.scores), strict=True))
+        return output
+
+
+def _check_form(form: str) -> None:
+    if form != "fairseq":
+        raise ValueError(
+            f"length_penalty_form {form!r} has no CTranslate2 equivalent: CTranslate2 divides "
+            "scores by len ** length_penalty (the 'fairseq' form) only"
+        )

@@ -1,0 +1,339 @@
+"""Export to a Hugging Face Transformers folder (``AutoModelForSeq2SeqLM`` and
+``AutoTokenizer`` load it offline; ``generate`` and ``pipeline("translation")`` work).
+
+The class is the one whose computation is ours:
+
+* Pre-LN (``norm_first``), final LayerNorms: ``PegasusForConditionalGeneration``;
+* Post-LN: ``MarianMTModel``.
+
+Both scale embeddings by ``sqrt(d_model)``, add fixed sinusoids, share one embedding matrix
+between encoder, decoder and output, and use LayerNorm epsilon 1e-5, as ours. Their sinusoid
+table lays the features out sin-half | cos-half where ours interleaves ``sin, cos`` per
+frequency: the same table up to a fixed permutation ``P`` of the ``d_model`` axis. LayerNorm
+and every linear map commute with ``P`` (a LayerNorm's statistics ignore the order; a linear
+map reading the residual stream takes ``W[:, P]``, one writing it ``W[P]``), so the exported
+model, with every residual-stream axis permuted by ``P``, computes our logits exactly.
+
+The tokenizer is ``MarianTokenizer`` over the checkpoint's SentencePiece model
+(``source.spm`` = ``target.spm``, ``vocab.json`` mapping each piece to our id); it appends EOS
+to sources, as our data module does. The generation config carries the checkpoint's beam size
+and length penalty, decoding from ``<s>``, ``early_stopping=False`` (our beam search's
+stopping rule) and the padding token suppressed (after the log-softmax, as ours).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from seq2seq.export.common import (
+    ExportSource,
+    check_output_folder,
+    read_checkpoint,
+    refuse,
+    require,
+    source_record,
+    write_folder,
+)
+
+
+def unsupported(config: dict[str, Any]) -> list[tuple[str, str]]:
+    """``(setting, why)`` for each setting that Pegasus/Marian cannot represent."""
+    problems = []
+    if config["positional"] != "sinusoidal":
+        problems.append(("positional", "Pegasus and Marian have fixed sinusoidal positions only"))
+    if config["tie_embeddings"] != "all":
+        problems.append(
+            (
+                "tie_embeddings",
+                "the exported classes share one matrix between source, target and output "
+                "(tie_embeddings=all)",
+            )
+        )
+    if config["activation"] not in ("relu", "gelu"):
+        problems.append(("activation", "relu or gelu only"))
+    if config["n_heads"] <= 0 or config["d_model"] % 2:
+        problems.append(("d_model", "the sinusoid layout needs an even d_model"))
+    return problems
+
+
+def interleave_permutation(d_model: int) -> torch.Tensor:
+    """``P`` with ``x_hf = x_ours[..., P]``: our features ``0, 2, 4, ...`` (sines), then
+    ``1, 3, 5, ...`` (cosines), the order of Hugging Face's sinusoid table."""
+    return torch.cat([torch.arange(0, d_model, 2), torch.arange(1, d_model, 2)])
+
+
+def state_dict(source: ExportSource, pegasus: bool) -> dict[str, torch.Tensor]:
+    """The weights of the Hugging Face model, keyed by its parameter names.
+
+    Args:
+        source: the checkpoint.
+        pegasus: Pegasus names (final LayerNorms) or Marian names.
+
+    Returns:
+        float32 tensors for ``model.shared``, every layer and (Pegasus) ``layer_norm``.
+    """
+    config = source.config
+    d = config["d_model"]
+    p = interleave_permutation(d)
+    w = source.weight
+    out: dict[str, torch.Tensor] = {}
+
+    def reads(name: str) -> torch.Tensor:  # a map that reads the residual stream
+        return w(name)[:, p]
+
+    def writes(prefix: str, name: str) -> None:  # a map that writes it
+        out[f"{prefix}.weight"] = w(f"{name}.weight")[p]
+        out[f"{prefix}.bias"] = w(f"{name}.bias")[p]
+
+    def norm(prefix: str, name: str) -> None:
+        out[f"{prefix}.weight"] = w(f"{name}.weight")[p]
+        out[f"{prefix}.bias"] = w(f"{name}.bias")[p]
+
+    def projections(prefix: str, names: list[str], weight: str, bias: str) -> None:
+        for part, wt, bs in zip(
+            names, reads(weight).split(d, dim=0), w(bias).split(d, dim=0), strict=True
+        ):
+            out[f"{prefix}.{part}_proj.weight"] = wt
+            out[f"{prefix}.{part}_proj.bias"] = bs
+
+    def feed_forward(prefix: str, name: str) -> None:
+        out[f"{prefix}.fc1.weight"] = reads(f"{name}.fc1.weight")
+        out[f"{prefix}.fc1.bias"] = w(f"{name}.fc1.bias")
+        out[f"{prefix}.fc2.weight"] = w(f"{name}.fc2.weight")[p]
+        out[f"{prefix}.fc2.bias"] = w(f"{name}.fc2.bias")[p]
+
+    out["model.shared.weight"] = source.vocab_rows("decoder.embed.weight")[:, p]
+    for stack in ("encoder", "decoder"):
+        n_layers = config[f"n_{stack}_layers"]
+        for i in range(n_layers):
+            ours, hf = f"{stack}.layers.{i}", f"model.{stack}.layers.{i}"
+            projections(
+                f"{hf}.self_attn",
+                ["q", "k", "v"],
+                f"{ours}.self_attn.qkv.weight",
+                f"{ours}.self_attn.qkv.bias",
+            )
+            writes(f"{hf}.self_attn.out_proj", f"{ours}.self_attn.out")
+            norm(f"{hf}.self_attn_layer_norm", f"{ours}.norm1")
+            if stack == "decoder":
+                cross = f"{ours}.cross_attn"
+                out[f"{hf}.encoder_attn.q_proj.weight"] = reads(f"{cross}.q.weight")
+                out[f"{hf}.encoder_attn.q_proj.bias"] = w(f"{cross}.q.bias")
+                projections(
+                    f"{hf}.encoder_attn", ["k", "v"], f"{cross}.kv.weight", f"{cross}.kv.bias"
+                )
+                writes(f"{hf}.encoder_attn.out_proj", f"{cross}.out")
+                norm(f"{hf}.encoder_attn_layer_norm", f"{ours}.norm2")
+            feed_forward(hf, f"{ours}.ff")
+            norm(f"{hf}.final_layer_norm", f"{ours}.norm{3 if stack == 'decoder' else 2}")
+        if pegasus:
+            norm(f"model.{stack}.layer_norm", f"{stack}.norm")
+    return out
+
+
+def build_model(source: ExportSource):
+    """The ``PegasusForConditionalGeneration`` (Pre-LN) or ``MarianMTModel`` (Post-LN) of a
+    checkpoint, in eval mode, with its generation config set from the checkpoint.
+
+    Raises:
+        ValueError: for a setting the class cannot represent (:func:`unsupported`).
+        ModuleNotFoundError: without the ``export`` extra.
+    """
+    refuse(source, "Hugging Face Transformers", unsupported(source.config))
+    transformers = require("transformers", "seq2seq export --format huggingface")
+    config, decoding = source.config, source.decoding
+    tok = source.tokenizer
+    common = dict(
+        vocab_size=config["vocab_size"],
+        d_model=config["d_model"],
+        encoder_layers=config["n_encoder_layers"],
+        decoder_layers=config["n_decoder_layers"],
+        encoder_attention_heads=config["n_heads"],
+        decoder_attention_heads=config["n_heads"],
+        encoder_ffn_dim=config["d_ff"],
+        decoder_ffn_dim=config["d_ff"],
+        activation_function=config["activation"],
+        dropout=config.get("dropout", 0.0),
+        attention_dropout=config.get("attention_dropout", 0.0),
+        activation_dropout=config.get("activation_dropout", 0.0),
+        max_position_embeddings=config["max_positions"],
+        scale_embedding=True,
+        pad_token_id=tok.pad_id,
+        bos_token_id=tok.bos_id,
+        eos_token_id=tok.eos_id,
+        decoder_start_token_id=tok.bos_id,
+        forced_eos_token_id=None,  # a hypothesis at the length limit ends without EOS, as ours
+        tie_word_embeddings=True,
+    )
+    pegasus = bool(config["norm_first"])
+    if pegasus:
+        hf_config = transformers.PegasusConfig(**common)
+        model = transformers.PegasusForConditionalGeneration(hf_config)
+    else:
+        hf_config = transformers.MarianConfig(
+            **common, decoder_vocab_size=config["vocab_size"], share_encoder_decoder_embeddings=True
+        )
+        model = transformers.MarianMTModel(hf_config)
+    weights = state_dict(source, pegasus)
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    allowed = {"final_logits_bias", "lm_head.weight"}  # zero bias; output tied to shared
+    allowed |= {k for k in missing if "embed_positions" in k or "embed_tokens" in k}
+    if unexpected or set(missing) - allowed:
+        raise RuntimeError(
+            f"weights do not match {type(model).__name__}: missing {sorted(set(missing) - allowed)}"
+            f", unexpected {sorted(unexpected)}"
+        )
+    from seq2seq.nn.layers import SinusoidalPositionalEncoding
+
+    table = SinusoidalPositionalEncoding(config["d_model"], config["max_positions"]).table
+    with torch.no_grad():
+        for stack in (model.model.encoder, model.model.decoder):
+            stack.embed_positions.weight.copy_(table[:, interleave_permutation(config["d_model"])])
+    model.tie_weights()
+    generation = model.generation_config
+    generation.decoder_start_token_id = tok.bos_id
+    generation.bos_token_id = tok.bos_id
+    generation.eos_token_id = tok.eos_id
+    generation.pad_token_id = tok.pad_id
+    generation.forced_eos_token_id = None
+    generation.num_beams = int(decoding["beam_size"])
+    generation.length_penalty = float(decoding["length_penalty"])
+    generation.early_stopping = False
+    generation.min_new_tokens = int(decoding["min_len"]) or None
+    generation.max_new_tokens = config["max_positions"]
+    generation.max_length = None
+    generation.suppress_tokens = [tok.pad_id]
+    return model.eval()
+
+
+def build_tokenizer(source: ExportSource, folder: Path):
+    """A ``MarianTokenizer`` over the checkpoint's SentencePiece model, its files written to
+    ``folder`` (``source.spm``, ``target.spm``, ``vocab.json``), saved there."""
+    transformers = require("transformers", "seq2seq export --format huggingface")
+    tok = source.tokenizer
+    blob = tok.to_bytes()
+    (folder / "source.spm").write_bytes(blob)
+    (folder / "target.spm").write_bytes(blob)
+    pieces = tok.id_to_piece(list(range(source.config["vocab_size"])))
+    (folder / "vocab.json").write_text(
+        json.dumps({piece: i for i, piece in enumerate(pieces)}, ensure_ascii=False)
+    )
+    src, tgt = source.languages or (None, None)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Recommended: pip install sacremoses")
+        tokenizer = transformers.MarianTokenizer(
+            source_spm=str(folder / "source.spm"),
+            target_spm=str(folder / "target.spm"),
+            vocab=str(folder / "vocab.json"),
+            source_lang=src,
+            target_lang=tgt,
+            unk_token=pieces[tok.unk_id],
+            eos_token=pieces[tok.eos_id],
+            pad_token=pieces[tok.pad_id],
+            bos_token=pieces[tok.bos_id],  # never added; skip_special_tokens drops it
+            model_max_length=source.config["max_positions"],
+        )
+    tokenizer.save_pretrained(str(folder))
+    return tokenizer
+
+
+def export_huggingface(ckpt_path: str | Path, output: str | Path) -> Path:
+    """Write a Hugging Face Transformers folder for a checkpoint.
+
+    Args:
+        ckpt_path: a checkpoint written by ``seq2seq fit`` or ``seq2seq average``.
+        output: the folder to write: absent, empty, or an earlier export's (replaced).
+
+    Returns:
+        The folder written.
+
+    Raises:
+        ValueError: for a setting the target class cannot represent, named before anything
+            is written.
+        FileExistsError: for an ``output`` that ``seq2seq export`` did not write.
+        ModuleNotFoundError: without the ``export`` extra.
+    """
+    check_output_folder(output)
+    source = read_checkpoint(ckpt_path)
+    model = build_model(source)
+
+    def build(folder: Path) -> None:
+        model.save_pretrained(str(folder))
+        build_tokenizer(source, folder)
+
+    marker = source_record(source, "huggingface")
+    marker["class"] = type(model).__name__
+    if source.decoding["length_penalty_form"] != "fairseq":
+        marker["note"] = (
+            "generate divides by len ** length_penalty; the checkpoint's gnmt form is not kept"
+        )
+    return write_folder(Path(output), build, marker)
+
+
+def generate_translations(
+    model,
+    tokenizer,
+    sentences: list[str],
+    beam_size: int,
+    length_penalty: float = 1.0,
+    max_len_a: float = 1.2,
+    max_len_b: int = 10,
+    min_len: int = 0,
+    max_tokens: int = 4096,
+) -> list[str]:
+    """Translate with an exported model's ``generate`` under our per-sentence length limits.
+
+    ``generate`` takes one ``max_new_tokens`` per call, so sentences are grouped by their
+    limit ``int(max_len_a * src_len + max_len_b)`` (``src_len`` with EOS, at most the model's
+    ``max_position_embeddings``) and each group is cut into batches of at most ``max_tokens``
+    padded source tokens.
+
+    Args:
+        model: the exported ``PegasusForConditionalGeneration`` or ``MarianMTModel``.
+        tokenizer: its tokenizer.
+        sentences: source sentences.
+        beam_size: 1 for greedy search.
+        length_penalty, max_len_a, max_len_b, min_len: as in :mod:`seq2seq.nn.search`.
+        max_tokens: padded source tokens per batch.
+
+    Returns:
+        One translation per sentence, in input order.
+    """
+    from seq2seq.export.common import max_len
+
+    limit = model.config.max_position_embeddings
+    ids = tokenizer(list(sentences), truncation=True, max_length=limit)["input_ids"]
+    limits = [max_len(len(x), max_len_a, max_len_b, limit) for x in ids]
+    order = sorted(range(len(ids)), key=lambda i: (limits[i], len(ids[i])))
+    results: list[str] = [""] * len(ids)
+    start = 0
+    while start < len(order):
+        end = start + 1
+        while (
+            end < len(order)
+            and limits[order[end]] == limits[order[start]]
+            and (end - start + 1) * len(ids[order[end]]) <= max_tokens
+        ):
+            end += 1
+        chunk = order[start:end]
+        batch = tokenizer.pad({"input_ids": [ids[i] for i in chunk]}, return_tensors="pt")
+        with torch.no_grad():
+            out = model.generate(
+                **batch,
+                num_beams=beam_size,
+                length_penalty=length_penalty,
+                max_new_tokens=limits[chunk[0]],
+                min_new_tokens=min_len or None,
+                do_sample=False,
+            )
+        texts = tokenizer.batch_decode(out, skip_special_tokens=True)
+        for i, text in zip(chunk, texts, strict=True):
+            results[i] = text
+        start = end
+    return results

@@ -1,0 +1,406 @@
+"""seq2seq export: CTranslate2 and Hugging Face folders reproduce our model and search.
+
+The tiny run of ``configs/tiny.yaml`` (Pre-LN, relu, sinusoids, tied embeddings) is the main
+subject; Post-LN, gelu, learned-position, untied and rotary variants are built from its
+tokenizer with fresh weights (their checkpoints hold what ``seq2seq fit`` stores).
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import MULTI30K, run_main
+
+from seq2seq.export.common import MARKER
+from seq2seq.translator import Translator
+
+ctranslate2 = pytest.importorskip("ctranslate2")
+transformers = pytest.importorskip("transformers")
+
+
+def _lines(n: int, split: str = "val") -> list[str]:
+    with gzip.open(MULTI30K / f"{split}.de.gz", "rt", encoding="utf-8") as f:
+        return [next(f).rstrip("\n") for _ in range(n)]
+
+
+@pytest.fixture(scope="module")
+def tiny_ckpt(tiny_run) -> Path:
+    return tiny_run / "checkpoints" / "tiny" / "last.ckpt"
+
+
+@pytest.fixture(scope="module")
+def ours(tiny_ckpt) -> Translator:
+    return Translator.from_checkpoint(tiny_ckpt, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def ct2_dir(tiny_ckpt, tmp_path_factory) -> Path:
+    from seq2seq.export.ctranslate2 import export_ctranslate2
+
+    return export_ctranslate2(tiny_ckpt, tmp_path_factory.mktemp("export") / "ct2")
+
+
+@pytest.fixture(scope="module")
+def hf_dir(tiny_ckpt, tmp_path_factory) -> Path:
+    from seq2seq.export.huggingface import export_huggingface
+
+    return export_huggingface(tiny_ckpt, tmp_path_factory.mktemp("export") / "hf")
+
+
+def _variant(tiny_ckpt: Path, path: Path, **settings) -> Path:
+    """A checkpoint of the tiny run's tokenizer and settings changed by ``settings``, with
+    fresh (seeded) weights, stored as ``seq2seq fit`` stores a model."""
+    from seq2seq.checkpoint import load_checkpoint
+    from seq2seq.module import TranslationModule
+
+    base = load_checkpoint(tiny_ckpt)
+    config = {**base["seq2seq"]["model_config"], **settings}
+    torch.manual_seed(0)
+    module = TranslationModule(**config)
+    with torch.no_grad():  # LayerNorms away from (1, 0), so that their export is checked too
+        for name, p in module.named_parameters():
+            if "norm" in name:
+                p.add_(0.1 * torch.randn_like(p))
+    checkpoint = {
+        "state_dict": module.state_dict(),
+        "hyper_parameters": {**base["hyper_parameters"], **settings},
+        "datamodule_hyper_parameters": base["datamodule_hyper_parameters"],
+        "seq2seq": {"model_config": config, "tokenizer": base["seq2seq"]["tokenizer"]},
+    }
+    torch.save(checkpoint, path)
+    return path
+
+
+def _our_log_probs(translator: Translator, src: list[int], tgt: list[int]) -> torch.Tensor:
+    """``(T + 1,)`` log-probabilities of ``tgt + [EOS]`` given ``src`` (EOS-terminated)."""
+    tok = translator.module.tokenizer
+    with torch.no_grad():
+        logits = translator.module.model(torch.tensor([src]), torch.tensor([[tok.bos_id, *tgt]]))
+    log_probs = torch.log_softmax(logits[0].double(), dim=-1)
+    return log_probs.gather(1, torch.tensor([[*tgt, tok.eos_id]]).T).squeeze(1)
+
+
+def _ct2_scores(folder: Path, translator: Translator, pairs) -> list[list[float]]:
+    model = ctranslate2.Translator(str(folder), device="cpu")
+    tok = translator.module.tokenizer
+    src = [tok.id_to_piece(s[:-1]) for s, _ in pairs]  # CTranslate2 appends EOS itself
+    tgt = [tok.id_to_piece(t) for _, t in pairs]
+    return [r.log_probs for r in model.score_batch(src, tgt)]
+
+
+def _pairs(translator: Translator, n: int = 16) -> list[tuple[list[int], list[int]]]:
+    tok = translator.module.tokenizer
+    src = translator.encode(_lines(n))
+    with gzip.open(MULTI30K / "val.en.gz", "rt", encoding="utf-8") as f:
+        tgt = tok.encode([next(f).rstrip("\n") for _ in range(n)])
+    return list(zip(src, tgt, strict=True))
+
+
+def test_ctranslate2_scores_are_our_log_probabilities(ours, ct2_dir):
+    pairs = _pairs(ours)
+    for (src, tgt), theirs in zip(pairs, _ct2_scores(ct2_dir, ours, pairs), strict=True):
+        expected = _our_log_probs(ours, src, tgt)
+        assert len(theirs) == len(tgt) + 1
+        torch.testing.assert_close(
+            torch.tensor(theirs, dtype=torch.float64), expected, atol=1e-4, rtol=0
+        )
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        dict(norm_first=False, activation="gelu"),
+        dict(positional="learned", tie_embeddings="none"),
+    ],
+    ids=["post_ln_gelu", "learned_untied"],
+)
+def test_ctranslate2_reproduces_other_architectures(tiny_ckpt, tmp_path, settings):
+    from seq2seq.export.ctranslate2 import export_ctranslate2
+
+    ckpt = _variant(tiny_ckpt, tmp_path / "variant.ckpt", **settings)
+    translator = Translator.from_checkpoint(ckpt, device="cpu")
+    folder = export_ctranslate2(ckpt, tmp_path / "ct2")
+    pairs = _pairs(translator, 6)
+    for (src, tgt), theirs in zip(pairs, _ct2_scores(folder, translator, pairs), strict=True):
+        torch.testing.assert_close(
+            torch.tensor(theirs, dtype=torch.float64),
+            _our_log_probs(translator, src, tgt),
+            atol=1e-4,
+            rtol=0,
+        )
+
+
+def test_ctranslate2_greedy_and_beam_output_is_ours(ours, ct2_dir):
+    """Greedy with the checkpoint's settings; beam 5 with ``length_penalty=0``, where our
+    stopping rule and CTranslate2's (stop at ``beam_size`` finished hypotheses) provably
+    return the same best hypothesis (log-probabilities only decrease)."""
+    lines = _lines(60)
+    theirs = Translator.from_checkpoint(ct2_dir, device="cpu")
+    for beam, decoding in ((1, {}), (5, {"length_penalty": 0.0})):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # lines cut at max_positions
+            a = theirs.translate(lines, beam_size=beam, return_scores=True, **decoding)
+            b = ours.translate(lines, beam_size=beam, return_scores=True, **decoding)
+        assert [h[0][0] for h in a] == [h[0][0] for h in b]
+        for x, y in zip(a, b, strict=True):
+            assert x[0][1] == pytest.approx(y[0][1], abs=1e-4)
+
+
+def test_ctranslate2_int8_export_is_smaller_and_translates(tiny_ckpt, ct2_dir, tmp_path):
+    from seq2seq.export.ctranslate2 import export_ctranslate2
+
+    folder = export_ctranslate2(tiny_ckpt, tmp_path / "int8", quantization="int8")
+    assert (folder / "model.bin").stat().st_size < (ct2_dir / "model.bin").stat().st_size
+    lines = _lines(8)
+    out = Translator.from_checkpoint(folder, device="cpu").translate(lines, beam_size=2)
+    assert len(out) == len(lines) and all(isinstance(t, str) for t in out)
+
+
+def _hf(folder: Path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = transformers.AutoModelForSeq2SeqLM.from_pretrained(folder).eval()
+        tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
+    return model, tokenizer
+
+
+def _assert_same_logits(translator: Translator, model) -> None:
+    tok = translator.module.tokenizer
+    for src, tgt in _pairs(translator, 6):
+        tgt_in = torch.tensor([[tok.bos_id, *tgt]])
+        with torch.no_grad():
+            expected = translator.module.model(torch.tensor([src]), tgt_in)
+            logits = model(input_ids=torch.tensor([src]), decoder_input_ids=tgt_in).logits
+        torch.testing.assert_close(logits, expected, atol=1e-5, rtol=0)
+
+
+def test_huggingface_logits_and_tokenizer_are_ours(ours, hf_dir):
+    model, tokenizer = _hf(hf_dir)
+    assert type(model).__name__ == "PegasusForConditionalGeneration"  # Pre-LN, final norms
+    _assert_same_logits(ours, model)
+    lines = _lines(200) + _lines(50, "test_2016_flickr")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # lines cut at max_positions
+        expected = ours.encode(lines)
+    assert tokenizer(lines, truncation=True)["input_ids"] == expected  # cut as ours too
+
+
+def test_huggingface_post_ln_export_is_marian_with_our_logits(tiny_ckpt, tmp_path):
+    from seq2seq.export.huggingface import export_huggingface
+
+    ckpt = _variant(tiny_ckpt, tmp_path / "post.ckpt", norm_first=False, activation="gelu")
+    model, _ = _hf(export_huggingface(ckpt, tmp_path / "hf"))
+    assert type(model).__name__ == "MarianMTModel"
+    _assert_same_logits(Translator.from_checkpoint(ckpt, device="cpu"), model)
+
+
+def test_huggingface_generate_is_our_search(ours, hf_dir):
+    from seq2seq.export.huggingface import generate_translations
+
+    model, tokenizer = _hf(hf_dir)
+    settings = {k: ours.module.hparams[k] for k in ("max_len_a", "max_len_b", "min_len")}
+    lines = _lines(24)  # generate is slow on the tiny model's long, repetitive outputs
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        for beam in (1, 5):
+            expected = ours.translate(lines, beam_size=beam, length_penalty=1.0)
+            got = generate_translations(
+                model, tokenizer, lines, beam, length_penalty=1.0, **settings
+            )
+            assert got == expected
+    assert model.generation_config.num_beams == ours.module.hparams.beam_size
+    assert model.generation_config.decoder_start_token_id == ours.module.tokenizer.bos_id
+
+
+def test_huggingface_translation_pipeline_runs(hf_dir):
+    """``pipeline("translation")`` where the installed transformers has it (4.x); 5.x removed
+    the task, and says so."""
+    if "translation" in transformers.pipelines.SUPPORTED_TASKS:
+        out = transformers.pipeline("translation", model=str(hf_dir))("Ein Mann fährt Fahrrad.")
+        assert isinstance(out[0]["translation_text"], str)
+    else:
+        with pytest.raises(KeyError, match="translation has been removed"):
+            transformers.pipeline("translation", model=str(hf_dir))
+        model, tokenizer = _hf(hf_dir)
+        batch = tokenizer(["Ein Mann fährt Fahrrad."], return_tensors="pt")
+        text = tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True)
+        assert isinstance(text[0], str) and text[0]
+
+
+def test_translate_through_a_ctranslate2_folder_keeps_the_output_formats(
+    tiny_ckpt, ct2_dir, tmp_path, monkeypatch, capsys
+):
+    source = tmp_path / "in.de"
+    long_line = " ".join(["Hund"] * 80)  # cut at max_positions, with a warning
+    source.write_text("\n".join([*_lines(12), long_line, ""]) + "\n", encoding="utf-8")
+    for flags in (
+        ["--beam_size", "1", "--scores"],
+        ["--beam_size", "3", "--n_best", "3", "--length_penalty", "0"],
+    ):
+        rows = {}
+        for path in (tiny_ckpt, ct2_dir):
+            code, out, err = run_main(
+                monkeypatch,
+                capsys,
+                "translate",
+                "--ckpt_path",
+                str(path),
+                "--input",
+                str(source),
+                *flags,
+            )
+            assert code in (0, None)
+            assert err == [
+                "seq2seq: warning: input line 13 has 81 tokens (with EOS), more "
+                "than the model's max_positions=64; truncated to 64"
+            ]
+            rows[path] = [line.split("\t") for line in out.splitlines()]
+        ckpt_rows, ct2_rows = rows[tiny_ckpt], rows[ct2_dir]
+        assert len(ct2_rows) == len(ckpt_rows) == 14 * (3 if "--n_best" in flags else 1)
+        for a, b in zip(ct2_rows, ckpt_rows, strict=True):
+            assert len(a) == len(b)
+            assert a[:-2] == b[:-2] and a[-1] == b[-1]  # index, text
+            assert float(a[-2]) == pytest.approx(float(b[-2]), abs=2e-4)  # score
+
+
+def test_translate_says_which_option_ctranslate2_lacks(ct2_dir, tmp_path, monkeypatch, capsys):
+    source = tmp_path / "in.de"
+    source.write_text("Ein Hund.\n", encoding="utf-8")
+    code, _, err = run_main(
+        monkeypatch,
+        capsys,
+        "translate",
+        "--ckpt_path",
+        str(ct2_dir),
+        "--input",
+        str(source),
+        "--length_penalty_form",
+        "gnmt",
+    )
+    assert code == 1 and len(err) == 1
+    assert "length_penalty_form 'gnmt' has no CTranslate2 equivalent" in err[0]
+
+
+@pytest.mark.parametrize(
+    ("fmt", "settings", "named"),
+    [
+        ("ctranslate2", dict(positional="rotary"), ["model.positional='rotary'"]),
+        ("huggingface", dict(positional="rotary"), ["model.positional='rotary'"]),
+        ("huggingface", dict(positional="learned"), ["model.positional='learned'"]),
+        (
+            "huggingface",
+            dict(positional="learned", tie_embeddings="decoder"),
+            ["model.positional='learned'", "model.tie_embeddings='decoder'"],
+        ),
+    ],
+)
+def test_export_refuses_what_an_engine_cannot_represent(
+    tiny_ckpt, tmp_path, monkeypatch, capsys, fmt, settings, named
+):
+    ckpt = _variant(tiny_ckpt, tmp_path / "variant.ckpt", **settings)
+    output = tmp_path / "out"
+    code, _, err = run_main(
+        monkeypatch,
+        capsys,
+        "export",
+        "--ckpt_path",
+        str(ckpt),
+        "--format",
+        fmt,
+        "--output",
+        str(output),
+    )
+    assert code == 1 and len(err) == 1 and err[0].startswith("seq2seq: error: ")
+    for name in named:
+        assert name in err[0]
+    assert not output.exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["variant.ckpt"]  # no staging folder left
+
+
+def test_export_replaces_only_its_own_output_folder(tiny_ckpt, tmp_path, monkeypatch, capsys):
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("keep me")
+    code, _, err = run_main(
+        monkeypatch,
+        capsys,
+        "export",
+        "--ckpt_path",
+        str(tiny_ckpt),
+        "--format",
+        "ctranslate2",
+        "--output",
+        str(foreign),
+    )
+    assert code == 2 and "was not written by seq2seq export" in err[-1]
+    assert [p.name for p in foreign.iterdir()] == ["notes.txt"]
+
+    own = tmp_path / "own"
+    for fmt in ("ctranslate2", "huggingface"):  # the second export replaces the first
+        code, out, _ = run_main(
+            monkeypatch,
+            capsys,
+            "export",
+            "--ckpt_path",
+            str(tiny_ckpt),
+            "--format",
+            fmt,
+            "--output",
+            str(own),
+        )
+        assert code in (0, None) and f"({fmt})" in out
+        assert (own / MARKER).is_file()
+    assert (own / "config.json").is_file() and not (own / "model.bin").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["foreign", "own"]
+
+
+def test_export_without_the_extra_names_it(tiny_ckpt, tmp_path, monkeypatch, capsys):
+    real = importlib.import_module
+
+    def import_module(name, *args, **kwargs):
+        if name in ("ctranslate2", "transformers"):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(importlib, "import_module", import_module)
+    for fmt, module in (("ctranslate2", "ctranslate2"), ("huggingface", "transformers")):
+        code, _, err = run_main(
+            monkeypatch,
+            capsys,
+            "export",
+            "--ckpt_path",
+            str(tiny_ckpt),
+            "--format",
+            fmt,
+            "--output",
+            str(tmp_path / fmt),
+        )
+        assert code == 2
+        assert f"needs the {module} package" in err[-1] and ".[export]" in err[-1]
+        assert not (tmp_path / fmt).exists()
+
+
+def test_engines_benchmark_runs(tiny_ckpt, tmp_path):
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    try:
+        import engines
+    finally:
+        sys.path.pop(0)
+    rows = engines.main(
+        [
+            *("--ckpt", str(tiny_ckpt), "--data_dir", str(MULTI30K), "--limit", "6"),
+            *("--engines", "seq2seq,ct2-float32,ct2-int8", "--beams", "1"),
+            *("--threads", "1", "--work_dir", str(tmp_path)),
+        ]
+    )
+    by_engine = {r["engine"]: r for r in rows}
+    assert set(by_engine) == {"seq2seq", "ct2-float32", "ct2-int8"}
+    assert by_engine["ct2-float32"]["identical"] == 6  # greedy: the same search
+    assert all(r["n"] == 6 and r["sent_per_s"] > 0 for r in rows)
