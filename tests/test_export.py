@@ -385,6 +385,26 @@ def test_export_without_the_extra_names_it(tiny_ckpt, tmp_path, monkeypatch, cap
         assert not (tmp_path / fmt).exists()
 
 
+def test_translate_with_a_ctranslate2_folder_without_the_extra_names_it(
+    ct2_dir, tmp_path, monkeypatch, capsys
+):
+    real = importlib.import_module
+
+    def import_module(name, *args, **kwargs):
+        if name == "ctranslate2":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(importlib, "import_module", import_module)
+    source = tmp_path / "in.de"
+    source.write_text("Ein Mann.\n", encoding="utf-8")
+    code, _, err = run_main(
+        monkeypatch, capsys, "translate", "--ckpt_path", str(ct2_dir), "--input", str(source)
+    )
+    assert code == 1
+    assert len(err) == 1 and "needs the ctranslate2 package" in err[0] and ".[export]" in err[0]
+
+
 def test_engines_benchmark_runs(tiny_ckpt, tmp_path):
     import sys
 

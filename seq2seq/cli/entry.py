@@ -66,6 +66,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
         OSError,  # missing/unreadable files and folders, failed downloads, full disks
         ValueError,  # bad settings and bad input data (UnicodeDecodeError included)
         pickle.UnpicklingError,  # a file given as --ckpt_path that is no checkpoint
+        ModuleNotFoundError,  # an optional extra not installed (seq2seq.export names it)
     ]
     exceptions = sys.modules.get("lightning.pytorch.utilities.exceptions")
     if exceptions is not None:
