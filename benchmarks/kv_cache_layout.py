@@ -6,8 +6,9 @@ two products over the two layouts a preallocated cache can have, side by side in
 
 * batch-major ``(B, H, capacity, Dh)``, each row's prefix ``[:L]`` a ``(L, Dh)`` block with a
   gap of ``capacity - L`` positions before the next row's;
-* time-major ``(capacity, B, H, Dh)`` (``seq2seq.nn.fast.TimeMajorKVCache``, beam search), the prefix ``[:L]``
-  one contiguous block and each row's keys a ``(L, Dh)`` matrix with row stride ``B * H * Dh``.
+* time-major ``(capacity, B, H, Dh)`` (``seq2seq.nn.fast.TimeMajorKVCache``, beam search), the
+  prefix ``[:L]`` one contiguous block and each row's keys a ``(L, Dh)`` matrix with row stride
+  ``B * H * Dh``.
 
 Between timed calls a pass over ``--evict-mb`` MB of other memory pushes the cache out of the CPU's
 caches, as the rest of a decoder step (weights, cross-attention keys and values, the output

@@ -14,6 +14,8 @@ from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from seq2seq import compat
 from seq2seq.checkpoint.format import (
     CHECKPOINT_KEY,
+    DECODING_DEFAULTS,
+    DECODING_SETTINGS,
     differing_settings,
     model_config,
     tokenizer_blob,
@@ -37,8 +39,6 @@ from seq2seq.nn import (
 )
 from seq2seq.optim import InverseSqrtLR
 from seq2seq.translator import (
-    DECODING_DEFAULTS,
-    DECODING_SETTINGS,
     check_decoding_settings,
     check_decoding_values,
     decode_batch,

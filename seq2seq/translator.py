@@ -18,48 +18,31 @@ is imported when a checkpoint is read.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, overload
+from typing import Any, overload
 
 import torch
 
 from seq2seq.checkpoint.format import (
     CHECKPOINT_KEY,
+    DECODING_DEFAULTS,
+    DECODING_SETTINGS,
     differing_settings,
     model_config,
     tokenizer_blob,
 )
 from seq2seq.checkpoint.load import check_model_checkpoint, load_checkpoint
+from seq2seq.data.tokenizer import Tokenizer, source_ids
 from seq2seq.nn import Transformer, TransformerConfig, beam_search, greedy_search
 
-if TYPE_CHECKING:
-    from seq2seq.data.tokenizer import Tokenizer
-
 __all__ = [
-    "DECODING_DEFAULTS",
-    "DECODING_SETTINGS",
     "TranslationModel",
     "Translator",
     "check_decoding_settings",
     "decode_batch",
     "source_batch",
 ]
-
-#: Decoding settings that :meth:`TranslationModel.translate_batch` takes per call.
-DECODING_SETTINGS = ("length_penalty", "length_penalty_form", "max_len_a", "max_len_b", "min_len")
-
-#: The defaults of ``beam_size`` and the :data:`DECODING_SETTINGS` (``TranslationModule``'s),
-#: for checkpoints whose hyperparameters do not record them.
-DECODING_DEFAULTS: dict[str, Any] = {
-    "beam_size": 5,
-    "length_penalty": 1.0,
-    "length_penalty_form": "fairseq",
-    "max_len_a": 1.2,
-    "max_len_b": 10,
-    "min_len": 0,
-}
 
 
 def check_decoding_settings(decoding: Mapping[str, Any]) -> None:
@@ -313,8 +296,6 @@ class Translator:
             from seq2seq.export.ctranslate2 import CTranslate2Translator
 
             return CTranslate2Translator(path, device, max_tokens, **decoding)
-        from seq2seq.data.tokenizer import Tokenizer  # SentencePiece, when a model is read
-
         checkpoint = load_checkpoint(path)
         check_model_checkpoint(checkpoint, path)
         extra = checkpoint.get(CHECKPOINT_KEY, {})
@@ -383,56 +364,8 @@ class Translator:
     def _encode(self, sentences: Sequence[str]) -> list[list[int]]:
         """:meth:`encode`; its warning points at the code that called :meth:`encode` or
         :meth:`translate`."""
-        if isinstance(sentences, bytes | bytearray):
-            raise TypeError(
-                f"sentences must be a str or a list of str, not {type(sentences).__name__}: "
-                "decode the text first (text.decode('utf-8'))"
-            )
-        if isinstance(sentences, str):
-            raise TypeError(
-                "sentences must be a list of sentences, not a str (a string would be encoded "
-                "character by character); pass a one-item list: encode([text])"
-            )
-        sentences = list(sentences)
-        for i, sentence in enumerate(sentences):
-            if not isinstance(sentence, str):
-                raise TypeError(
-                    f"sentences[{i}] is {type(sentence).__name__}, not a string: pass one str "
-                    "per sentence ('' for an empty one)"
-                )
-        broken = [i for i, s in enumerate(sentences) if "\n" in s]
-        if broken:
-            others = len(broken) - 1
-            more = f" (and {others} more {'entry' if others == 1 else 'entries'})" if others else ""
-            raise ValueError(
-                f"sentences[{broken[0]}]{more} holds a line break (\\n): pass one "
-                "sentence per entry, e.g. text.splitlines(), not several lines in one string"
-            )
-        tokenizer = self.tokenizer
-        limit = self.model.max_positions
-        encoded, cut = [], []
-        for i, ids in enumerate(tokenizer.encode(sentences)):
-            if len(ids) + 1 > limit:
-                cut.append((i + 1, len(ids) + 1))
-                ids = ids[: limit - 1]
-            encoded.append(ids + [tokenizer.eos_id])
-        if len(cut) == 1:
-            ((line, length),) = cut
-            message = (
-                f"input line {line} has {length} tokens (with EOS), more than the model's "
-                f"max_positions={limit}; truncated to {limit}"
-            )
-        elif cut:
-            line, length = max(cut, key=lambda c: c[1])
-            lines = ", ".join(str(c[0]) for c in cut[:10]) + (", ..." if len(cut) > 10 else "")
-            message = (
-                f"{len(cut)} input lines (lines {lines}) have more than the model's "
-                f"max_positions={limit} tokens (with EOS); truncated to {limit} (longest: line "
-                f"{line}, {length} tokens)"
-            )
-        if cut:
-            warnings.warn(message, UserWarning, stacklevel=3)
-        return encoded
+        ids = source_ids(self.tokenizer, sentences, self.model.max_positions, stacklevel=4)
+        return [row + [self.tokenizer.eos_id] for row in ids]
 
     @overload
     def translate(

@@ -23,6 +23,8 @@ import torch
 __all__ = [
     "AVERAGED_FROM",
     "CHECKPOINT_KEY",
+    "DECODING_DEFAULTS",
+    "DECODING_SETTINGS",
     "LIGHTNING_VERSION",
     "NON_STRUCTURAL",
     "differing_settings",
@@ -46,6 +48,21 @@ NON_STRUCTURAL = frozenset({"dropout", "attention_dropout", "activation_dropout"
 """Model settings that act in training only. Every other field of the model configuration is
 structural: it changes the weights' shapes or what they compute, so a checkpoint must be used
 with its own value."""
+
+
+#: Decoding settings that ``translate_batch`` takes per call (the module's, the Translator's).
+DECODING_SETTINGS = ("length_penalty", "length_penalty_form", "max_len_a", "max_len_b", "min_len")
+
+#: The defaults of ``beam_size`` and the :data:`DECODING_SETTINGS` (``TranslationModule``'s),
+#: for checkpoints whose hyperparameters do not record them.
+DECODING_DEFAULTS: dict[str, Any] = {
+    "beam_size": 5,
+    "length_penalty": 1.0,
+    "length_penalty_form": "fairseq",
+    "max_len_a": 1.2,
+    "max_len_b": 10,
+    "min_len": 0,
+}
 
 
 def model_config(checkpoint: Mapping[str, Any]) -> dict[str, Any]:

@@ -19,6 +19,7 @@ import io
 import os
 import random
 import re
+import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import chain
@@ -530,3 +531,70 @@ def _stream_head(train: CorpusSplit, wanted: int, chunk_size: int) -> tuple[list
         if len(src) >= wanted:
             break
     return src, tgt
+
+
+def source_ids(
+    tokenizer: Tokenizer, sentences: Sequence[str], limit: int, stacklevel: int = 2
+) -> list[list[int]]:
+    """Source sentences as ids without EOS, each cut to ``limit - 1`` tokens so that with EOS
+    it fits ``max_positions`` (``limit``); the cut lines (1-based) are named in one
+    ``UserWarning``.
+
+    Args:
+        tokenizer: the model's SentencePiece model.
+        sentences: one str per sentence.
+        limit: the model's ``max_positions``.
+        stacklevel: of the warning, as for :func:`warnings.warn`.
+
+    Raises:
+        TypeError: for a str, bytes or a non-str entry instead of a list of str.
+        ValueError: for an entry holding a line break.
+    """
+    if isinstance(sentences, bytes | bytearray):
+        raise TypeError(
+            f"sentences must be a str or a list of str, not {type(sentences).__name__}: "
+            "decode the text first (text.decode('utf-8'))"
+        )
+    if isinstance(sentences, str):
+        raise TypeError(
+            "sentences must be a list of sentences, not a str (a string would be encoded "
+            "character by character); pass a one-item list: encode([text])"
+        )
+    sentences = list(sentences)
+    for i, sentence in enumerate(sentences):
+        if not isinstance(sentence, str):
+            raise TypeError(
+                f"sentences[{i}] is {type(sentence).__name__}, not a string: pass one str "
+                "per sentence ('' for an empty one)"
+            )
+    broken = [i for i, s in enumerate(sentences) if "\n" in s]
+    if broken:
+        others = len(broken) - 1
+        more = f" (and {others} more {'entry' if others == 1 else 'entries'})" if others else ""
+        raise ValueError(
+            f"sentences[{broken[0]}]{more} holds a line break (\\n): pass one "
+            "sentence per entry, e.g. text.splitlines(), not several lines in one string"
+        )
+    encoded, cut = [], []
+    for i, ids in enumerate(tokenizer.encode(sentences)):
+        if len(ids) + 1 > limit:
+            cut.append((i + 1, len(ids) + 1))
+            ids = ids[: limit - 1]
+        encoded.append(ids)
+    if len(cut) == 1:
+        ((line, length),) = cut
+        message = (
+            f"input line {line} has {length} tokens (with EOS), more than the model's "
+            f"max_positions={limit}; truncated to {limit}"
+        )
+    elif cut:
+        line, length = max(cut, key=lambda c: c[1])
+        lines = ", ".join(str(c[0]) for c in cut[:10]) + (", ..." if len(cut) > 10 else "")
+        message = (
+            f"{len(cut)} input lines (lines {lines}) have more than the model's "
+            f"max_positions={limit} tokens (with EOS); truncated to {limit} (longest: line "
+            f"{line}, {length} tokens)"
+        )
+    if cut:
+        warnings.warn(message, UserWarning, stacklevel=stacklevel)
+    return encoded

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from seq2seq.checkpoint import check_model_checkpoint, language_pair, load_checkpoint
+from seq2seq.checkpoint.format import DECODING_DEFAULTS
 from seq2seq.data.tokenizer import Tokenizer
 
 #: File that ``seq2seq export`` writes into every folder it produces: which format, from which
@@ -32,15 +33,6 @@ MARKER = "seq2seq_export.json"
 #: SentencePiece model copied into a CTranslate2 folder (read back by the translator there).
 SENTENCEPIECE_FILE = "sentencepiece.model"
 
-#: Decoding settings carried from the checkpoint's hyper-parameters (with the module's defaults).
-DECODING_DEFAULTS: dict[str, Any] = {
-    "beam_size": 5,
-    "length_penalty": 1.0,
-    "length_penalty_form": "fairseq",
-    "max_len_a": 1.2,
-    "max_len_b": 10,
-    "min_len": 0,
-}
 
 EXTRA_HINT = 'pip install -e ".[export]"'
 

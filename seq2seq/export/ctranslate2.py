@@ -16,14 +16,13 @@ decoding settings in ``seq2seq_export.json``.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from seq2seq.data.tokenizer import Tokenizer
+from seq2seq.data.tokenizer import Tokenizer, source_ids
 from seq2seq.export.common import (
     SENTENCEPIECE_FILE,
     ExportSource,
@@ -302,38 +301,9 @@ class CTranslate2Translator:
     def _encode(self, sentences: Sequence[str]) -> list[list[int]]:
         """:meth:`encode`; its warning points at the code that called :meth:`encode` or
         :meth:`translate`."""
-        if isinstance(sentences, str | bytes | bytearray):
-            raise TypeError("sentences must be a list of str; wrap a single sentence in [text]")
-        sentences = list(sentences)
-        for i, sentence in enumerate(sentences):
-            if not isinstance(sentence, str):
-                raise TypeError(f"sentences[{i}] is {type(sentence).__name__}, not a string")
-            if "\n" in sentence:
-                raise ValueError(f"sentences[{i}] holds a line break (\\n): one sentence per entry")
-        limit = self.model_config["max_positions"]
-        encoded, cut = [], []
-        for i, ids in enumerate(self.tokenizer.encode(sentences)):
-            if len(ids) + 1 > limit:
-                cut.append((i + 1, len(ids) + 1))
-                ids = ids[: limit - 1]
-            encoded.append(ids)
-        if len(cut) == 1:
-            ((line, length),) = cut
-            message = (
-                f"input line {line} has {length} tokens (with EOS), more than the model's "
-                f"max_positions={limit}; truncated to {limit}"
-            )
-        elif cut:
-            line, length = max(cut, key=lambda c: c[1])
-            lines = ", ".join(str(c[0]) for c in cut[:10]) + (", ..." if len(cut) > 10 else "")
-            message = (
-                f"{len(cut)} input lines (lines {lines}) have more than the model's "
-                f"max_positions={limit} tokens (with EOS); truncated to {limit} (longest: line "
-                f"{line}, {length} tokens)"
-            )
-        if cut:
-            warnings.warn(message, UserWarning, stacklevel=3)
-        return encoded
+        return source_ids(
+            self.tokenizer, sentences, self.model_config["max_positions"], stacklevel=4
+        )
 
     def translate(
         self,
