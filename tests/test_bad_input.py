@@ -122,6 +122,28 @@ def test_misaligned_line_counts(tmp_path, pairs, spm_file):
         _datamodule(data, spm_file).prepare_data()
 
 
+@pytest.mark.parametrize("short", ["src", "tgt"])
+def test_misaligned_corpus_is_reported_before_sentencepiece_training_is_announced(
+    tmp_path, pairs, caplog, monkeypatch, short
+):
+    """Without a SentencePiece model, the misalignment (at the very end of files longer than
+    one chunk of reading) is the error, and no "Training a unigram SentencePiece model ..."
+    line comes before it."""
+    from seq2seq.data import datamodule
+
+    monkeypatch.setattr(datamodule, "ENCODE_CHUNK", 50)  # the 300 pairs are 6 chunks
+    src, tgt = pairs["train"]
+    train = (src[:-1], tgt) if short == "src" else (src, tgt[:-1])
+    data = _corpus(tmp_path / "data", pairs, train=train)
+    caplog.set_level(logging.INFO)
+    with pytest.raises(
+        ValueError, match=r"misaligned: .*train\.de has \d+ lines but .*train\.en has \d+ lines"
+    ):
+        _datamodule(data, None, cache_dir=str(tmp_path / "cache")).prepare_data()
+    assert "SentencePiece" not in caplog.text
+    assert not list((tmp_path / "cache").glob("*.model"))
+
+
 def _fit_with_first_target(tmp_path, pairs, spm_file, caplog, first_target: str):
     """Set up a fit whose first training target is replaced, logging at INFO."""
     src, tgt = pairs["train"]
@@ -190,13 +212,76 @@ def test_missing_heldout_split_is_named_before_sentencepiece_is_trained(
 
 
 def test_missing_split_of_another_stage_is_skipped(tmp_path, pairs):
-    """``fit`` without test files trains and tokenises what it reads."""
+    """``validate`` without test files tokenises what it reads."""
     data = _corpus(tmp_path / "data", pairs)
     (data / "test_2016_flickr.de").unlink()
     dm = _datamodule(data, None, cache_dir=str(tmp_path / "cache"))
-    dm.trainer = SimpleNamespace(state=SimpleNamespace(fn=SimpleNamespace(value="fit")))
+    dm.trainer = SimpleNamespace(state=SimpleNamespace(fn=SimpleNamespace(value="validate")))
     dm.prepare_data()
     assert sorted(dm.tokenized_splits) == ["train", "val"]
+
+
+def _fit_stage(dm: TranslationDataModule) -> TranslationDataModule:
+    dm.trainer = SimpleNamespace(state=SimpleNamespace(fn=SimpleNamespace(value="fit")))
+    return dm
+
+
+def test_fit_names_a_missing_test_split_before_sentencepiece_is_trained(tmp_path, pairs):
+    """``fit`` checks the test sets it does not read too: a typo in ``data.test_splits``
+    fails before any training, with the paths looked for, rather than in the ``test`` after it."""
+    data = _corpus(tmp_path / "data", pairs)
+    dm = _datamodule(data, None, cache_dir=str(tmp_path / "cache"))
+    dm.test_set_names = ["test_2016_flickr", "test_2018_flikr"]
+    with pytest.raises(
+        FileNotFoundError,
+        match=r"No de-en data for split 'test_2018_flikr' in .*; looked for: .*test_2018_flikr\.de",
+    ):
+        _fit_stage(dm).prepare_data()
+    assert not (tmp_path / "cache").exists()
+
+
+def test_fit_names_a_missing_predict_file(tmp_path, pairs):
+    data = _corpus(tmp_path / "data", pairs)
+    missing = tmp_path / "in.de"
+    dm = _datamodule(data, None, cache_dir=str(tmp_path / "cache"), predict_file=str(missing))
+    with pytest.raises(FileNotFoundError, match=rf"data.predict_file {missing} does not exist"):
+        _fit_stage(dm).prepare_data()
+    assert not (tmp_path / "cache").exists()
+
+
+def test_fit_accepts_a_missing_test_split_the_download_fetches(tmp_path, multi30k_dir, monkeypatch):
+    """A Multi30k folder without its test files trains (``test`` downloads them); a test set
+    that Multi30k lacks is still an error there."""
+    import shutil
+
+    from seq2seq.data import multi30k
+
+    data = tmp_path / "data"
+    data.mkdir()
+    for split in ("train", "val"):
+        for lang in ("de", "en"):
+            shutil.copy(multi30k_dir / f"{split}.{lang}.gz", data)
+    fetched = []
+    monkeypatch.setattr(multi30k, "download_multi30k", lambda *a, **k: fetched.append(k))
+
+    class AtSentencePiece(Exception):
+        pass
+
+    def train_spm():
+        raise AtSentencePiece
+
+    dm = _datamodule(data, None, download=True)
+    monkeypatch.setattr(dm, "_prepare_tokenizer", train_spm)
+    with pytest.raises(AtSentencePiece):  # past the checks
+        _fit_stage(dm).prepare_data()
+    assert fetched == []  # fit downloads no test set
+    dm.test_set_names = ["test_2016_flickr", "test_2017_mscoco"]
+    with pytest.raises(FileNotFoundError, match="split 'test_2017_mscoco'"):
+        _fit_stage(dm).prepare_data()
+    dm.download = False
+    dm.test_set_names = ["test_2016_flickr"]
+    with pytest.raises(FileNotFoundError, match="split 'test_2016_flickr'"):
+        _fit_stage(dm).prepare_data()
 
 
 @pytest.mark.parametrize("lines", [0, 50], ids=["no lines", "blank lines"])

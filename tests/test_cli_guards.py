@@ -54,6 +54,30 @@ def test_test_without_test_splits_is_one_line(tiny_run, in_tmp, multi30k_dir, mo
     assert not any("Traceback" in line for line in err), err
 
 
+def test_fit_names_a_missing_test_split_before_training(in_tmp, multi30k_dir, monkeypatch, capsys):
+    """A typo in --data.test_splits stops fit at once, in the line test gives for it, before
+    SentencePiece is trained: no cache, no checkpoint, no log folder."""
+    monkeypatch.delenv("SEQ2SEQ_TRACEBACK", raising=False)
+    argv = _fit_argv(multi30k_dir, "--data.cache_dir", "cache", "--checkpoint_dir", "ckpts")
+    code, _, err = run_main(
+        monkeypatch, capsys, *argv, "--data.test_splits", "[test_2016_flickr, test_2018_flikr]"
+    )
+    assert code == 1, err
+    assert err[-1].startswith(
+        f"seq2seq: error: No de-en data for split 'test_2018_flikr' in {multi30k_dir}; looked "
+        f"for: {multi30k_dir / 'test_2018_flikr.de'}, "
+    ), err
+    assert not any("Traceback" in line or "SentencePiece" in line for line in err), err
+    assert sorted(p.name for p in in_tmp.iterdir()) == []
+
+    code, _, test_err = run_main(
+        monkeypatch, capsys, "test", "--config", str(CONFIGS / "tiny.yaml"),
+        "--data.data_dir", str(multi30k_dir), "--data.test_splits", "[test_2018_flikr]",
+        "--ckpt_path", "untrained", "--data.cache_dir", "cache",
+    )  # fmt: skip
+    assert code == 1 and test_err[-1] == err[-1], test_err
+
+
 def _fit_argv(multi30k_dir: Path, *extra: str) -> list[str]:
     return [
         "fit",

@@ -27,7 +27,7 @@ from seq2seq.data.batching import (
 from seq2seq.data.cache import ENCODE_CHUNK, token_lengths, tokenized_split
 from seq2seq.data.corpus import CorpusSplit, locate_split, read_lines
 from seq2seq.data.dataset import TokenizedDataset
-from seq2seq.data.multi30k import download_missing
+from seq2seq.data.multi30k import download_missing, downloadable
 from seq2seq.data.resume import (
     NOT_RESUMABLE,
     batching_differences,
@@ -314,6 +314,32 @@ class TranslationDataModule(L.LightningDataModule):
             (self.src_lang, self.tgt_lang),
         )  # fmt: skip
 
+    def _check_inputs(self, stage: str | None) -> None:
+        """Raises for a missing split the stage reads; for ``fit``, also for a missing test
+        set (unless the Multi30k download fetches it when ``test`` runs) or predict file, so
+        that a typo in the config fails before training rather than after it."""
+        for split in self._stage_splits(stage):
+            self._locate(split)
+        if stage != "fit":
+            return
+        langs = (self.src_lang, self.tgt_lang)
+        for split in self.test_set_names:
+            try:
+                self._locate(split)
+            except FileNotFoundError:
+                if not (
+                    self.download
+                    and self.hf_dataset is None
+                    and downloadable(split, self.train_split, self._locate, langs)
+                ):
+                    raise
+        if self.predict_file is not None and not Path(self.predict_file).is_file():
+            what = "is not a file" if Path(self.predict_file).exists() else "does not exist"
+            raise FileNotFoundError(
+                f"data.predict_file {self.predict_file} {what}; fix the path or set "
+                "--data.predict_file null to train without it."
+            )
+
     # ------------------------------------------------------------------ tokenizer
     def _prepare_tokenizer(self) -> Tokenizer:
         """Loads the SentencePiece model, training it on the training split if it is missing
@@ -364,12 +390,14 @@ class TranslationDataModule(L.LightningDataModule):
         """Downloads missing Multi30k files, trains SentencePiece, tokenises every split.
 
         Held-out splits whose files are absent are skipped, except those the trainer's stage
-        reads (the validation split for ``fit`` and ``validate``, the test sets for ``test``):
-        these are reported here, before SentencePiece is trained or any split tokenised.
+        reads (the validation split for ``fit`` and ``validate``, the test sets for ``test``)
+        and, for ``fit``, every test set (one the Multi30k download would fetch excepted) and
+        the predict file: these are reported here, before SentencePiece is trained or any
+        split tokenised.
 
         Raises:
-            FileNotFoundError: If the training split, or a held-out split the stage reads,
-                cannot be found.
+            FileNotFoundError: If the training split, a held-out split the stage reads or, for
+                ``fit``, a test set or the predict file cannot be found.
             ValueError: If the training split is empty or SentencePiece cannot reach
                 ``vocab_size`` (see :meth:`Tokenizer.train`).
             ConnectionError: If a download fails.
@@ -380,8 +408,7 @@ class TranslationDataModule(L.LightningDataModule):
             return  # only the predict file is read, in setup()
         training = stage in ("fit", None) or self.tokenizer is None
         self._download_missing(training, stage)
-        for split in self._stage_splits(stage):  # a missing split is named before long work
-            self._locate(split)
+        self._check_inputs(stage)  # a missing split is named before long work
         tokenizer = self._prepare_tokenizer() if self.tokenizer is None else self.tokenizer
         for split in self._all_splits():
             if split == self.train_split and not training:

@@ -53,6 +53,15 @@ def download_missing(
         download_multi30k(data_dir, files=wanted)
 
 
+def downloadable(split: str, train_split: str, locate: Locate, langs: tuple[str, str]) -> bool:
+    """Whether the download fetches both files of ``split`` (both Multi30k files, into a
+    Multi30k folder), given that they cannot be found yet."""
+    names = [f"{split}.{lang}.gz" for lang in langs]
+    return all(name in MULTI30K_SHA256 for name in names) and is_multi30k_folder(
+        train_split, locate, langs
+    )
+
+
 def is_multi30k_folder(train_split: str, locate: Locate, langs: tuple[str, str]) -> bool:
     """Whether the corpus holds no training split or Multi30k's own training files."""
     try:

@@ -484,7 +484,7 @@ def _train_on_split(
         sentences, sample = src + tgt, 0
         has_text = any(s.strip() for s in sentences)
     else:  # the whole split, read twice; SentencePiece samples as it reads
-        has_text = any(s.strip() for s in _split_sentences(train, chunk_size))
+        has_text = _has_text(train, chunk_size)
         sentences = _split_sentences(train, chunk_size)
         sample = settings.input_sentence_size
     if not has_text:
@@ -508,6 +508,19 @@ def _train_on_split(
         seed=settings.seed,
         num_threads=min(8, os.cpu_count() or 1),
     )
+
+
+def _has_text(train: CorpusSplit, chunk_size: int) -> bool:
+    """Whether the training split holds a sentence with text. Text, TSV and JSONL files are
+    read to their end, so that misaligned files or a malformed line are reported before
+    SentencePiece training is announced; other formats are read up to the first text."""
+    whole = train.format in ("text", "tsv", "jsonl")
+    found = False
+    for src, tgt in train.iter_chunks(chunk_size):
+        found = found or any(s.strip() for s in chain(src, tgt))
+        if found and not whole:
+            break
+    return found
 
 
 def _split_sentences(train: CorpusSplit, chunk_size: int) -> Iterator[str]:
