@@ -6,6 +6,7 @@ import argparse
 import math
 import os
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -215,6 +216,10 @@ def average(argv: Sequence[str]) -> None:
     record no step, as older than those that do), so copying or touching the files changes
     nothing; ``last.ckpt``, the ``--output`` file and checkpoints written by ``seq2seq
     average`` (weights only) are not counted among them, nor a second name (link) of a file.
+    The files taken are named, with the validation score each recorded (that of the run's
+    ``ModelCheckpoint``); when those scores differ widely (the worst below half the best, or
+    for a score that falls as it improves, such as a loss, above twice the best) a warning
+    says so, as a weak checkpoint drags the average down.
     """
     parser = argparse.ArgumentParser(
         prog="seq2seq average", description=_plain(average.__doc__), allow_abbrev=False
@@ -268,9 +273,62 @@ def average(argv: Sequence[str]) -> None:
     else:
         parser.error("give --inputs, or --dir with --last")
     _check_replaceable(parser, output)
+    scores = {path: _recorded_score(path) for path in paths}
+    _warn_uneven_scores(scores)
     written = average_checkpoints(paths, output)
     noun = "checkpoint" if len(paths) == 1 else "checkpoints"
-    print(f"averaged {len(paths)} {noun} into {written}: " + ", ".join(map(str, paths)))
+    taken = [
+        str(path) if score is None else f"{path} ({score[0]} {score[2]:.2f})"
+        for path, score in scores.items()
+    ]
+    print(f"averaged {len(paths)} {noun} into {written}: " + ", ".join(taken))
+
+
+def _recorded_score(path: Path) -> tuple[str, str, float] | None:
+    """The score that the run's ``ModelCheckpoint`` recorded in the checkpoint when it saved
+    it, as ``(monitor, mode, value)`` (mode ``"max"`` or ``"min"``), or None if none did."""
+    checkpoint = load_checkpoint(path, mmap=True)
+    callbacks = checkpoint.get("callbacks")
+    for key, state in (callbacks if isinstance(callbacks, dict) else {}).items():
+        if not (isinstance(key, str) and key.startswith("ModelCheckpoint")):
+            continue
+        if not isinstance(state, dict) or not state.get("monitor"):
+            continue
+        score = state.get("current_score")
+        try:
+            value = float(score)
+        except (TypeError, ValueError, RuntimeError):
+            continue
+        if math.isfinite(value):
+            return str(state["monitor"]), "min" if "'mode': 'min'" in key else "max", value
+    return None
+
+
+def _warn_uneven_scores(scores: dict[Path, tuple[str, str, float] | None]) -> None:
+    """Warns when the recorded scores of the checkpoints to average differ widely: the worst
+    below half the best (``mode`` max, e.g. val/bleu) or above twice the best (``mode`` min,
+    e.g. val/loss). Checkpoints without a score, or with scores of different monitors, are
+    not compared."""
+    recorded = [score for score in scores.values() if score is not None]
+    if len(recorded) < 2 or len(recorded) < len(scores):
+        return
+    monitors = {(monitor, mode) for monitor, mode, _ in recorded}
+    if len(monitors) != 1:
+        return
+    ((monitor, mode),) = monitors
+    values = [value for *_, value in recorded]
+    best, worst = (max(values), min(values)) if mode == "max" else (min(values), max(values))
+    if best <= 0 or (worst >= best / 2 if mode == "max" else worst <= best * 2):
+        return
+    rule = "below half" if mode == "max" else "above twice"
+    listed = ", ".join(f"{path.name} {score[2]:.2f}" for path, score in scores.items())
+    warnings.warn(
+        f"the checkpoints to average differ widely in {monitor} (the worst, {worst:.2f}, is "
+        f"{rule} the best, {best:.2f}): {listed}; a weak checkpoint drags the average down, "
+        "so average fewer (--last N) or name the good ones with --inputs",
+        UserWarning,
+        stacklevel=2,
+    )
 
 
 def _check_replaceable(parser: argparse.ArgumentParser, output: Path) -> None:

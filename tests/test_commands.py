@@ -114,6 +114,47 @@ def test_average_dir_skips_its_output_and_averaged_checkpoints(run_dir, monkeypa
     assert "(avg2.ckpt, avg.ckpt)" in err[-1] or "(avg.ckpt, avg2.ckpt)" in err[-1]
 
 
+_BLEU_KEY = (
+    "ModelCheckpoint{'monitor': 'val/bleu', 'mode': 'max', 'every_n_train_steps': 0, "
+    "'every_n_epochs': 1, 'train_time_interval': None}"
+)
+
+
+@pytest.mark.parametrize(
+    ("bleus", "warned"),
+    [((3.89, 20.5, 24.02), True), ((12.5, 20.5, 24.02), False), ((11.9, 20.5, 24.02), True)],
+)
+def test_average_dir_warns_when_the_recorded_scores_differ_widely(
+    run_dir, monkeypatch, capsys, bleus, warned
+):
+    """The files taken are named with the val/bleu each recorded; one warning line when the
+    worst is below half the best (a first-epoch checkpoint among later ones)."""
+    for i, bleu in zip((2, 3, 4), bleus, strict=True):
+        path = run_dir / f"epoch={i}.ckpt"
+        checkpoint = torch.load(path, weights_only=True)
+        checkpoint["callbacks"] = {
+            _BLEU_KEY: {"monitor": "val/bleu", "current_score": torch.tensor(bleu)}
+        }
+        torch.save(checkpoint, path)
+    argv = ["average", "--dir", str(run_dir), "--last", "3", "--output", "avg.ckpt"]
+    code, out, err = run_main(monkeypatch, capsys, *argv)
+    assert code == 0, err
+    taken = [
+        f"{run_dir / f'epoch={i}.ckpt'} (val/bleu {b:.2f})"
+        for i, b in zip((2, 3, 4), bleus, strict=True)
+    ]
+    assert out == f"averaged 3 checkpoints into avg.ckpt: {', '.join(taken)}\n"
+    if not warned:
+        assert err == []
+        return
+    listed = ", ".join(f"epoch={i}.ckpt {b:.2f}" for i, b in zip((2, 3, 4), bleus, strict=True))
+    assert err == [
+        f"seq2seq: warning: the checkpoints to average differ widely in val/bleu (the worst, "
+        f"{bleus[0]:.2f}, is below half the best, 24.02): {listed}; a weak checkpoint drags the "
+        "average down, so average fewer (--last N) or name the good ones with --inputs"
+    ]
+
+
 def test_average_help_says_what_dir_leaves_out(monkeypatch, capsys):
     code, out, _ = run_main(monkeypatch, capsys, "average", "--help")
     assert code == 0
