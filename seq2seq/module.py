@@ -21,6 +21,7 @@ from seq2seq.checkpoint.format import (
     tokenizer_blob,
     tokenizer_tensor,
 )
+from seq2seq.checkpoint.load import resume_flags
 from seq2seq.checkpoint.training import (
     capture_rng_state,
     keep_cut_epoch_unfinished,
@@ -154,6 +155,9 @@ class TranslationModule(L.LightningModule):
             if name not in METRICS:
                 raise ValueError(f"unknown metric {name!r} in metrics; choose from {METRICS}")
         self.tokenizer: Tokenizer | None = None
+        #: The run's ``--checkpoint_dir`` (set by the command line when given), named in the
+        #: messages that say how to resume.
+        self.checkpoint_dir: str | None = None
         self._outputs: dict[str, list[tuple[int, str, str]]] = {}
         self._heldout_sums: dict[str, torch.Tensor] = {}
         self._last_batch_time: float | None = None
@@ -456,7 +460,7 @@ class TranslationModule(L.LightningModule):
             f"non-finite training loss at step {self.trainer.global_step}: {where}. The "
             "optimizer step was not taken, so the weights and the checkpoints written so far "
             "are unaffected. Lower the learning rate, lengthen the warm-up or set "
-            "trainer.gradient_clip_val, then resume with --ckpt_path last."
+            f"trainer.gradient_clip_val, then resume with {resume_flags(self.checkpoint_dir)}."
         )
 
     def configure_optimizers(self):

@@ -78,6 +78,91 @@ def test_fit_names_a_missing_test_split_before_training(in_tmp, multi30k_dir, mo
     assert code == 1 and test_err[-1] == err[-1], test_err
 
 
+def test_resume_advice_names_the_checkpoint_dir_of_the_run(
+    in_tmp, multi30k_dir, monkeypatch, capsys, caplog
+):
+    """A run given --checkpoint_dir is resumed with it: the messages that say how to resume
+    (ended before its first validation, no best checkpoint yet, a new run over it) name it."""
+    import logging
+
+    monkeypatch.delenv("SEQ2SEQ_TRACEBACK", raising=False)
+    caplog.set_level(logging.INFO)
+    flags = "--ckpt_path last --checkpoint_dir ckpts/fr_en"
+    argv = [*_fit_argv(multi30k_dir, "--checkpoint_dir", "ckpts/fr_en"), "--data.test_splits", "[]"]
+    code, _, err = run_main(monkeypatch, capsys, *argv, "--trainer.max_steps", "1")
+    assert code == 0, err
+    ended = [
+        r.getMessage() for r in caplog.records if "before its first validation" in r.getMessage()
+    ]
+    assert len(ended) == 1 and ended[0].endswith(f"ckpts/fr_en/last.ckpt: use {flags}"), ended
+
+    code, _, err = run_main(
+        monkeypatch, capsys, "test", "--config", str(CONFIGS / "tiny.yaml"),
+        "--data.data_dir", str(multi30k_dir), "--checkpoint_dir", "ckpts/fr_en",
+        "--ckpt_path", "best",
+    )  # fmt: skip
+    assert code == 1, err
+    assert err[-1] == (
+        "seq2seq: error: --ckpt_path best: ckpts/fr_en/last.ckpt records no best checkpoint (the "
+        "run stopped before its first validation, or its ModelCheckpoint keeps none); use "
+        f"{flags}, or resume the run (seq2seq fit {flags}) until it validates "
+        "(SEQ2SEQ_TRACEBACK=1 shows where)"
+    ), err
+
+    code, _, err = run_main(monkeypatch, capsys, *argv)
+    assert code == 1, err
+    assert f"a new run there would replace its last.ckpt: resume it with {flags}, " in err[-1]
+
+
+def _own_corpus_recipe() -> list[list[str]]:
+    """The commands of the README's recipe for a corpus of one's own."""
+    import shlex
+
+    readme = (CONFIGS.parent / "README.md").read_text(encoding="utf-8")
+    recipe = readme.split("For a corpus of your own", 1)[1]
+    block = recipe.split("```bash\n", 1)[1].split("```", 1)[0]
+    return [shlex.split(line) for line in block.replace("\\\n", " ").splitlines() if line]
+
+
+def test_readme_recipe_for_a_corpus_of_ones_own(in_tmp, multi30k_dir, monkeypatch, capsys):
+    """The recipe trains fr->en into a checkpoint folder and a log folder of its own, on the
+    languages, splits and several test sets it names (here with configs/tiny.yaml)."""
+    import gzip
+
+    fit, test = _own_corpus_recipe()
+    assert fit[:2] == ["seq2seq", "fit"] and test[:2] == ["seq2seq", "test"]
+    for flag in ("--data.src_lang", "--data.tgt_lang", "--checkpoint_dir"):
+        assert flag in fit and flag in test
+    assert "--trainer.logger.init_args.name" in fit
+    assert fit[fit.index("--data.test_splits") + 1] == "[test_a,test_b]"
+    sizes = {"train": 300, "dev": 10, "test_a": 5, "test_b": 5}
+    source = {"train": "train", "dev": "val", "test_a": "val", "test_b": "test_2016_flickr"}
+    for split, n in sizes.items():
+        for lang, name in (("de", "fr"), ("en", "en")):
+            with gzip.open(multi30k_dir / f"{source[split]}.{lang}.gz", "rt") as f:
+                lines = [next(f) for _ in range(n)]
+            (in_tmp / "my_corpus").mkdir(exist_ok=True)
+            (in_tmp / "my_corpus" / f"{split}.{name}").write_text("".join(lines))
+
+    def tiny(argv: list[str]) -> list[str]:
+        argv = argv[1:]
+        argv[argv.index("--config") + 1] = str(CONFIGS / "tiny.yaml")
+        return argv
+
+    code, _, err = run_main(monkeypatch, capsys, *tiny(fit), "--trainer.max_steps", "2")
+    assert code == 0, err
+    assert (in_tmp / "checkpoints/my_fr_en/last.ckpt").is_file()
+    assert not (in_tmp / "checkpoints/tiny").exists()
+    assert sorted(p.name for p in (in_tmp / "lightning_logs").iterdir()) == ["my_fr_en"]
+    checkpoint = load_checkpoint(in_tmp / "checkpoints/my_fr_en/last.ckpt", mmap=True)
+    assert checkpoint["datamodule_hyper_parameters"]["src_lang"] == "fr"
+    argv = tiny(test)
+    argv[argv.index("--ckpt_path") + 1] = "last"  # the 2-step run has no best checkpoint
+    code, out, err = run_main(monkeypatch, capsys, *argv)
+    assert code == 0, err
+    assert "test_a" in out and "test_b" in out
+
+
 def _fit_argv(multi30k_dir: Path, *extra: str) -> list[str]:
     return [
         "fit",

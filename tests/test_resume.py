@@ -587,6 +587,14 @@ def test_last_checkpoint_message_tells_an_error_from_a_stop(monkeypatch, caplog)
     caplog.clear()
     callback.on_exception(trainer, None, KeyboardInterrupt())
     assert "KeyboardInterrupt: saved the training state at step 5" in caplog.text
+    # A run given --checkpoint_dir is resumed with it.
+    callback.checkpoint_dir = "ckpts/fr_en"
+    for stop in (KeyboardInterrupt(), ValueError("misaligned files")):
+        caplog.clear()
+        callback.on_exception(trainer, None, stop)
+        assert caplog.text.rstrip().endswith(
+            "resume with --ckpt_path last --checkpoint_dir ckpts/fr_en"
+        ), caplog.text
 
 
 def test_resume_on_a_grown_corpus_keeps_the_checkpoints_tokenizer(tmp_path, multi30k_dir):

@@ -14,6 +14,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 from seq2seq import compat
+from seq2seq.checkpoint.load import resume_flags
 
 
 class LastCheckpoint(L.Callback):
@@ -42,6 +43,9 @@ class LastCheckpoint(L.Callback):
     """
 
     def __init__(self) -> None:
+        #: The run's ``--checkpoint_dir`` (set by the command line when given), named in the
+        #: messages that say how to resume.
+        self.checkpoint_dir: str | None = None
         self._saved_step: int | None = None  # global step of the last state written
         self._start_step: int | None = None  # global step when this process started training
         self._in_batch = False  # inside a training batch (or an accumulation window)
@@ -104,7 +108,7 @@ class LastCheckpoint(L.Callback):
             rank_zero_info(
                 f"training ended at step {trainer.global_step} before its first validation: no "
                 f"checkpoint is scored by {checkpoint.monitor} yet (--ckpt_path best finds "
-                f"none); the training state is in {path}: use --ckpt_path last"
+                f"none); the training state is in {path}: use {resume_flags(self.checkpoint_dir)}"
             )
 
     def _path(self, trainer: L.Trainer) -> Path | None:
@@ -160,11 +164,11 @@ class LastCheckpoint(L.Callback):
         if self.stopped_on_ctrl_c or isinstance(exception, KeyboardInterrupt | SIGTERMException):
             rank_zero_info(
                 f"{cause}: saved the training state at step "
-                f"{trainer.global_step} to {path}; resume with --ckpt_path last"
+                f"{trainer.global_step} to {path}; resume with {resume_flags(self.checkpoint_dir)}"
             )
         else:  # an error: resuming before its cause is mended meets it again
             rank_zero_info(
                 f"training stopped on an error ({cause}, below); the training state at step "
                 f"{trainer.global_step} is saved to {path}: once the cause is mended, resume "
-                "with --ckpt_path last"
+                f"with {resume_flags(self.checkpoint_dir)}"
             )

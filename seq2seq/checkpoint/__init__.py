@@ -29,6 +29,7 @@ from seq2seq.checkpoint.load import (
     check_model_checkpoint,
     load_checkpoint,
     resolve_ckpt_path,
+    resume_flags,
 )
 
 _TRAINING = {
@@ -54,6 +55,7 @@ __all__ = [
     "load_checkpoint",
     "model_config",
     "resolve_ckpt_path",
+    "resume_flags",
     "tokenizer_blob",
     "tokenizer_tensor",
     *sorted(_TRAINING),

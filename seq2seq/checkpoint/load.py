@@ -113,13 +113,22 @@ def check_model_checkpoint(
         )
 
 
-def resolve_ckpt_path(alias: str, checkpoint_dirs: Sequence[str | Path]) -> Path:
+def resume_flags(checkpoint_dir: str | Path | None = None) -> str:
+    """The flags of ``seq2seq fit`` that resume a run: ``--ckpt_path last``, with the run's
+    ``--checkpoint_dir DIR`` when it was given one (without it, the config's folder is read)."""
+    return "--ckpt_path last" + (f" --checkpoint_dir {checkpoint_dir}" if checkpoint_dir else "")
+
+
+def resolve_ckpt_path(
+    alias: str, checkpoint_dirs: Sequence[str | Path], checkpoint_dir: str | Path | None = None
+) -> Path:
     """Turn ``"best"`` or ``"last"`` into a file, looking in the configured checkpoint folders.
 
     ``last`` is ``<dir>/last.ckpt``; ``best`` is the file of ``<dir>`` named by the
     ``best_model_path`` that the ``ModelCheckpoint`` callback recorded in ``last.ckpt``. The
     recorded path is absolute: only its file name is used, so a copied or moved run folder
     gives its own best checkpoint, never the file of the folder it was copied from.
+    ``checkpoint_dir`` (the command's ``--checkpoint_dir``, if given) is named in the advice.
 
     Raises:
         FileNotFoundError: naming the folders searched, if no such checkpoint exists (or the
@@ -152,10 +161,11 @@ def resolve_ckpt_path(alias: str, checkpoint_dirs: Sequence[str | Path]) -> Path
         )
     if unscored:
         found = ", ".join(str(path) for path in unscored)
+        flags = resume_flags(checkpoint_dir)
         raise FileNotFoundError(
             f"--ckpt_path best: {found} records no best checkpoint (the run stopped before its "
-            "first validation, or its ModelCheckpoint keeps none); use --ckpt_path last, or "
-            "resume the run (seq2seq fit --ckpt_path last) until it validates"
+            f"first validation, or its ModelCheckpoint keeps none); use {flags}, or resume the "
+            f"run (seq2seq fit {flags}) until it validates"
         )
     where = ", ".join(str(d) for d in searched) or "(no ModelCheckpoint dirpath configured)"
     raise FileNotFoundError(

@@ -23,7 +23,7 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException, SI
 from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 
 from seq2seq import compat
-from seq2seq.callbacks import TextProgress, TranslationWriter
+from seq2seq.callbacks import LastCheckpoint, TextProgress, TranslationWriter
 from seq2seq.checkpoint import AtomicCheckpointIO
 from seq2seq.cli.checkpoint_args import (
     CheckpointReader,
@@ -201,6 +201,10 @@ class Seq2SeqCLI(compat.SkipCheckpointHparams, LightningCLI):
             # Lightning's table repeats every set's metrics under every set's column; the
             # module prints one row per set instead.
             call["verbose"] = False
+        if subcommand == "fit" and config.get("checkpoint_dir"):
+            for holder in (self.model, *self.trainer.callbacks):  # named in resume advice
+                if isinstance(holder, TranslationModule | LastCheckpoint):
+                    holder.checkpoint_dir = str(config["checkpoint_dir"])
         if self.trainer.is_global_zero:
             self._new_folders = missing_folders(self.trainer)
             warn_slow_bfloat16(self.trainer)

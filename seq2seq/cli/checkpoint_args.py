@@ -86,7 +86,9 @@ def resolve_ckpt_arguments(
         if str(ckpt_path) == UNTRAINED:
             return None
     if ckpt_path in ("best", "last") and not (subcommand == "fit" and ckpt_path == "last"):
-        config["ckpt_path"] = str(resolve_ckpt_path(ckpt_path, checkpoint_dirs(config)))
+        config["ckpt_path"] = str(
+            resolve_ckpt_path(ckpt_path, checkpoint_dirs(config), config.get("checkpoint_dir"))
+        )
     elif ckpt_path == "last":
         # ``fit --ckpt_path last`` resumes if a last.ckpt exists, else starts from scratch.
         dirs = checkpoint_dirs(config)
@@ -95,7 +97,7 @@ def resolve_ckpt_arguments(
         except FileNotFoundError:
             config["ckpt_path"] = None
             if not fast_dev_run:
-                refuse_earlier_checkpoints(dirs)
+                refuse_earlier_checkpoints(dirs, checkpoint_dir=config.get("checkpoint_dir"))
             where = ", ".join(str(d) for d in dirs) or "the configured checkpoint folder"
             if rank_zero_only.rank == 0:  # a mistyped folder would start over unseen
                 print(
@@ -106,7 +108,9 @@ def resolve_ckpt_arguments(
     elif subcommand == "fit" and not ckpt_path:
         # A smoke run (fast_dev_run) writes no checkpoint, so it may run beside a real run's.
         if not fast_dev_run:
-            refuse_earlier_checkpoints(checkpoint_dirs(config))
+            refuse_earlier_checkpoints(
+                checkpoint_dirs(config), checkpoint_dir=config.get("checkpoint_dir")
+            )
     elif subcommand == "fit" and not fast_dev_run:
         # Resuming from a file: fine in its own folder, not over another run's checkpoints.
         own = Path(os.path.realpath(Path(ckpt_path).parent))

@@ -17,7 +17,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
-from seq2seq.checkpoint import CheckpointError, load_checkpoint
+from seq2seq.checkpoint import CheckpointError, load_checkpoint, resume_flags
 
 
 def check_writable(trainer: L.Trainer, checkpoints: bool = True) -> None:
@@ -206,14 +206,17 @@ def remove_empty_folders(new_folders: list[Path], trainer: L.Trainer) -> None:
 
 
 def refuse_earlier_checkpoints(
-    checkpoint_dirs: Sequence[Path], resuming: str | Path | None = None
+    checkpoint_dirs: Sequence[Path],
+    resuming: str | Path | None = None,
+    checkpoint_dir: str | Path | None = None,
 ) -> None:
     """Refuses to start a new ``fit`` in a checkpoint folder that already holds checkpoints
     (``*.ckpt`` files): the new run's ``last.ckpt`` would replace the earlier run's, and
     ``--ckpt_path best`` or ``seq2seq average --dir`` would mix the two runs. With
     ``resuming`` (a checkpoint of another folder), the same for a run resumed from it. Called
     before anything is read or written. A folder that does not exist or cannot be listed
-    passes (``fit`` reports an unwritable folder later).
+    passes (``fit`` reports an unwritable folder later). ``checkpoint_dir`` (the command's
+    ``--checkpoint_dir``, if given) is named in the advice to resume.
 
     A folder in use by another ``seq2seq fit`` is reported as such (see :class:`FolderLock`;
     checked on global rank 0 only).
@@ -242,7 +245,9 @@ def refuse_earlier_checkpoints(
             held = "last.ckpt" + (f" at step {step}" if step is not None else "")
             if others:
                 held += f" and {others} other checkpoint{plural}"
-            clash = "a new run there would replace its last.ckpt: resume it with --ckpt_path last"
+            clash = "a new run there would replace its last.ckpt: resume it with " + resume_flags(
+                checkpoint_dir
+            )
         else:
             names = ", ".join(found[:3]) + (", ..." if others > 3 else "")
             held = f"{others} checkpoint{plural}, {names}, and no last.ckpt"
