@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import gzip
 import importlib
+import os
+import stat
 import warnings
 from pathlib import Path
 
@@ -403,6 +405,24 @@ def test_translate_with_a_ctranslate2_folder_without_the_extra_names_it(
     )
     assert code == 1
     assert len(err) == 1 and "needs the ctranslate2 package" in err[0] and ".[export]" in err[0]
+
+
+def test_exported_folders_follow_the_umask(tiny_ckpt, tmp_path):
+    from seq2seq.export.ctranslate2 import export_ctranslate2
+    from seq2seq.export.huggingface import export_huggingface
+
+    old = os.umask(0o022)
+    try:
+        folders = [
+            export_ctranslate2(tiny_ckpt, tmp_path / "ct2"),
+            export_huggingface(tiny_ckpt, tmp_path / "hf"),
+        ]
+    finally:
+        os.umask(old)
+    for folder in folders:
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o755
+        for path in folder.rglob("*"):
+            assert stat.S_IMODE(path.stat().st_mode) == (0o755 if path.is_dir() else 0o644), path
 
 
 def test_engines_benchmark_runs(tiny_ckpt, tmp_path):

@@ -211,6 +211,7 @@ def write_folder(output: Path, build: Callable[[Path], None], marker: dict[str, 
     try:
         build(staging)
         (staging / MARKER).write_text(json.dumps(marker, indent=2, sort_keys=True) + "\n")
+        _follow_umask(staging)
         if output.exists():
             old = staging.with_name(staging.name + ".old")
             output.rename(old)
@@ -222,6 +223,17 @@ def write_folder(output: Path, build: Callable[[Path], None], marker: dict[str, 
         if staging.exists():
             shutil.rmtree(staging)
     return output
+
+
+def _follow_umask(folder: Path) -> None:
+    """Give ``folder`` and everything in it the modes that the umask gives new files: the
+    temporary folder is private (``mkdtemp``), and some writers (safetensors) make private
+    files, which would keep a serving process of another user or group from reading it."""
+    umask = os.umask(0)
+    os.umask(umask)
+    folder.chmod(0o777 & ~umask)
+    for path in folder.rglob("*"):
+        path.chmod((0o777 if path.is_dir() else 0o666) & ~umask)
 
 
 def read_marker(folder: str | Path) -> dict[str, Any]:
