@@ -6,7 +6,7 @@ No dependency on Lightning nor on the rest of :mod:`seq2seq`.
 from seq2seq.nn.attention import DecoderCache, KVCache, MultiHeadAttention, padding_mask
 from seq2seq.nn.config import TransformerConfig
 from seq2seq.nn.loss import label_smoothed_cross_entropy, linear_label_smoothed_cross_entropy
-from seq2seq.nn.search import Hypothesis, beam_search, greedy_search
+from seq2seq.nn.search import Hypothesis, beam_search, greedy_search, sample
 from seq2seq.nn.transformer import Transformer
 
 __all__ = [
@@ -21,4 +21,5 @@ __all__ = [
     "label_smoothed_cross_entropy",
     "linear_label_smoothed_cross_entropy",
     "padding_mask",
+    "sample",
 ]
