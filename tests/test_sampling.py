@@ -1,0 +1,288 @@
+"""Sampling, forced target prefixes and n-gram blocking in the model's search."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from seq2seq.nn import Transformer, beam_search, greedy_search, padding_mask, sample
+from seq2seq.nn.search import length_penalty_value
+
+PAD, BOS, EOS = 0, 2, 3
+V = 14
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Run single-threaded: tiny matrices gain nothing from threads."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def model() -> Transformer:
+    """A float64 model trained briefly on copying: confident but imperfect, so samples vary."""
+    torch.manual_seed(0)
+    m = Transformer(
+        vocab_size=V, d_model=32, n_heads=4, n_encoder_layers=1, n_decoder_layers=2, d_ff=64,
+        dropout=0.0, max_positions=40,
+    )  # fmt: skip
+    opt = torch.optim.Adam(m.parameters(), lr=3e-3)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(40):
+        lens = torch.randint(2, 9, (32,), generator=g)
+        src = torch.randint(4, V, (32, int(lens.max())), generator=g)
+        src = src.masked_fill(torch.arange(src.size(1)) >= lens[:, None], PAD)
+        tgt = torch.cat([src, torch.full((32, 1), PAD)], dim=1)
+        tgt[torch.arange(32), lens] = EOS
+        dec_in = torch.cat([torch.full((32, 1), BOS), tgt[:, :-1]], 1).masked_fill(tgt == PAD, PAD)
+        logits = m(src, dec_in, padding_mask(src, PAD))
+        loss = torch.nn.functional.cross_entropy(logits.transpose(1, 2), tgt, ignore_index=PAD)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return m.double().eval()
+
+
+@pytest.fixture(scope="module")
+def sources() -> torch.Tensor:
+    return torch.tensor([[5, 6, 7, 8, 9, 10, 11], [12, 4, 5, 0, 0, 0, 0], [7, 7, 13, 9, 6, 0, 0]])
+
+
+@torch.no_grad()
+def _lprobs(model, src_row, seq) -> torch.Tensor:
+    """Plain forward (no cache): float64 ``(len(seq) + 1, V)`` log-probabilities after BOS and
+    each token of ``seq``, the padding token banned after the softmax as the search does."""
+    src = src_row[src_row != PAD][None]
+    logits = model(src, torch.tensor([[BOS, *seq]]), padding_mask(src, PAD))[0]
+    lprobs = torch.log_softmax(logits.double(), dim=-1)
+    lprobs[:, PAD] = float("-inf")
+    return lprobs
+
+
+def _repeats(tokens: list[int], n: int) -> bool:
+    grams = [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
+    return len(grams) != len(set(grams))
+
+
+def test_top_k_one_equals_greedy(model, sources):
+    mask = padding_mask(sources, PAD)
+    for kwargs in ({}, {"min_len": 4}, {"prefix": [[9], [], [4, 4]], "no_repeat_ngram_size": 2}):
+        greedy = greedy_search(model, sources, mask, BOS, EOS, **kwargs)
+        sampled = sample(
+            model, sources, mask, BOS, EOS, n_samples=3, sampling_topk=1, seed=5,
+            temperature=2.0, **kwargs,
+        )  # fmt: skip
+        for (g,), draws in zip(greedy, sampled, strict=True):
+            assert [h.tokens for h in draws] == [g.tokens] * 3
+            assert draws[0].score == pytest.approx(g.score, abs=1e-5)
+
+
+def test_samples_are_reproducible_and_do_not_depend_on_the_batch(model, sources):
+    mask = padding_mask(sources, PAD)
+
+    def draw(src, m, seed=7):
+        return sample(model, src, m, BOS, EOS, n_samples=6, temperature=1.5, seed=seed)
+
+    together = draw(sources, mask)
+    assert draw(sources, mask) == together
+    texts = [[h.tokens for h in hyps] for hyps in together]
+    assert any(len({tuple(t) for t in row}) > 1 for row in texts)  # the draws vary
+    assert [[h.tokens for h in hyps] for hyps in draw(sources, mask, seed=8)] != texts
+    for i in range(sources.size(0)):
+        length = int(mask[i].sum())
+        alone = draw(sources[i : i + 1, :length], None)
+        # at another position of another batch, with more padding
+        other = torch.cat([sources.flip(0), sources[i : i + 1]], 0)
+        other = torch.cat([other, torch.zeros(other.size(0), 3, dtype=torch.long)], 1)
+        moved = draw(other, padding_mask(other, PAD))[-1]
+        for hyps in (alone[0], moved):
+            assert [h.tokens for h in hyps] == texts[i]
+            assert [h.score for h in hyps] == pytest.approx([h.score for h in together[i]])
+    # sample i is the same whatever n_samples
+    fewer = sample(model, sources, mask, BOS, EOS, n_samples=2, temperature=1.5, seed=7)
+    assert [[h.tokens for h in hyps] for hyps in fewer] == [row[:2] for row in texts]
+
+
+@pytest.mark.parametrize(("alpha", "form"), [(1.0, "fairseq"), (0.6, "gnmt")])
+def test_sample_scores_are_the_models_log_probs(model, sources, alpha, form):
+    mask = padding_mask(sources, PAD)
+    results = sample(
+        model, sources, mask, BOS, EOS, n_samples=4, sampling_topp=0.8, temperature=1.7,
+        length_penalty=alpha, length_penalty_form=form,
+    )  # fmt: skip
+    for i, hyps in enumerate(results):
+        max_len = int(1.2 * int(mask[i].sum()) + 10)
+        for hyp in hyps:
+            seq = hyp.tokens + ([EOS] if len(hyp.tokens) < max_len else [])
+            lprobs = _lprobs(model, sources[i], seq[:-1])
+            total = lprobs[torch.arange(len(seq)), torch.tensor(seq)].sum().item()
+            expected = total / length_penalty_value(float(len(seq)), alpha, form)
+            assert hyp.score == pytest.approx(expected, abs=1e-4)
+
+
+def _expected(probs: torch.Tensor, topk: int, topp: float) -> torch.Tensor:
+    """The renormalised top-k then top-p distribution, written plainly, one token at a time."""
+    order = sorted(range(len(probs)), key=lambda i: -probs[i].item())
+    kept = order[:topk] if topk else order
+    mass = sum(probs[i].item() for i in kept)
+    nucleus, reached = [], 0.0
+    for i in kept:
+        if nucleus and reached >= topp:
+            break
+        nucleus.append(i)
+        reached += probs[i].item() / mass
+    out = torch.zeros_like(probs)
+    out[nucleus] = probs[nucleus]
+    return out / out.sum()
+
+
+@pytest.mark.parametrize(
+    ("topk", "topp", "temperature"),
+    [(0, 1.0, 1.0), (4, 1.0, 1.0), (0, 0.7, 1.0), (5, 0.8, 1.0), (0, 1.0, 0.5), (0, 0.9, 2.5)],
+)
+def test_token_frequencies_follow_the_filtered_distribution(model, topk, topp, temperature):
+    src = torch.tensor([[9, 5, 12, 6]])
+    n = 20_000
+    draws = sample(
+        model, src, None, BOS, EOS, n_samples=n, sampling_topk=topk, sampling_topp=topp,
+        temperature=temperature, max_len_a=0.0, max_len_b=1, seed=3,
+    )[0]  # fmt: skip
+    counts = torch.bincount(
+        torch.tensor([h.tokens[0] if h.tokens else EOS for h in draws]), None, V
+    )
+    lprobs = _lprobs(model, src[0], [])[0]
+    probs = torch.softmax(lprobs / temperature, dim=-1)
+    expected = _expected(probs, topk, topp)
+    support = expected > 0
+    assert int(support.sum()) >= 2  # the cut leaves a choice
+    if (topk, topp) != (0, 1.0):
+        assert int(support.sum()) < int((probs > 1e-6).sum())
+    assert int(counts[~support].sum()) == 0
+    observed = counts[support].double()
+    exp = expected[support] * n
+    chi2 = float(((observed - exp) ** 2 / exp).sum())
+    dof = int(support.sum()) - 1
+    assert chi2 < dof + 6 * math.sqrt(2 * dof), (chi2, dof)
+    if temperature != 1.0:  # the plain distribution would be far off
+        plain = _expected(torch.softmax(lprobs, dim=-1), topk, topp)[support] * n
+        assert float(((observed - plain) ** 2 / plain).sum()) > 10 * (dof + 6 * math.sqrt(2 * dof))
+
+
+def _plain_greedy(model, src_row, prefix, max_len, ngram=0):
+    """Greedy decoding by full recomputation (no cache): the prefix forced, then arg-max."""
+    seq: list[int] = []
+    while len(seq) < max_len:
+        lprobs = _lprobs(model, src_row, seq)[-1]
+        if len(seq) < len(prefix):
+            seq.append(prefix[len(seq)])
+            continue
+        if ngram and len(seq) >= ngram:
+            for j in range(len(seq) - ngram + 1):
+                if seq[j : j + ngram - 1] == seq[len(seq) - ngram + 1 :]:
+                    lprobs[seq[j + ngram - 1]] = float("-inf")
+        seq.append(int(lprobs.argmax()))
+        if seq[-1] == EOS:
+            break
+    return seq
+
+
+def test_a_forced_prefix_is_kept_and_greedy_continues_as_plain_decoding(model, sources):
+    mask = padding_mask(sources, PAD)
+    prefix = [[13, 13, 4], [], [6]]
+    results = greedy_search(
+        model, sources, mask, BOS, EOS, prefix=prefix, max_len_a=0.0, max_len_b=2
+    )
+    for i, ((hyp,), forced) in enumerate(zip(results, prefix, strict=True)):
+        assert hyp.tokens[: len(forced)] == forced
+        assert len(hyp.tokens) >= len(forced)  # max_len is at least len(prefix) + 1
+        expected = _plain_greedy(model, sources[i], forced, max(2, len(forced) + 1))
+        assert hyp.tokens == [t for t in expected if t != EOS]
+        seq = expected
+        lprobs = _lprobs(model, sources[i], seq[:-1])
+        total = lprobs[torch.arange(len(seq)), torch.tensor(seq)].sum().item()
+        assert hyp.score == pytest.approx(total / len(seq), abs=1e-6)  # the prefix included
+    full = greedy_search(model, sources, mask, BOS, EOS, prefix=prefix)
+    for i, ((hyp,), forced) in enumerate(zip(full, prefix, strict=True)):
+        max_len = int(1.2 * int(mask[i].sum()) + 10)
+        assert hyp.tokens == [
+            t for t in _plain_greedy(model, sources[i], forced, max_len) if t != EOS
+        ]
+    # an unconstrained greedy output differs from the forced ones, so the test can fail
+    plain = greedy_search(model, sources, mask, BOS, EOS)
+    assert plain[0][0].tokens[:3] != prefix[0]
+
+
+def test_beam_and_sampling_with_a_prefix_start_with_it(model, sources):
+    mask = padding_mask(sources, PAD)
+    prefix = [[13, 13, 4], [], [6, 12]]
+    beams = beam_search(model, sources, mask, BOS, EOS, beam_size=4, n_best=4, prefix=prefix)
+    draws = sample(model, sources, mask, BOS, EOS, n_samples=5, temperature=2.0, prefix=prefix)
+    for hyps_b, hyps_s, forced in zip(beams, draws, prefix, strict=True):
+        assert len(hyps_b) == 4 and len(hyps_s) == 5
+        for hyp in hyps_b + hyps_s:
+            assert hyp.tokens[: len(forced)] == forced
+        assert len({tuple(h.tokens) for h in hyps_b}) == 4
+    # beam size 1 with a prefix is greedy with that prefix
+    one = beam_search(model, sources, mask, BOS, EOS, beam_size=1, prefix=prefix)
+    greedy = greedy_search(model, sources, mask, BOS, EOS, prefix=prefix)
+    assert [h[0].tokens for h in one] == [h[0].tokens for h in greedy]
+
+
+def test_no_repeat_ngram_size_blocks_every_repeated_ngram(model):
+    # Copying a repetitive source repeats its n-grams.
+    src = torch.tensor([[7, 8, 7, 8, 7, 8, 7, 8], [5, 5, 5, 5, 5, 5, 0, 0]])
+    mask = padding_mask(src, PAD)
+    searches = {
+        "greedy": lambda **kw: greedy_search(model, src, mask, BOS, EOS, **kw),
+        "beam": lambda **kw: beam_search(model, src, mask, BOS, EOS, beam_size=3, n_best=3, **kw),
+        "sample": lambda **kw: sample(
+            model, src, mask, BOS, EOS, n_samples=4, sampling_topk=3, **kw
+        ),
+    }
+    for name, search in searches.items():
+        for n in (2, 3):
+            plain = [h.tokens for hyps in search() for h in hyps]
+            assert any(_repeats(t, n) for t in plain), (name, n, plain)
+            blocked = [h.tokens for hyps in search(no_repeat_ngram_size=n) for h in hyps]
+            assert not any(_repeats(t, n) for t in blocked), (name, n, blocked)
+            # a prefix that repeats is still forced; the ban applies after it
+            forced = search(no_repeat_ngram_size=n, prefix=[[7, 7, 7, 7], [4]])
+            assert all(h.tokens[:4] == [7, 7, 7, 7] for h in forced[0])
+            assert not any(_repeats(h.tokens[3:], n) for h in forced[0])
+    # greedy with the ban equals plain decoding with the ban
+    for i in range(src.size(0)):
+        (hyp,) = greedy_search(
+            model, src[i : i + 1], mask[i : i + 1], BOS, EOS, no_repeat_ngram_size=2
+        )[0:1][0]
+        max_len = int(1.2 * int(mask[i].sum()) + 10)
+        expected = _plain_greedy(model, src[i], [], max_len, ngram=2)
+        assert hyp.tokens == [t for t in expected if t != EOS]
+
+
+def test_invalid_sampling_prefix_and_ngram_arguments(model, sources):
+    mask = padding_mask(sources, PAD)
+    bad = [
+        ({"n_samples": 0}, "n_samples must be >= 1, got 0"),
+        ({"sampling_topk": -1}, "sampling_topk must be >= 0"),
+        ({"sampling_topp": 0.0}, r"sampling_topp must lie in \(0, 1\]"),
+        ({"sampling_topp": 1.5}, r"sampling_topp must lie in \(0, 1\]"),
+        ({"temperature": 0.0}, "temperature must be > 0, got 0.0"),
+        ({"no_repeat_ngram_size": -1}, "no_repeat_ngram_size must be >= 0"),
+        ({"prefix": [[4]]}, r"one token list per sentence \(3\), got 1"),
+        ({"prefix": [[4, EOS], [], []]}, r"prefix\[0\] holds id 3"),
+        ({"prefix": [[], [PAD], []]}, r"prefix\[1\] holds id 0"),
+        ({"prefix": [[], [], [V]]}, rf"prefix\[2\] holds id {V}"),
+        ({"prefix": [[], [], [4] * 40]}, r"prefix\[2\] has 40 tokens"),
+    ]
+    for kwargs, message in bad:
+        with pytest.raises(ValueError, match=message):
+            sample(model, sources, mask, BOS, EOS, **kwargs)
+    with pytest.raises(ValueError, match=r"prefix\[0\] holds id 3"):
+        beam_search(model, sources, mask, BOS, EOS, beam_size=2, prefix=[[EOS], [], []])
+    with pytest.raises(ValueError, match="no_repeat_ngram_size must be >= 0"):
+        greedy_search(model, sources, mask, BOS, EOS, no_repeat_ngram_size=-2)
