@@ -98,6 +98,19 @@ class TranslationModule(L.LightningModule):
         min_len: hypotheses have at least this many tokens before EOS; >= 0. A ``min_len``
             above the maximum length is allowed: the maximum wins (such a hypothesis ends at
             the maximum length, without EOS).
+        no_repeat_ngram_size: ban tokens that would repeat an n-gram of this size within a
+            hypothesis (fairseq's ``--no-repeat-ngram-size``); 0 = off, >= 0.
+        sampling: ``predict`` samples (:func:`seq2seq.nn.sample`) instead of searching;
+            validation and test always score greedy or beam search output.
+        sampling_topk: with sampling, keep the k most probable tokens (0 = off).
+        sampling_topp: with sampling, keep the smallest set of most probable tokens whose
+            probability reaches p (nucleus sampling, Holtzman et al., 2020); in (0, 1], 1 = off.
+        temperature: with sampling, divides the log-probabilities before the cuts; > 0.
+        n_samples: with sampling, samples per sentence (``prediction_writer.n_best`` rows
+            are then written for each: one per sample); >= 1.
+        seed: with sampling, the seed of the draws (not of training, which
+            ``seed_everything`` sets): a sentence's samples depend on it and on the sentence
+            only.
         metrics: corpus metrics computed on held-out sets (``bleu``, ``chrf``, ``ter``).
         tgt_lang: target language code for sacreBLEU's tokenizer choice (``None``: 13a).
         compile: run the training and evaluation forward pass through ``torch.compile``
@@ -109,8 +122,10 @@ class TranslationModule(L.LightningModule):
 
     Raises:
         ValueError: at construction, naming the setting, for a ``label_smoothing`` outside
-            [0, 1), a ``beam_size`` or ``val_beam_size`` below 1, a negative ``max_len_a``,
-            ``max_len_b`` or ``min_len``, an unknown metric, or sizes the Transformer
+            [0, 1), a ``beam_size``, ``val_beam_size`` or ``n_samples`` below 1, a negative
+            ``max_len_a``, ``max_len_b``, ``min_len``, ``no_repeat_ngram_size`` or
+            ``sampling_topk``, a ``sampling_topp`` outside (0, 1], a ``temperature`` not above
+            0, an unknown metric, or sizes the Transformer
             refuses (e.g. ``d_model`` not divisible by ``n_heads``); from
             :meth:`on_load_checkpoint`, for a checkpoint of another architecture or
             SentencePiece model.
@@ -128,6 +143,13 @@ class TranslationModule(L.LightningModule):
         max_len_a: float = DECODING_DEFAULTS["max_len_a"],
         max_len_b: int = DECODING_DEFAULTS["max_len_b"],
         min_len: int = DECODING_DEFAULTS["min_len"],
+        no_repeat_ngram_size: int = DECODING_DEFAULTS["no_repeat_ngram_size"],
+        sampling: bool = DECODING_DEFAULTS["sampling"],
+        sampling_topk: int = DECODING_DEFAULTS["sampling_topk"],
+        sampling_topp: float = DECODING_DEFAULTS["sampling_topp"],
+        temperature: float = DECODING_DEFAULTS["temperature"],
+        n_samples: int = DECODING_DEFAULTS["n_samples"],
+        seed: int = DECODING_DEFAULTS["seed"],
         metrics: list[str] | None = None,
         tgt_lang: str | None = None,
         compile: bool = False,
@@ -141,7 +163,10 @@ class TranslationModule(L.LightningModule):
         # Refused here, not when decoding: a negative limit would silently cut every output
         # short (the CLI builds the module first).
         decoding = dict(beam_size=beam_size, max_len_a=max_len_a, max_len_b=max_len_b)
-        check_decoding_values(decoding | {"min_len": min_len}, prefix="model.")
+        decoding |= dict(min_len=min_len, no_repeat_ngram_size=no_repeat_ngram_size, seed=seed)
+        decoding |= dict(sampling_topk=sampling_topk, sampling_topp=sampling_topp)
+        decoding |= dict(temperature=temperature, n_samples=n_samples)
+        check_decoding_values(decoding, prefix="model.")
         self.config = TransformerConfig(**architecture)
         self.save_hyperparameters(ignore=["optimizer", "lr_scheduler"])
         # Every architecture field, defaults included, in the hyperparameters (checkpoints,
@@ -487,12 +512,16 @@ class TranslationModule(L.LightningModule):
             beam_size: beam size; ``None`` uses ``self.hparams.beam_size``; 1 is greedy.
             n_best: hypotheses returned per sentence (at most ``beam_size``).
             **decoding: this call's values of ``length_penalty``, ``length_penalty_form``,
-                ``max_len_a``, ``max_len_b``, ``min_len`` (default: the module's settings).
+                ``max_len_a``, ``max_len_b``, ``min_len``, ``no_repeat_ngram_size``,
+                ``sampling`` and the sampling settings (default: the module's settings; the
+                module's ``sampling`` applies outside a ``Trainer`` and in ``predict``, not to
+                validation and test, which score the search's output).
 
         Returns:
-            For each sentence, ``n_best`` pairs of (text, score), best first; a source with no
-            piece the model knows (an empty or blank line, or one made of characters outside
-            the vocabulary) gets ``n_best`` pairs ``("", 0.0)``.
+            For each sentence, ``n_best`` pairs of (text, score), best first (with sampling,
+            ``n_samples`` pairs in sample order); a source with no piece the model knows (an
+            empty or blank line, or one made of characters outside the vocabulary) gets as
+            many pairs ``("", 0.0)``.
 
         Raises:
             RuntimeError: if no tokenizer is attached (none in the data module or checkpoint).
@@ -507,6 +536,9 @@ class TranslationModule(L.LightningModule):
             )
         check_decoding_settings(decoding)
         settings = {name: self.hparams[name] for name in DECODING_SETTINGS} | decoding
+        trainer = self._trainer
+        if "sampling" not in decoding and trainer is not None and not trainer.predicting:
+            settings["sampling"] = False  # held-out scores are those of the search
         beam = self.hparams.beam_size if beam_size is None else beam_size
         return decode_batch(self.model, self.tokenizer, batch, beam, n_best, settings)
 

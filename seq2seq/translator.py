@@ -11,7 +11,8 @@ Example::
 A checkpoint holds the :class:`~seq2seq.nn.TransformerConfig` and the SentencePiece model
 (:mod:`seq2seq.checkpoint.format`): :meth:`Translator.from_checkpoint` builds the
 :class:`~seq2seq.nn.Transformer` from them and its weights, and decodes with
-:func:`~seq2seq.nn.greedy_search` / :func:`~seq2seq.nn.beam_search`. Importing this module
+:func:`~seq2seq.nn.greedy_search` / :func:`~seq2seq.nn.beam_search` /
+:func:`~seq2seq.nn.sample`. Importing this module
 imports neither Lightning nor the data pipeline (``datasets``, ``pyarrow``); the tokenizer
 is imported when a checkpoint is read.
 """
@@ -28,19 +29,21 @@ from seq2seq.checkpoint.format import (
     CHECKPOINT_KEY,
     DECODING_DEFAULTS,
     DECODING_SETTINGS,
+    SAMPLING_SETTINGS,
     differing_settings,
     model_config,
     tokenizer_blob,
 )
 from seq2seq.checkpoint.load import check_model_checkpoint, load_checkpoint
 from seq2seq.data.tokenizer import Tokenizer, source_ids
-from seq2seq.nn import Transformer, TransformerConfig, beam_search, greedy_search
+from seq2seq.nn import Transformer, TransformerConfig, beam_search, greedy_search, sample
 
 __all__ = [
     "TranslationModel",
     "Translator",
     "check_decoding_settings",
     "decode_batch",
+    "sampling_requested",
     "source_batch",
 ]
 
@@ -57,13 +60,39 @@ def check_decoding_settings(decoding: Mapping[str, Any]) -> None:
 
 def check_decoding_values(settings: Mapping[str, Any], prefix: str = "") -> None:
     """Raises ValueError naming the setting (``{prefix}max_len_a must be >= 0, got -1.0``) for
-    a ``beam_size`` below 1 or a negative ``max_len_a``, ``max_len_b`` or ``min_len``: a
-    negative limit would silently cut every output short."""
-    if settings.get("beam_size") is not None and settings["beam_size"] < 1:
-        raise ValueError(f"{prefix}beam_size must be >= 1, got {settings['beam_size']}")
-    for name in ("max_len_a", "max_len_b", "min_len"):
+    a ``beam_size`` or ``n_samples`` below 1, a negative ``max_len_a``, ``max_len_b``,
+    ``min_len``, ``no_repeat_ngram_size`` or ``sampling_topk`` (a negative limit would
+    silently cut every output short), a ``sampling_topp`` outside (0, 1], a ``temperature``
+    that is not a finite number above 0, or a ``seed`` that is not an integer."""
+    for name in ("beam_size", "n_samples"):
+        if settings.get(name) is not None and settings[name] < 1:
+            raise ValueError(f"{prefix}{name} must be >= 1, got {settings[name]}")
+    for name in ("max_len_a", "max_len_b", "min_len", "no_repeat_ngram_size", "sampling_topk"):
         if name in settings and settings[name] < 0:
             raise ValueError(f"{prefix}{name} must be >= 0, got {settings[name]}")
+    topp = settings.get("sampling_topp")
+    if topp is not None and not 0.0 < topp <= 1.0:
+        raise ValueError(f"{prefix}sampling_topp must lie in (0, 1] (1 = off), got {topp}")
+    temperature = settings.get("temperature")
+    if temperature is not None and not 0.0 < temperature < float("inf"):
+        raise ValueError(f"{prefix}temperature must be a finite number > 0, got {temperature}")
+    seed = settings.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise ValueError(f"{prefix}seed must be an integer, got {seed!r}")
+
+
+def sampling_requested(decoding: dict[str, Any]) -> dict[str, Any]:
+    """``decoding`` with ``sampling=True`` added when it gives one of the
+    :data:`~seq2seq.checkpoint.format.SAMPLING_SETTINGS` but not ``sampling`` itself (asking
+    for a top-k or a temperature asks for sampling).
+
+    Raises:
+        ValueError: for ``sampling=False`` together with a sampling setting.
+    """
+    given = [name for name in SAMPLING_SETTINGS if name in decoding]
+    if given and decoding.get("sampling") is False:
+        raise ValueError(f"{given[0]} applies to sampling, but sampling=False was given")
+    return {**decoding, "sampling": True} if given and "sampling" not in decoding else decoding
 
 
 def source_batch(
@@ -116,22 +145,42 @@ def decode_batch(
         batch: ``src`` ``(B, S)`` long and ``src_mask`` ``(B, 1, 1, S)`` bool.
         beam_size: beam size; 1 is greedy search.
         n_best: hypotheses per sentence (at most ``beam_size``).
-        settings: every one of :data:`DECODING_SETTINGS`.
+        settings: every one of :data:`DECODING_SETTINGS`. With ``sampling`` true, the
+            sentences are sampled (:func:`~seq2seq.nn.sample`, ``beam_size`` unused),
+            ``n_samples`` per sentence; otherwise the sampling settings are unused.
+
+    ``batch`` may hold ``"prefix"``: one list of target ids per sentence (possibly empty),
+    forced at the start of its hypotheses (the text returned starts with it).
 
     Returns:
-        For each sentence, ``n_best`` pairs of (text, score), best first; a source with no
-        piece the model knows gets ``n_best`` pairs ``("", 0.0)``.
+        For each sentence, ``n_best`` pairs of (text, score), best first, or with sampling
+        ``n_samples`` pairs in sample order; a source with no piece the model knows gets as
+        many pairs ``("", 0.0)``.
 
     Raises:
-        ValueError: if the beam size is below 1, ``n_best`` exceeds it, or a setting is
-            negative or unknown.
+        ValueError: if the beam size is below 1, ``n_best`` exceeds it (with sampling: is
+            neither 1 nor ``n_samples``), a setting is out of range or unknown, or a prefix
+            is malformed.
     """
     check_decoding_values({"beam_size": beam_size, **settings})
-    if n_best > beam_size:
+    settings = dict(settings)
+    sampling = settings.pop("sampling", False)
+    drawn = {name: settings.pop(name) for name in SAMPLING_SETTINGS if name in settings}
+    n_samples = drawn.get("n_samples", 1)
+    if sampling and n_best not in (1, n_samples):
+        raise ValueError(
+            f"n_best ({n_best}) applies to beam search; sampling returns n_samples "
+            f"({n_samples}) hypotheses per sentence"
+        )
+    if not sampling and n_best > beam_size:
         raise ValueError(f"n_best ({n_best}) exceeds the beam size ({beam_size})")
     bos, eos = tokenizer.bos_id, tokenizer.eos_id
     src, src_mask = batch["src"], batch["src_mask"]
-    if beam_size == 1:
+    settings["prefix"] = batch.get("prefix")
+    if sampling:
+        results = sample(model, src, src_mask, bos, eos, **drawn, **settings)
+        n_best = n_samples
+    elif beam_size == 1:
         results = greedy_search(model, src, src_mask, bos, eos, **settings)
     else:
         results = beam_search(
@@ -277,7 +326,9 @@ class Translator:
             device: ``None`` picks CUDA when available, else CPU.
             max_tokens: padded source tokens per batch.
             **decoding: overrides of decoding settings (``beam_size``, ``length_penalty``,
-                ``length_penalty_form``, ``max_len_a``, ``max_len_b``, ``min_len``). The
+                ``length_penalty_form``, ``max_len_a``, ``max_len_b``, ``min_len``,
+                ``no_repeat_ngram_size``, ``sampling`` and the sampling settings of
+                :meth:`translate`, a sampling setting turning sampling on). The
                 architecture (``d_model``, ``vocab_size``, ...) is the checkpoint's; one given
                 here must equal it.
 
@@ -324,7 +375,9 @@ class Translator:
             )
         hparams = checkpoint.get("hyper_parameters") or {}
         settings = {k: hparams[k] for k in DECODING_DEFAULTS if k in hparams}
-        settings.update({k: v for k, v in decoding.items() if k in DECODING_DEFAULTS})
+        settings.update(
+            sampling_requested({k: v for k, v in decoding.items() if k in DECODING_DEFAULTS})
+        )
         tokenizer = Tokenizer.from_bytes(blob)
         config = TransformerConfig.from_dict(saved)
         if tokenizer.vocab_size != config.vocab_size:
@@ -393,6 +446,7 @@ class Translator:
         beam_size: int | None = None,
         n_best: int = 1,
         return_scores: bool = False,
+        prefixes: Sequence[str] | str | None = None,
         **decoding: Any,
     ) -> str | list[tuple[str, float]] | list[str] | list[list[tuple[str, float]]]:
         """Translate one sentence, or a list of sentences keeping their order.
@@ -407,10 +461,25 @@ class Translator:
                 gets ``n_best`` pairs ``("", 0.0)``).
             return_scores: with ``n_best`` 1, return a one-pair list ``[(text, score)]`` per
                 sentence instead of the string.
+            prefixes: target-side text forced at the start of each translation, one per
+                sentence (``""`` for none; a str for a single sentence). They are encoded with
+                the SentencePiece model without EOS, so a prefix ending mid-word is tokenised
+                as a word of its own ("Ein Ma" becomes the pieces of "Ein" and "Ma"); the
+                translation starts with the prefix's text and continues after it, and its
+                score includes the prefix tokens' log-probabilities.
             **decoding: this call's ``length_penalty``, ``length_penalty_form``,
-                ``max_len_a``, ``max_len_b`` or ``min_len`` (default: the checkpoint's, or those
-                given to :meth:`from_checkpoint`), as ``generate`` keyword arguments of a
-                Hugging Face pipeline.
+                ``max_len_a``, ``max_len_b``, ``min_len``, ``no_repeat_ngram_size`` (ban
+                repeated n-grams of this size, 0 = off) or sampling settings (default: the
+                checkpoint's, or those given to :meth:`from_checkpoint`), as ``generate``
+                keyword arguments of a Hugging Face pipeline. ``sampling=True`` samples
+                instead of searching (:func:`~seq2seq.nn.sample`): ``sampling_topk`` (0 =
+                off), ``sampling_topp`` (in (0, 1], 1 = off), ``temperature`` (> 0),
+                ``n_samples`` per sentence and ``seed`` (an integer: the same seed gives the
+                same samples; a sentence's samples depend only on it and on the sentence, not
+                on the rest of the list). Giving any of these asks for sampling. With
+                ``n_samples`` above 1 each sentence gets a list of ``n_samples``
+                ``(text, score)`` pairs, in sample order, the score the model's own
+                length-penalised log-probability (temperature 1, no cut).
 
         Returns:
             For a list, one translation (or n-best list) per input sentence, in input order:
@@ -424,10 +493,27 @@ class Translator:
                 not a string (naming its 0-based index).
             ValueError: if an entry holds a line break (``\\n``), naming its 0-based index
                 (``sentences[0] holds a line break ...``; for a single string, ``the sentence
-                holds a line break ...``), if ``n_best`` exceeds the beam size, or for an
-                unknown or out-of-range decoding setting.
+                holds a line break ...``), if ``n_best`` exceeds the beam size, for an
+                unknown or out-of-range decoding setting (naming it and its value), for
+                sampling together with a ``beam_size`` above 1 or an ``n_best`` above 1, or
+                for ``prefixes`` of another length than ``sentences``.
         """
         check_decoding_settings(decoding)  # also when there is nothing to translate
+        decoding = sampling_requested(decoding)
+        check_decoding_values(decoding)
+        sampling = decoding.get("sampling", self.module.hparams.get("sampling", False))
+        if sampling and beam_size is not None and beam_size > 1:
+            raise ValueError(
+                f"beam_size={beam_size} with sampling: sampling draws, it does not search; "
+                "leave beam_size out (or give 1)"
+            )
+        if sampling and n_best > 1:
+            raise ValueError(
+                f"n_best={n_best} with sampling: give n_samples={n_best} for that many "
+                "samples per sentence"
+            )
+        n_out = decoding.get("n_samples", self.module.hparams.get("n_samples", 1))
+        n_out = n_out if sampling else n_best
         single = isinstance(sentences, str)
         if single:
             if "\n" in sentences:
@@ -436,6 +522,9 @@ class Translator:
                     "or several as a list, e.g. translate(text.splitlines())"
                 )
             sentences = [sentences]
+            if isinstance(prefixes, str):
+                prefixes = [prefixes]
+        forced = self._encode_prefixes(prefixes, len(sentences))
         encoded = self._encode(sentences)
         order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
         results: list[Any] = [None] * len(encoded)
@@ -448,10 +537,46 @@ class Translator:
                 end += 1
             chunk = order[start:end]
             batch = source_batch([encoded[i] for i in chunk], self.tokenizer.pad_id, self.device)
+            if forced is not None:
+                batch["prefix"] = [forced[i] for i in chunk]
             hyps = self.module.translate_batch(
                 batch, beam_size=beam_size, n_best=n_best, **decoding
             )
             for i, h in zip(chunk, hyps, strict=True):
-                results[i] = h[0][0] if n_best == 1 and not return_scores else h
+                results[i] = h[0][0] if n_out == 1 and not return_scores else h
             start = end
         return results[0] if single else results
+
+    def _encode_prefixes(
+        self, prefixes: Sequence[str] | str | None, count: int
+    ) -> list[list[int]] | None:
+        """Target ids of each prefix, without EOS (``None`` when no prefix is given).
+
+        Raises:
+            TypeError: for a str given with a list of sentences, or an entry that is no str.
+            ValueError: for another number of prefixes than sentences, or a line break.
+        """
+        if prefixes is None:
+            return None
+        if isinstance(prefixes, str):
+            raise TypeError("prefixes must be a list of str (one per sentence) for a list")
+        prefixes = list(prefixes)
+        if len(prefixes) != count:
+            raise ValueError(
+                f"prefixes holds {len(prefixes)} entries for {count} sentences; give one "
+                "per sentence ('' for none)"
+            )
+        for i, text in enumerate(prefixes):
+            if not isinstance(text, str):
+                raise TypeError(f"prefixes[{i}] is {type(text).__name__}, not a string")
+            if "\n" in text:
+                raise ValueError(f"prefixes[{i}] holds a line break (\\n)")
+        ids = self.tokenizer.encode([text.strip() for text in prefixes])
+        limit = self.model.max_positions - 1
+        too_long = [i for i, row in enumerate(ids) if len(row) > limit]
+        if too_long:
+            raise ValueError(
+                f"prefixes[{too_long[0]}] has {len(ids[too_long[0]])} tokens; at most "
+                f"max_positions - 1 = {limit} fit"
+            )
+        return ids

@@ -25,7 +25,8 @@ class TranslationWriter(BasePredictionWriter):
     Args:
         output_path: file to write (parent folders are created).
         n_best: with more than 1, write ``line<TAB>score<TAB>text`` rows, ``n_best`` per line
-            (the module must decode that many).
+            (the module must decode that many). A module that samples ``n_samples`` above 1
+            (``model.sampling``) gets these rows too, one per sample.
     """
 
     def __init__(self, output_path: str = "predictions.txt", n_best: int = 1) -> None:
@@ -54,7 +55,7 @@ class TranslationWriter(BasePredictionWriter):
         ordered = gather_in_order(items)
         if trainer.global_rank != 0:
             return
-        if self.n_best == 1:
+        if self.n_best == 1 and all(len(hyps) == 1 for _, hyps, _ in ordered):
             lines = [hyps[0][0] for _, hyps, _ in ordered]
         else:
             lines = [f"{i}\t{score:.4f}\t{text}" for i, hyps, _ in ordered for text, score in hyps]

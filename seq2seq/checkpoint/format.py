@@ -27,6 +27,7 @@ __all__ = [
     "DECODING_SETTINGS",
     "LIGHTNING_VERSION",
     "NON_STRUCTURAL",
+    "SAMPLING_SETTINGS",
     "differing_settings",
     "language_pair",
     "model_config",
@@ -51,7 +52,23 @@ with its own value."""
 
 
 #: Decoding settings that ``translate_batch`` takes per call (the module's, the Translator's).
-DECODING_SETTINGS = ("length_penalty", "length_penalty_form", "max_len_a", "max_len_b", "min_len")
+DECODING_SETTINGS = (
+    "length_penalty",
+    "length_penalty_form",
+    "max_len_a",
+    "max_len_b",
+    "min_len",
+    "no_repeat_ngram_size",
+    "sampling",
+    "sampling_topk",
+    "sampling_topp",
+    "temperature",
+    "n_samples",
+    "seed",
+)
+
+#: The settings that only sampling reads; giving one asks for sampling.
+SAMPLING_SETTINGS = ("sampling_topk", "sampling_topp", "temperature", "n_samples", "seed")
 
 #: The defaults of ``beam_size`` and the :data:`DECODING_SETTINGS` (``TranslationModule``'s),
 #: for checkpoints whose hyperparameters do not record them.
@@ -62,6 +79,13 @@ DECODING_DEFAULTS: dict[str, Any] = {
     "max_len_a": 1.2,
     "max_len_b": 10,
     "min_len": 0,
+    "no_repeat_ngram_size": 0,
+    "sampling": False,
+    "sampling_topk": 0,
+    "sampling_topp": 1.0,
+    "temperature": 1.0,
+    "n_samples": 1,
+    "seed": 0,
 }
 
 
