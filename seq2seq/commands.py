@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from seq2seq.checkpoint import AVERAGED_FROM, average_checkpoints, load_checkpoint
+from seq2seq.checkpoint.format import SAMPLING_SETTINGS
 from seq2seq.data.corpus import decode_lines, read_lines
 from seq2seq.files import atomic_write, check_output_file
 
@@ -29,7 +30,10 @@ def translate(argv: Sequence[str]) -> None:
     line). A score is the hypothesis's length-penalised log-probability (higher is better). A
     line with no token the model knows (empty, blank, or only characters outside its
     vocabulary) is translated as empty text scored 0.0000, in N rows with ``--n_best N`` like
-    any other line.
+    any other line. ``--sampling`` (or any sampling option) samples instead of searching:
+    reproducible for a ``--seed``, and a line's samples do not depend on the other lines;
+    ``--n_samples N > 1`` writes N ``index<TAB>score<TAB>text`` rows per line, as ``--n_best``.
+    ``--prefix_file`` forces the start of each translation.
     """
     parser = argparse.ArgumentParser(
         prog="seq2seq translate", description=_plain(translate.__doc__), allow_abbrev=False
@@ -90,6 +94,57 @@ def translate(argv: Sequence[str]) -> None:
         help="no end of sentence before this many tokens (default: the checkpoint's model.min_len)",
     )
     parser.add_argument(
+        "--no_repeat_ngram_size",
+        type=int,
+        default=None,
+        help="ban repeating an n-gram of this size within a translation, 0 = off (default: the "
+        "checkpoint's model.no_repeat_ngram_size)",
+    )
+    parser.add_argument(
+        "--prefix_file",
+        default=None,
+        help="target prefixes, one per input line (an empty line = none): each translation "
+        "starts with its prefix and continues after it",
+    )
+    parser.add_argument(
+        "--sampling",
+        action="store_true",
+        default=None,
+        help="sample instead of beam search (any of the sampling options below implies it)",
+    )
+    parser.add_argument(
+        "--sampling_topk",
+        type=int,
+        default=None,
+        help="sample from the K most probable tokens, 0 = all (default: 0)",
+    )
+    parser.add_argument(
+        "--sampling_topp",
+        type=float,
+        default=None,
+        help="sample from the smallest set of most probable tokens whose probability reaches "
+        "P (nucleus sampling), in (0, 1], 1 = off (default: 1)",
+    )
+    parser.add_argument(
+        "--temperature",
+        type=float,
+        default=None,
+        help="divides the log-probabilities before sampling, > 0 (default: 1)",
+    )
+    parser.add_argument(
+        "--n_samples",
+        type=int,
+        default=None,
+        help="samples per sentence; above 1, index<TAB>score<TAB>text rows (default: 1)",
+    )
+    parser.add_argument(
+        "--seed",
+        dest="sampling_seed",
+        type=int,
+        default=None,
+        help="seed of the samples: the same seed gives the same output (default: 0)",
+    )
+    parser.add_argument(
         "--max_tokens", type=int, default=4096, help="source tokens per batch (default: 4096)"
     )
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: auto)")
@@ -106,10 +161,33 @@ def translate(argv: Sequence[str]) -> None:
             "max_len_a",
             "max_len_b",
             "min_len",
+            "no_repeat_ngram_size",
+            "sampling",
+            "sampling_topk",
+            "sampling_topp",
+            "temperature",
+            "n_samples",
+            "sampling_seed",
         )
         if getattr(args, name) is not None
     }
-    for name in ("beam_size", "n_best", "max_tokens"):
+    sampled = [
+        "--seed" if name == "sampling_seed" else f"--{name}"
+        for name in SAMPLING_SETTINGS
+        if getattr(args, name) is not None
+    ]
+    sampling = bool(args.sampling or sampled)
+    if sampling:
+        decoding["sampling"] = True
+        if args.beam_size is not None and args.beam_size > 1:
+            given = (sampled or ["--sampling"])[0]
+            parser.error(f"--beam_size {args.beam_size} with {given}: sampling does not search")
+        if args.n_best > 1:
+            parser.error(
+                f"--n_best {args.n_best} applies to beam search; with sampling give "
+                f"--n_samples {args.n_best}"
+            )
+    for name in ("beam_size", "n_best", "max_tokens", "n_samples"):
         value = getattr(args, name)
         if value is not None and value < 1:
             parser.error(f"--{name} must be >= 1, got {value}")
@@ -117,14 +195,18 @@ def translate(argv: Sequence[str]) -> None:
         parser.error(f"--n_best {args.n_best} exceeds --beam_size {args.beam_size}")
     if args.device is not None:
         _check_device(parser, args.device)
-    for name in ("length_penalty", "max_len_a"):
+    for name in ("length_penalty", "max_len_a", "temperature", "sampling_topp"):
         value = getattr(args, name)
         if value is not None and not math.isfinite(value):
             parser.error(f"--{name} must be a finite number, got {value}")
-    for name in ("max_len_a", "max_len_b", "min_len"):
+    for name in ("max_len_a", "max_len_b", "min_len", "no_repeat_ngram_size", "sampling_topk"):
         value = getattr(args, name)
         if value is not None and value < 0:
             parser.error(f"--{name} must be >= 0, got {value}")
+    if args.temperature is not None and args.temperature <= 0:
+        parser.error(f"--temperature must be > 0, got {args.temperature}")
+    if args.sampling_topp is not None and not 0 < args.sampling_topp <= 1:
+        parser.error(f"--sampling_topp must lie in (0, 1] (1 = off), got {args.sampling_topp}")
     if args.output != "-":
         output = Path(args.output)
         _check_output(parser, output)
@@ -136,6 +218,10 @@ def translate(argv: Sequence[str]) -> None:
     if args.input != "-" and (source.is_dir() or not source.exists()):  # a pipe is fine
         what = "is a folder" if source.is_dir() else "not found"
         raise FileNotFoundError(f"--input {args.input}: {what} (a file, or - for stdin)")
+    prefix_source = Path(args.prefix_file) if args.prefix_file is not None else None
+    if prefix_source is not None and (prefix_source.is_dir() or not prefix_source.exists()):
+        what = "is a folder" if prefix_source.is_dir() else "not found"
+        parser.error(f"--prefix_file {args.prefix_file}: {what}")
     if args.ckpt_path in ("best", "last") and not Path(args.ckpt_path).exists():
         raise FileNotFoundError(
             f"checkpoint not found: {args.ckpt_path}; the aliases best and last work with "
@@ -150,7 +236,11 @@ def translate(argv: Sequence[str]) -> None:
         if Path(args.ckpt_path).is_dir()  # a CTranslate2 folder (seq2seq.export)
         else translator.module.hparams.beam_size
     )
-    if args.n_best > beam:
+    if not Path(args.ckpt_path).is_dir() and not sampling:  # the checkpoint's model.sampling
+        sampling = bool(translator.module.hparams.sampling)
+    settings = translator.settings if Path(args.ckpt_path).is_dir() else translator.module.hparams
+    n_samples = args.n_samples or settings.get("n_samples", 1)
+    if args.n_best > beam and not sampling:
         parser.error(
             f"--n_best {args.n_best} exceeds the beam size {beam} (the checkpoint's); "
             f"pass --beam_size {args.n_best} or more"
@@ -160,10 +250,22 @@ def translate(argv: Sequence[str]) -> None:
         lines = decode_lines(sys.stdin.buffer.read(), "<stdin>")
     else:
         lines = read_lines(args.input)
-    results = translator.translate(lines, n_best=args.n_best, return_scores=args.scores)
-    if args.n_best == 1 and not args.scores:
+    prefixes = None
+    if prefix_source is not None:
+        prefixes = read_lines(prefix_source)
+        if len(prefixes) != len(lines):
+            where = "<stdin>" if args.input == "-" else args.input
+            parser.error(
+                f"--prefix_file {args.prefix_file} has {len(prefixes)} lines but the input "
+                f"{where} has {len(lines)}; give one prefix per input line (an empty line "
+                "for none)"
+            )
+    options = {"prefixes": prefixes} if prefixes is not None else {}
+    results = translator.translate(lines, n_best=args.n_best, return_scores=args.scores, **options)
+    rows = args.n_best > 1 or (sampling and n_samples > 1)
+    if not rows and args.n_best == 1 and not args.scores:
         out_lines = list(results)
-    elif args.n_best == 1:
+    elif not rows:
         out_lines = [f"{hyps[0][1]:.4f}\t{hyps[0][0]}" for hyps in results]
     else:
         out_lines = [

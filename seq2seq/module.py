@@ -108,7 +108,7 @@ class TranslationModule(L.LightningModule):
         temperature: with sampling, divides the log-probabilities before the cuts; > 0.
         n_samples: with sampling, samples per sentence (``prediction_writer.n_best`` rows
             are then written for each: one per sample); >= 1.
-        seed: with sampling, the seed of the draws (not of training, which
+        sampling_seed: with sampling, the seed of the draws (not of training, which
             ``seed_everything`` sets): a sentence's samples depend on it and on the sentence
             only.
         metrics: corpus metrics computed on held-out sets (``bleu``, ``chrf``, ``ter``).
@@ -149,7 +149,7 @@ class TranslationModule(L.LightningModule):
         sampling_topp: float = DECODING_DEFAULTS["sampling_topp"],
         temperature: float = DECODING_DEFAULTS["temperature"],
         n_samples: int = DECODING_DEFAULTS["n_samples"],
-        seed: int = DECODING_DEFAULTS["seed"],
+        sampling_seed: int = DECODING_DEFAULTS["sampling_seed"],
         metrics: list[str] | None = None,
         tgt_lang: str | None = None,
         compile: bool = False,
@@ -163,9 +163,9 @@ class TranslationModule(L.LightningModule):
         # Refused here, not when decoding: a negative limit would silently cut every output
         # short (the CLI builds the module first).
         decoding = dict(beam_size=beam_size, max_len_a=max_len_a, max_len_b=max_len_b)
-        decoding |= dict(min_len=min_len, no_repeat_ngram_size=no_repeat_ngram_size, seed=seed)
+        decoding |= dict(min_len=min_len, no_repeat_ngram_size=no_repeat_ngram_size)
         decoding |= dict(sampling_topk=sampling_topk, sampling_topp=sampling_topp)
-        decoding |= dict(temperature=temperature, n_samples=n_samples)
+        decoding |= dict(temperature=temperature, n_samples=n_samples, sampling_seed=sampling_seed)
         check_decoding_values(decoding, prefix="model.")
         self.config = TransformerConfig(**architecture)
         self.save_hyperparameters(ignore=["optimizer", "lr_scheduler"])

@@ -76,9 +76,9 @@ def check_decoding_values(settings: Mapping[str, Any], prefix: str = "") -> None
     temperature = settings.get("temperature")
     if temperature is not None and not 0.0 < temperature < float("inf"):
         raise ValueError(f"{prefix}temperature must be a finite number > 0, got {temperature}")
-    seed = settings.get("seed")
+    seed = settings.get("sampling_seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise ValueError(f"{prefix}seed must be an integer, got {seed!r}")
+        raise ValueError(f"{prefix}sampling_seed must be an integer, got {seed!r}")
 
 
 def sampling_requested(decoding: dict[str, Any]) -> dict[str, Any]:
@@ -166,6 +166,8 @@ def decode_batch(
     settings = dict(settings)
     sampling = settings.pop("sampling", False)
     drawn = {name: settings.pop(name) for name in SAMPLING_SETTINGS if name in settings}
+    if "sampling_seed" in drawn:
+        drawn["seed"] = drawn.pop("sampling_seed")
     n_samples = drawn.get("n_samples", 1)
     if sampling and n_best not in (1, n_samples):
         raise ValueError(
@@ -474,10 +476,10 @@ class Translator:
                 keyword arguments of a Hugging Face pipeline. ``sampling=True`` samples
                 instead of searching (:func:`~seq2seq.nn.sample`): ``sampling_topk`` (0 =
                 off), ``sampling_topp`` (in (0, 1], 1 = off), ``temperature`` (> 0),
-                ``n_samples`` per sentence and ``seed`` (an integer: the same seed gives the
-                same samples; a sentence's samples depend only on it and on the sentence, not
-                on the rest of the list). Giving any of these asks for sampling. With
-                ``n_samples`` above 1 each sentence gets a list of ``n_samples``
+                ``n_samples`` per sentence and ``seed`` (``sampling_seed``, an integer: the
+                same seed gives the same samples; a sentence's samples depend only on it and
+                on the sentence, not on the rest of the list). Giving any of these asks for
+                sampling. With ``n_samples`` above 1 each sentence gets a list of ``n_samples``
                 ``(text, score)`` pairs, in sample order, the score the model's own
                 length-penalised log-probability (temperature 1, no cut).
 
@@ -498,6 +500,8 @@ class Translator:
                 sampling together with a ``beam_size`` above 1 or an ``n_best`` above 1, or
                 for ``prefixes`` of another length than ``sentences``.
         """
+        if "seed" in decoding:  # the seed of sampling, sampling_seed in the settings
+            decoding["sampling_seed"] = decoding.pop("seed")
         check_decoding_settings(decoding)  # also when there is nothing to translate
         decoding = sampling_requested(decoding)
         check_decoding_values(decoding)

@@ -1299,3 +1299,86 @@ def test_testing_another_folders_checkpoint_has_no_dirpath_notice(
     assert code == 0, err
     shown = [*err, *(str(w.message) for w in caught)]
     assert not [line for line in shown if "dirpath has changed" in line], shown
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        (["--temperature", "0"], "--temperature must be > 0, got 0.0"),
+        (["--temperature", "inf"], "--temperature must be a finite number, got inf"),
+        (["--sampling_topp", "0"], r"--sampling_topp must lie in (0, 1] (1 = off), got 0.0"),
+        (["--sampling_topp", "1.2"], r"--sampling_topp must lie in (0, 1] (1 = off), got 1.2"),
+        (["--sampling_topk", "-1"], "--sampling_topk must be >= 0, got -1"),
+        (["--n_samples", "0"], "--n_samples must be >= 1, got 0"),
+        (["--no_repeat_ngram_size", "-2"], "--no_repeat_ngram_size must be >= 0, got -2"),
+        (["--sampling", "--beam_size", "4"], "--beam_size 4 with --sampling: sampling does not"),
+        (["--seed", "3", "--beam_size", "2"], "--beam_size 2 with --seed: sampling does not"),
+        (["--n_samples", "2", "--n_best", "2"], "--n_best 2 applies to beam search; with sampling"),
+        (["--prefix_file", "missing.txt"], "--prefix_file missing.txt: not found"),
+        (["--seed", "x"], "argument --seed: invalid int value: 'x'"),
+    ],
+)
+def test_translate_refuses_bad_sampling_prefix_and_ngram_options(
+    in_tmp, monkeypatch, capsys, extra, expected
+):
+    code, out, err = _translate_main(
+        monkeypatch, capsys, b"Ein Hund.\n", "--ckpt_path", "m.ckpt", *extra
+    )
+    assert code == 2 and out == ""
+    assert err[-1] == f"seq2seq translate: error: {expected}" or expected in err[-1], err
+    assert err[-1].startswith("seq2seq translate: error: ")
+
+
+def test_translate_samples_and_forces_prefixes_end_to_end(tiny_run, tmp_path, monkeypatch, capsys):
+    ckpt = str(tiny_run / "checkpoints/tiny/last.ckpt")
+    lines = ["Ein Hund läuft.", "", "Eine Frau singt.", "Zwei Männer spielen Fußball."]
+    source = tmp_path / "in.de"
+    source.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+
+    def run(*extra, stdin=b""):
+        code, out, err = _translate_main(monkeypatch, capsys, stdin, "--ckpt_path", ckpt, *extra)
+        assert code == 0, (extra, err)
+        return out.splitlines()
+
+    sampled = ["--n_samples", "3", "--temperature", "1.5", "--input", str(source)]
+    first = run(*sampled, "--seed", "1")
+    rows = [line.split("\t") for line in first]
+    assert [row[0] for row in rows] == [str(i) for i in range(4) for _ in range(3)]
+    assert rows[3:6] == [["1", "0.0000", ""]] * 3  # the empty line
+    assert all(float(row[1]) < 0 for row in rows[:3])
+    assert run(*sampled, "--seed", "1") == first  # reproducible
+    assert run(*sampled, "--seed", "2") != first
+    # a line's samples are the same alone as inside the file
+    alone = run(
+        "--n_samples", "3", "--temperature", "1.5", "--seed", "1", stdin=b"Eine Frau singt.\n"
+    )
+    assert [line.split("\t")[1:] for line in alone] == [row[1:] for row in rows[6:9]]
+    # one sample per line: plain lines, as without sampling
+    assert len(run("--sampling", "--input", str(source))) == 4
+    # prefixes: one per input line, each translation starts with its own
+    prefixes = tmp_path / "prefix.en"
+    prefixes.write_text("A dog\n\n\nTwo men\n", encoding="utf-8")
+    forced = run("--beam_size", "1", "--prefix_file", str(prefixes), "--input", str(source))
+    assert forced[0].startswith("A dog") and forced[3].startswith("Two men")
+    assert forced[1] == ""
+    plain = run("--beam_size", "1", "--input", str(source))
+    assert forced[2] == plain[2] and not plain[0].startswith("A dog")
+    assert len(run("--no_repeat_ngram_size", "2", "--input", str(source))) == 4
+    short = tmp_path / "short.en"
+    short.write_text("A dog\n", encoding="utf-8")
+    code, out, err = _translate_main(
+        monkeypatch,
+        capsys,
+        b"",
+        "--ckpt_path",
+        ckpt,
+        "--input",
+        str(source),
+        "--prefix_file",
+        str(short),
+    )
+    assert code == 2 and out == ""
+    assert err[-1] == (
+        f"seq2seq translate: error: --prefix_file {short} has 1 lines but the input {source} "
+        "has 4; give one prefix per input line (an empty line for none)"
+    )

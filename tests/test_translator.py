@@ -109,3 +109,79 @@ def test_from_checkpoint_refuses_unknown_and_out_of_range_settings(saved):
     with pytest.raises(ValueError, match="n_heads: checkpoint 4 vs requested 2"):
         Translator.from_checkpoint(path, n_heads=2)
     assert Translator.from_checkpoint(path, dropout=0.3).model.config.dropout == 0.1
+
+
+def test_sampling_through_the_api_is_seeded_and_per_sentence(saved):
+    path, _ = saved
+    translator = Translator.from_checkpoint(path, device="cpu")
+    greedy = translator.translate(SENTENCES, beam_size=1)
+    assert translator.translate(SENTENCES, sampling_topk=1) == greedy  # top-1 is greedy
+    drawn = translator.translate(SENTENCES, n_samples=3, temperature=1.5, seed=4)
+    assert [len(hyps) for hyps in drawn] == [3] * len(SENTENCES)
+    assert drawn[2] == [("", 0.0)] * 3  # nothing to translate
+    assert translator.translate(SENTENCES, n_samples=3, temperature=1.5, seed=4) == drawn
+    assert translator.translate(SENTENCES, n_samples=3, temperature=1.5, seed=5) != drawn
+    assert any(len({text for text, _ in hyps}) > 1 for hyps in drawn)
+    # a sentence's samples do not depend on the others, nor on its place in the list
+    alone = translator.translate(SENTENCES[1], n_samples=3, temperature=1.5, seed=4)
+    assert [t for t, _ in alone] == [t for t, _ in drawn[1]]
+    moved = translator.translate(SENTENCES[::-1], n_samples=3, temperature=1.5, seed=4)
+    assert [[t for t, _ in h] for h in moved[::-1]] == [[t for t, _ in h] for h in drawn]
+    # one sample per sentence: strings, as without sampling
+    one = translator.translate(SENTENCES, sampling=True, seed=4)
+    assert all(isinstance(text, str) for text in one)
+
+
+def test_prefixes_and_no_repeat_ngram_size_through_the_api(saved):
+    path, _ = saved
+    translator = Translator.from_checkpoint(path, device="cpu")
+    prefixes = ["Ein Mann", "", "", "Eine"]
+    for options in ({"beam_size": 1}, {"beam_size": 3}, {"n_samples": 2, "seed": 1}):
+        out = translator.translate(SENTENCES, prefixes=prefixes, return_scores=True, **options)
+        for hyps, sentence, prefix in zip(out, SENTENCES, prefixes, strict=True):
+            if sentence:
+                assert all(text.startswith(prefix) for text, _ in hyps), (options, hyps)
+    single = translator.translate(SENTENCES[0], prefixes="Ein Mann", beam_size=1)
+    assert single.startswith("Ein Mann")
+    # The untrained model repeats one piece that decodes to nothing; the ban removes it
+    # (the search-level tests check the ban token by token).
+    plain = translator.translate(SENTENCES[:2], beam_size=1)
+    blocked = translator.translate(SENTENCES[:2], beam_size=1, no_repeat_ngram_size=1)
+    assert plain == ["", ""] and all(blocked)
+    with pytest.raises(ValueError, match=r"prefixes holds 1 entries for 4 sentences"):
+        translator.translate(SENTENCES, prefixes=["Ein"])
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"temperature": 0.0}, r"temperature must be a finite number > 0, got 0.0"),
+        ({"sampling_topp": 1.5}, r"sampling_topp must lie in \(0, 1\] \(1 = off\), got 1.5"),
+        ({"sampling_topk": -1}, r"sampling_topk must be >= 0, got -1"),
+        ({"n_samples": 0}, r"n_samples must be >= 1, got 0"),
+        ({"no_repeat_ngram_size": -1}, r"no_repeat_ngram_size must be >= 0, got -1"),
+        ({"seed": 1.5}, r"sampling_seed must be an integer, got 1.5"),
+        ({"sampling": True, "beam_size": 3}, r"beam_size=3 with sampling"),
+        ({"temperature": 0.7, "n_best": 2}, r"n_best=2 with sampling: give n_samples=2"),
+        ({"sampling": False, "temperature": 0.7}, r"temperature applies to sampling"),
+    ],
+)
+def test_the_api_refuses_bad_sampling_values(saved, options, message):
+    translator = Translator.from_checkpoint(saved[0], device="cpu")
+    with pytest.raises(ValueError, match=message):
+        translator.translate(SENTENCES, **options)
+
+
+def test_the_module_samples_outside_evaluation(saved):
+    _, module = saved
+    sampler = TranslationModule(**{**dict(module.hparams), "sampling": True, "n_samples": 2})
+    sampler.load_state_dict(module.state_dict())
+    sampler.tokenizer = module.tokenizer
+    batch = source_batch(Translator(module).encode(SENTENCES), module.tokenizer.pad_id)
+    drawn = sampler.eval().translate_batch(batch)
+    assert [len(h) for h in drawn] == [2] * len(SENTENCES)
+    assert sampler.translate_batch(batch) == drawn
+    searched = sampler.translate_batch(batch, sampling=False, beam_size=1)
+    assert [len(h) for h in searched] == [1] * len(SENTENCES)
+    with pytest.raises(ValueError, match=r"^model\.temperature must be a finite number > 0"):
+        TranslationModule(vocab_size=16, d_model=8, n_heads=2, d_ff=16, temperature=-1.0)

@@ -64,11 +64,17 @@ DECODING_SETTINGS = (
     "sampling_topp",
     "temperature",
     "n_samples",
-    "seed",
+    "sampling_seed",
 )
 
 #: The settings that only sampling reads; giving one asks for sampling.
-SAMPLING_SETTINGS = ("sampling_topk", "sampling_topp", "temperature", "n_samples", "seed")
+SAMPLING_SETTINGS = (
+    "sampling_topk",
+    "sampling_topp",
+    "temperature",
+    "n_samples",
+    "sampling_seed",
+)
 
 #: The defaults of ``beam_size`` and the :data:`DECODING_SETTINGS` (``TranslationModule``'s),
 #: for checkpoints whose hyperparameters do not record them.
@@ -85,7 +91,7 @@ DECODING_DEFAULTS: dict[str, Any] = {
     "sampling_topp": 1.0,
     "temperature": 1.0,
     "n_samples": 1,
-    "seed": 0,
+    "sampling_seed": 0,
 }
 
 

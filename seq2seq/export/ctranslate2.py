@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from seq2seq.checkpoint.format import DECODING_DEFAULTS, SAMPLING_SETTINGS
 from seq2seq.data.tokenizer import Tokenizer, source_ids
 from seq2seq.export.common import (
     SENTENCEPIECE_FILE,
@@ -224,6 +225,10 @@ class CTranslate2Translator:
     changes the reported scores by its probability, and the padding token is banned only in a
     batch where CTranslate2 chose it (run again), so that other scores stay exact.
 
+    Target prefixes and ``no_repeat_ngram_size`` go to CTranslate2's own ``target_prefix``
+    and ``no_repeat_ngram_size``. Sampling is refused: CTranslate2 draws from one random
+    generator per process, so its samples would depend on the batch and could not repeat ours.
+
     Args:
         folder: a folder written by ``seq2seq export --format ctranslate2``.
         device: ``"cpu"``, ``"cuda"`` or ``"cuda:N"``; ``None`` picks CUDA when available.
@@ -235,12 +240,13 @@ class CTranslate2Translator:
             to our rule: on test_2016_flickr it gave 996 of 1,000 beam-5 outputs identical to
             ours, 1 gave 989 (``benchmarks/README.md``), at about the same speed.
         **decoding: overrides of the folder's ``beam_size``, ``length_penalty``,
-            ``length_penalty_form``, ``max_len_a``, ``max_len_b``, ``min_len``.
+            ``length_penalty_form``, ``max_len_a``, ``max_len_b``, ``min_len``,
+            ``no_repeat_ngram_size``.
 
     Raises:
         FileNotFoundError: if ``folder`` was not written by ``seq2seq export``.
         ValueError: for another export format, an unknown decoding setting, or one CTranslate2
-            has no equivalent of (``length_penalty_form="gnmt"``).
+            has no equivalent of (``length_penalty_form="gnmt"``, sampling).
         ModuleNotFoundError: without the ``export`` extra.
     """
 
@@ -262,11 +268,13 @@ class CTranslate2Translator:
                 "CTranslate2 folder (seq2seq export --format ctranslate2)"
             )
         ct2 = require("ctranslate2", "translating with a CTranslate2 folder")
-        unknown = sorted(set(decoding) - set(marker["decoding"]))
+        unknown = sorted(set(decoding) - set(DECODING_DEFAULTS))
         if unknown:
             raise ValueError(f"unknown decoding settings: {unknown}")
-        self.settings = {**marker["decoding"], **decoding}
+        # Folders exported before a setting existed take its default.
+        self.settings = {**DECODING_DEFAULTS, **marker["decoding"], **decoding}
         _check_form(self.settings["length_penalty_form"])
+        _check_no_sampling(decoding)
         self.model_config = marker["model_config"]
         self.tokenizer = Tokenizer.load(folder / SENTENCEPIECE_FILE)
         if device is None:
@@ -311,28 +319,39 @@ class CTranslate2Translator:
         beam_size: int | None = None,
         n_best: int = 1,
         return_scores: bool = False,
+        prefixes: Sequence[str] | str | None = None,
         **decoding: Any,
     ):
         """Translate one sentence or a list of them, as
-        :meth:`seq2seq.translator.Translator.translate` does (same arguments and results).
+        :meth:`seq2seq.translator.Translator.translate` does (same arguments and results;
+        ``prefixes`` go to CTranslate2's ``target_prefix``).
 
         Raises:
             ValueError: if ``n_best`` exceeds the beam size, for an unknown decoding setting,
-                or for ``length_penalty_form="gnmt"`` (CTranslate2 divides by
-                ``len ** length_penalty`` only).
+                for ``length_penalty_form="gnmt"`` (CTranslate2 divides by
+                ``len ** length_penalty`` only), for sampling, or for ``prefixes`` of another
+                length than ``sentences``.
         """
         unknown = sorted(set(decoding) - (set(self.settings) - {"beam_size"}))
         if unknown:
             raise ValueError(f"unknown decoding settings: {unknown}")
         settings = {**self.settings, **decoding}
         _check_form(settings["length_penalty_form"])
+        _check_no_sampling(decoding)
+        if settings["no_repeat_ngram_size"] < 0:
+            raise ValueError(
+                f"no_repeat_ngram_size must be >= 0, got {settings['no_repeat_ngram_size']}"
+            )
         beam = self.beam_size if beam_size is None else beam_size
         if beam < 1:
             raise ValueError(f"beam_size must be >= 1, got {beam}")
         if n_best > beam:
             raise ValueError(f"n_best ({n_best}) exceeds the beam size ({beam})")
         single = isinstance(sentences, str)
+        if single and isinstance(prefixes, str):
+            prefixes = [prefixes]
         encoded = self._encode([sentences] if single else sentences)
+        forced = _prefix_ids(self.tokenizer, prefixes, len(encoded))
         limits = [
             max_len(
                 len(ids) + 1,
@@ -354,18 +373,27 @@ class CTranslate2Translator:
             ):
                 end += 1
             chunk = order[start:end]
+            chunk_prefixes = None if forced is None else [forced[i] for i in chunk]
             hyps = self._translate_chunk(
-                [encoded[i] for i in chunk], limits[chunk[0]], beam, n_best, settings
-            )
+                [encoded[i] for i in chunk], limits[chunk[0]], beam, n_best, settings,
+                chunk_prefixes,
+            )  # fmt: skip
             for i, h in zip(chunk, hyps, strict=True):
                 results[i] = h[0][0] if n_best == 1 and not return_scores else h
             start = end
         return results[0] if single else results
 
     def _translate_chunk(
-        self, sources: list[list[int]], limit: int, beam: int, n_best: int, settings: dict
+        self,
+        sources: list[list[int]],
+        limit: int,
+        beam: int,
+        n_best: int,
+        settings: dict,
+        prefixes: list[list[int]] | None = None,
     ) -> list[list[tuple[str, float]]]:
-        """One CTranslate2 call for sources that share the length limit ``limit``."""
+        """One CTranslate2 call for sources that share the length limit ``limit``
+        (``prefixes``: target ids forced first, per source)."""
         tok = self.tokenizer
         special = {tok.pad_id, tok.eos_id, tok.unk_id, tok.space_id}
         output: list[list[tuple[str, float]]] = [[("", 0.0)] * n_best for _ in sources]
@@ -382,7 +410,15 @@ class CTranslate2Translator:
             min_decoding_length=min(settings["min_len"], limit),
             max_input_length=0,  # encode() already cut to max_positions
             return_scores=True,
+            no_repeat_ngram_size=settings["no_repeat_ngram_size"],
         )
+        if prefixes is not None and any(prefixes[i] for i in known):
+            options["target_prefix"] = [
+                [self._pieces[t] for t in prefixes[i]] or None for i in known
+            ]
+            # our max_len is at least len(prefix) + 1; one limit serves the batch
+            longest = max(len(prefixes[i]) for i in known)
+            options["max_decoding_length"] = max(limit, longest + 1)
         translated = self.model.translate_batch(batch, **options)
         pad = self._pieces[tok.pad_id]
         if any(pad in hyp for result in translated for hyp in result.hypotheses):
@@ -394,6 +430,32 @@ class CTranslate2Translator:
             texts = tok.decode(ids)
             output[i] = list(zip(texts, map(float, result.scores), strict=True))
         return output
+
+
+def _prefix_ids(
+    tokenizer: Tokenizer, prefixes: Sequence[str] | str | None, count: int
+) -> list[list[int]] | None:
+    """Target ids of each prefix (without EOS), as the Translator encodes them."""
+    if prefixes is None:
+        return None
+    if isinstance(prefixes, str) or len(prefixes) != count:
+        given = "a str" if isinstance(prefixes, str) else f"{len(prefixes)} entries"
+        raise ValueError(f"prefixes holds {given} for {count} sentences; give one per sentence")
+    return tokenizer.encode([text.strip() for text in prefixes])
+
+
+def _check_no_sampling(given: dict) -> None:
+    """Refuses sampling asked for in ``given``, naming the setting that asked for it (a
+    checkpoint's own ``model.sampling``, recorded in the folder, is not: translating the folder
+    searches)."""
+    asked = [name for name in (*SAMPLING_SETTINGS, "sampling") if name in given]
+    if asked and (asked != ["sampling"] or given["sampling"]):
+        name = asked[0]
+        raise ValueError(
+            f"{name}: sampling is not offered through CTranslate2 (its draws come from one "
+            "random generator per process, so they would depend on the batch); sample with "
+            "the checkpoint itself"
+        )
 
 
 def _check_form(form: str) -> None:
