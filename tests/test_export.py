@@ -444,3 +444,23 @@ def test_engines_benchmark_runs(tiny_ckpt, tmp_path):
     assert set(by_engine) == {"seq2seq", "ct2-float32", "ct2-int8"}
     assert by_engine["ct2-float32"]["identical"] == 6  # greedy: the same search
     assert all(r["n"] == 6 and r["sent_per_s"] > 0 for r in rows)
+
+
+def test_ctranslate2_prefixes_and_ngram_blocking_are_ours_and_sampling_is_refused(ours, ct2_dir):
+    lines = _lines(12)
+    theirs = Translator.from_checkpoint(ct2_dir, device="cpu")
+    prefixes = ["A man", "", "Two", "A woman"] * 3
+    for decoding in ({"prefixes": prefixes}, {"no_repeat_ngram_size": 2}):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # lines cut at max_positions
+            a = theirs.translate(lines, beam_size=1, **decoding)
+            b = ours.translate(lines, beam_size=1, **decoding)
+        assert a == b, decoding
+        if "prefixes" in decoding:
+            assert all(text.startswith(p) for text, p in zip(a, prefixes, strict=True))
+    with pytest.raises(
+        ValueError, match="^sampling_topk: sampling is not offered through CTranslate2"
+    ):
+        theirs.translate(lines, sampling_topk=5)
+    with pytest.raises(ValueError, match="^sampling: sampling is not offered through CTranslate2"):
+        Translator.from_checkpoint(ct2_dir, device="cpu", sampling=True)
