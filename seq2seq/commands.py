@@ -29,7 +29,9 @@ def translate(argv: Sequence[str]) -> None:
     line). A score is the hypothesis's length-penalised log-probability (higher is better). A
     line with no token the model knows (empty, blank, or only characters outside its
     vocabulary) is translated as empty text scored 0.0000, in N rows with ``--n_best N`` like
-    any other line.
+    any other line. Several checkpoints decode as an ensemble: each step takes the mean of the
+    models' log-probabilities (renormalised); they must carry the same SentencePiece model and
+    language pair, and the decoding settings are the first checkpoint's.
     """
     parser = argparse.ArgumentParser(
         prog="seq2seq translate", description=_plain(translate.__doc__), allow_abbrev=False
@@ -37,8 +39,11 @@ def translate(argv: Sequence[str]) -> None:
     parser.add_argument(
         "--ckpt_path",
         required=True,
+        nargs="+",
         help="checkpoint written by seq2seq fit, or a folder of seq2seq export --format "
-        "ctranslate2 (translated through CTranslate2)",
+        "ctranslate2 (translated through CTranslate2); several checkpoints decode as an "
+        "ensemble (the mean of their log-probabilities; same SentencePiece model and language "
+        "pair; decoding settings from the first)",
     )
     parser.add_argument(
         "--input", default="-", help="source file, one sentence per line (- = stdin)"
@@ -130,24 +135,29 @@ def translate(argv: Sequence[str]) -> None:
         _check_output(parser, output)
         if args.input != "-" and output.exists() and output.samefile(args.input):
             parser.error(f"--output {args.output} is the input file; give another file name")
-        if output.exists() and Path(args.ckpt_path).exists() and output.samefile(args.ckpt_path):
-            parser.error(f"--output {args.output} is the checkpoint; give another file name")
+        for ckpt in args.ckpt_path:
+            if output.exists() and Path(ckpt).exists() and output.samefile(ckpt):
+                parser.error(f"--output {args.output} is the checkpoint; give another file name")
     source = Path(args.input)
     if args.input != "-" and (source.is_dir() or not source.exists()):  # a pipe is fine
         what = "is a folder" if source.is_dir() else "not found"
         raise FileNotFoundError(f"--input {args.input}: {what} (a file, or - for stdin)")
-    if args.ckpt_path in ("best", "last") and not Path(args.ckpt_path).exists():
-        raise FileNotFoundError(
-            f"checkpoint not found: {args.ckpt_path}; the aliases best and last work with "
-            "--config in seq2seq fit/validate/test/predict, translate needs the path of a "
-            "checkpoint file (e.g. checkpoints/multi30k_de_en/last.ckpt)"
+    for ckpt in args.ckpt_path:
+        if ckpt in ("best", "last") and not Path(ckpt).exists():
+            raise FileNotFoundError(
+                f"checkpoint not found: {ckpt}; the aliases best and last work with "
+                "--config in seq2seq fit/validate/test/predict, translate needs the path of a "
+                "checkpoint file (e.g. checkpoints/multi30k_de_en/last.ckpt)"
+            )
+    if len(args.ckpt_path) > 1:
+        translator = _ensemble_translator(parser, args.ckpt_path, args, decoding)
+    else:
+        translator = Translator.from_checkpoint(
+            args.ckpt_path[0], device=args.device, max_tokens=args.max_tokens, **decoding
         )
-    translator = Translator.from_checkpoint(
-        args.ckpt_path, device=args.device, max_tokens=args.max_tokens, **decoding
-    )
     beam = (
         translator.beam_size
-        if Path(args.ckpt_path).is_dir()  # a CTranslate2 folder (seq2seq.export)
+        if Path(args.ckpt_path[0]).is_dir()  # a CTranslate2 folder (seq2seq.export)
         else translator.module.hparams.beam_size
     )
     if args.n_best > beam:
@@ -176,6 +186,43 @@ def translate(argv: Sequence[str]) -> None:
     else:
         with atomic_write(args.output, "w", encoding="utf-8") as f:
             f.write(body)
+
+
+def _ensemble_translator(
+    parser: argparse.ArgumentParser, paths: list[str], args: argparse.Namespace, decoding: dict
+):
+    """The :class:`~seq2seq.translator.Translator` of several ``--ckpt_path`` checkpoints (an
+    ensemble), each refusal a usage error naming the files: a missing file, a folder (an
+    exported CTranslate2 model translates alone), a file named twice, checkpoints with other
+    SentencePiece models or language pairs."""
+    from seq2seq.checkpoint import IncompatibleCheckpointsError
+    from seq2seq.translator import Translator
+
+    for i, path in enumerate(paths):
+        if Path(path).is_dir():
+            parser.error(
+                f"--ckpt_path {path} is a folder (an exported CTranslate2 model?): an ensemble "
+                "takes checkpoint files (.ckpt); a CTranslate2 folder translates alone"
+            )
+        if not Path(path).is_file():
+            parser.error(f"--ckpt_path {path}: checkpoint not found")
+        for earlier in paths[:i]:
+            if _same_file(Path(earlier), Path(path)):
+                what = (
+                    f"names {path} twice"
+                    if earlier == path
+                    else f"names one file twice ({earlier} and {path})"
+                )
+                parser.error(
+                    f"--ckpt_path {what}; give each checkpoint of the ensemble once (a model "
+                    "taken twice would weigh double)"
+                )
+    try:
+        return Translator.from_checkpoint(
+            paths, device=args.device, max_tokens=args.max_tokens, **decoding
+        )
+    except IncompatibleCheckpointsError as err:
+        parser.error(f"--ckpt_path: {err}")
 
 
 def _check_output(parser: argparse.ArgumentParser, output: Path) -> None:

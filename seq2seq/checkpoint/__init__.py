@@ -24,9 +24,11 @@ from seq2seq.checkpoint.format import (
 )
 from seq2seq.checkpoint.load import (
     CheckpointError,
+    IncompatibleCheckpointsError,
     UnsafeCheckpointError,
     average_checkpoints,
     check_model_checkpoint,
+    check_same_vocabulary,
     load_checkpoint,
     resolve_ckpt_path,
     resume_flags,
@@ -47,9 +49,11 @@ __all__ = [
     "LIGHTNING_VERSION",
     "NON_STRUCTURAL",
     "CheckpointError",
+    "IncompatibleCheckpointsError",
     "UnsafeCheckpointError",
     "average_checkpoints",
     "check_model_checkpoint",
+    "check_same_vocabulary",
     "differing_settings",
     "language_pair",
     "load_checkpoint",
