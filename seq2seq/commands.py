@@ -196,27 +196,13 @@ def _ensemble_translator(
     exported CTranslate2 model translates alone), a file named twice, checkpoints with other
     SentencePiece models or language pairs."""
     from seq2seq.checkpoint import IncompatibleCheckpointsError
+    from seq2seq.checkpoint.models import check_ensemble_paths
     from seq2seq.translator import Translator
 
-    for i, path in enumerate(paths):
-        if Path(path).is_dir():
-            parser.error(
-                f"--ckpt_path {path} is a folder (an exported CTranslate2 model?): an ensemble "
-                "takes checkpoint files (.ckpt); a CTranslate2 folder translates alone"
-            )
-        if not Path(path).is_file():
-            parser.error(f"--ckpt_path {path}: checkpoint not found")
-        for earlier in paths[:i]:
-            if _same_file(Path(earlier), Path(path)):
-                what = (
-                    f"names {path} twice"
-                    if earlier == path
-                    else f"names one file twice ({earlier} and {path})"
-                )
-                parser.error(
-                    f"--ckpt_path {what}; give each checkpoint of the ensemble once (a model "
-                    "taken twice would weigh double)"
-                )
+    try:
+        check_ensemble_paths(paths)  # before any checkpoint is read
+    except (OSError, ValueError) as err:
+        parser.error(f"--ckpt_path: {err}")
     try:
         return Translator.from_checkpoint(
             paths, device=args.device, max_tokens=args.max_tokens, **decoding

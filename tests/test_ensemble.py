@@ -303,17 +303,17 @@ def test_translate_command_decodes_an_ensemble_and_refuses_bad_ensembles(
     refusals = [
         ([a, str(checkpoints["other_spm"])], ["different SentencePiece models", a]),
         ([a, str(checkpoints["en_de"])], ["other directions", a]),
-        ([a, a], [f"--ckpt_path names {a} twice"]),
-        ([a, str(link)], [f"names one file twice ({a} and {link})"]),
-        ([a, missing], [f"--ckpt_path {missing}: checkpoint not found"]),
-        ([a, str(tmp_path)], [f"--ckpt_path {tmp_path} is a folder", "translates alone"]),
+        ([a, a], [f"{a} is named twice in the ensemble"]),
+        ([a, str(link)], [f"{a} and {link} are the same file"]),
+        ([a, missing], [f"checkpoint not found: {missing}"]),
+        ([a, str(tmp_path)], [f"{tmp_path} is a folder", "translates alone"]),
     ]
     for paths, parts in refusals:
         code, out, err = run_main(
             monkeypatch, capsys, "translate", "--ckpt_path", *paths, stdin=stdin
         )
         assert code == 2 and out == "", (paths, err)
-        assert err[-1].startswith("seq2seq translate: error: --ckpt_path"), err
+        assert err[-1].startswith("seq2seq translate: error: --ckpt_path: "), err
         assert not [line for line in err if "error" in line][1:], err  # one error line
         for part in [paths[-1], *parts]:
             assert part in err[-1], (part, err)

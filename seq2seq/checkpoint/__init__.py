@@ -1,6 +1,7 @@
 """Checkpoints: the format (:mod:`.format`, a leaf), loading and averaging (:mod:`.load`,
-no Lightning) and the training side (:mod:`.training`: atomic writing for Lightning, random
-generator and loop states for an exact resume).
+no Lightning), the models they hold built for translation, alone or as an ensemble
+(:mod:`.models`, imported where used) and the training side (:mod:`.training`: atomic writing
+for Lightning, random generator and loop states for an exact resume).
 
 The training-side names are imported on first use, so that ``import seq2seq.checkpoint``
 (e.g. by :class:`~seq2seq.translator.Translator`) does not import Lightning.
