@@ -34,6 +34,9 @@ def translate(argv: Sequence[str]) -> None:
     reproducible for a ``--seed``, and a line's samples do not depend on the other lines;
     ``--n_samples N > 1`` writes N ``index<TAB>score<TAB>text`` rows per line, as ``--n_best``.
     ``--prefix_file`` forces the start of each translation.
+    Several checkpoints decode as an ensemble: each step takes the mean of the
+    models' log-probabilities (renormalised); they must carry the same SentencePiece model and
+    language pair, and the decoding settings are the first checkpoint's.
     """
     parser = argparse.ArgumentParser(
         prog="seq2seq translate", description=_plain(translate.__doc__), allow_abbrev=False
@@ -41,8 +44,11 @@ def translate(argv: Sequence[str]) -> None:
     parser.add_argument(
         "--ckpt_path",
         required=True,
+        nargs="+",
         help="checkpoint written by seq2seq fit, or a folder of seq2seq export --format "
-        "ctranslate2 (translated through CTranslate2)",
+        "ctranslate2 (translated through CTranslate2); several checkpoints decode as an "
+        "ensemble (the mean of their log-probabilities; same SentencePiece model and language "
+        "pair; decoding settings from the first)",
     )
     parser.add_argument(
         "--input", default="-", help="source file, one sentence per line (- = stdin)"
@@ -212,8 +218,9 @@ def translate(argv: Sequence[str]) -> None:
         _check_output(parser, output)
         if args.input != "-" and output.exists() and output.samefile(args.input):
             parser.error(f"--output {args.output} is the input file; give another file name")
-        if output.exists() and Path(args.ckpt_path).exists() and output.samefile(args.ckpt_path):
-            parser.error(f"--output {args.output} is the checkpoint; give another file name")
+        for ckpt in args.ckpt_path:
+            if output.exists() and Path(ckpt).exists() and output.samefile(ckpt):
+                parser.error(f"--output {args.output} is the checkpoint; give another file name")
     source = Path(args.input)
     if args.input != "-" and (source.is_dir() or not source.exists()):  # a pipe is fine
         what = "is a folder" if source.is_dir() else "not found"
@@ -222,23 +229,29 @@ def translate(argv: Sequence[str]) -> None:
     if prefix_source is not None and (prefix_source.is_dir() or not prefix_source.exists()):
         what = "is a folder" if prefix_source.is_dir() else "not found"
         parser.error(f"--prefix_file {args.prefix_file}: {what}")
-    if args.ckpt_path in ("best", "last") and not Path(args.ckpt_path).exists():
-        raise FileNotFoundError(
-            f"checkpoint not found: {args.ckpt_path}; the aliases best and last work with "
-            "--config in seq2seq fit/validate/test/predict, translate needs the path of a "
-            "checkpoint file (e.g. checkpoints/multi30k_de_en/last.ckpt)"
+    for ckpt in args.ckpt_path:
+        if ckpt in ("best", "last") and not Path(ckpt).exists():
+            raise FileNotFoundError(
+                f"checkpoint not found: {ckpt}; the aliases best and last work with "
+                "--config in seq2seq fit/validate/test/predict, translate needs the path of a "
+                "checkpoint file (e.g. checkpoints/multi30k_de_en/last.ckpt)"
+            )
+    if len(args.ckpt_path) > 1:
+        translator = _ensemble_translator(parser, args.ckpt_path, args, decoding)
+    else:
+        translator = Translator.from_checkpoint(
+            args.ckpt_path[0], device=args.device, max_tokens=args.max_tokens, **decoding
         )
-    translator = Translator.from_checkpoint(
-        args.ckpt_path, device=args.device, max_tokens=args.max_tokens, **decoding
-    )
     beam = (
         translator.beam_size
-        if Path(args.ckpt_path).is_dir()  # a CTranslate2 folder (seq2seq.export)
+        if Path(args.ckpt_path[0]).is_dir()  # a CTranslate2 folder (seq2seq.export)
         else translator.module.hparams.beam_size
     )
-    if not Path(args.ckpt_path).is_dir() and not sampling:  # the checkpoint's model.sampling
+    if not Path(args.ckpt_path[0]).is_dir() and not sampling:  # the checkpoint's model.sampling
         sampling = bool(translator.module.hparams.sampling)
-    settings = translator.settings if Path(args.ckpt_path).is_dir() else translator.module.hparams
+    settings = (
+        translator.settings if Path(args.ckpt_path[0]).is_dir() else translator.module.hparams
+    )
     n_samples = args.n_samples or settings.get("n_samples", 1)
     if args.n_best > beam and not sampling:
         parser.error(
@@ -278,6 +291,29 @@ def translate(argv: Sequence[str]) -> None:
     else:
         with atomic_write(args.output, "w", encoding="utf-8") as f:
             f.write(body)
+
+
+def _ensemble_translator(
+    parser: argparse.ArgumentParser, paths: list[str], args: argparse.Namespace, decoding: dict
+):
+    """The :class:`~seq2seq.translator.Translator` of several ``--ckpt_path`` checkpoints (an
+    ensemble), each refusal a usage error naming the files: a missing file, a folder (an
+    exported CTranslate2 model translates alone), a file named twice, checkpoints with other
+    SentencePiece models or language pairs."""
+    from seq2seq.checkpoint import IncompatibleCheckpointsError
+    from seq2seq.checkpoint.models import check_ensemble_paths
+    from seq2seq.translator import Translator
+
+    try:
+        check_ensemble_paths(paths)  # before any checkpoint is read
+    except (OSError, ValueError) as err:
+        parser.error(f"--ckpt_path: {err}")
+    try:
+        return Translator.from_checkpoint(
+            paths, device=args.device, max_tokens=args.max_tokens, **decoding
+        )
+    except IncompatibleCheckpointsError as err:
+        parser.error(f"--ckpt_path: {err}")
 
 
 def _check_output(parser: argparse.ArgumentParser, output: Path) -> None:

@@ -12,13 +12,15 @@ A checkpoint holds the :class:`~seq2seq.nn.TransformerConfig` and the SentencePi
 (:mod:`seq2seq.checkpoint.format`): :meth:`Translator.from_checkpoint` builds the
 :class:`~seq2seq.nn.Transformer` from them and its weights, and decodes with
 :func:`~seq2seq.nn.greedy_search` / :func:`~seq2seq.nn.beam_search` /
-:func:`~seq2seq.nn.sample`. Importing this module
+:func:`~seq2seq.nn.sample`; given several checkpoints, it decodes with their
+:class:`~seq2seq.nn.Ensemble`. Importing this module
 imports neither Lightning nor the data pipeline (``datasets``, ``pyarrow``); the tokenizer
 is imported when a checkpoint is read.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, overload
@@ -26,17 +28,13 @@ from typing import Any, overload
 import torch
 
 from seq2seq.checkpoint.format import (
-    CHECKPOINT_KEY,
     DECODING_DEFAULTS,
     DECODING_SETTINGS,
     SAMPLING_SETTINGS,
-    differing_settings,
-    model_config,
-    tokenizer_blob,
 )
-from seq2seq.checkpoint.load import check_model_checkpoint, load_checkpoint
+from seq2seq.checkpoint.models import check_ensemble_paths, load_model
 from seq2seq.data.tokenizer import Tokenizer, source_ids
-from seq2seq.nn import Transformer, TransformerConfig, beam_search, greedy_search, sample
+from seq2seq.nn import Ensemble, Transformer, beam_search, greedy_search, sample
 
 __all__ = [
     "TranslationModel",
@@ -290,7 +288,8 @@ class Translator:
 
     Attributes:
         module: the :class:`TranslationModel` translating.
-        model: its Transformer.
+        model: its Transformer (an :class:`~seq2seq.nn.Ensemble` of several checkpoints'
+            Transformers).
         tokenizer: its SentencePiece model.
     """
 
@@ -310,21 +309,32 @@ class Translator:
     @classmethod
     def from_checkpoint(
         cls,
-        path: str | Path,
+        path: str | Path | Sequence[str | Path],
         device: str | torch.device | None = None,
         max_tokens: int = 4096,
         **decoding: Any,
     ) -> Translator:
-        """Build a translator from a checkpoint alone (no data files, no Lightning).
+        """Build a translator from a checkpoint alone (no data files, no Lightning), or from
+        several checkpoints decoding as an ensemble.
 
         The :class:`~seq2seq.nn.Transformer` is built from the checkpoint's model
         configuration and loaded with its weights; the decoding settings are the
         checkpoint's hyperparameters, overridden by ``decoding``.
 
+        With several checkpoints, each model is built from its own checkpoint and they decode
+        as one :class:`~seq2seq.nn.Ensemble` (the mean of their per-step log-probabilities, as
+        ``fairseq-generate --path a.pt:b.pt`` and OpenNMT-py's ensemble decoder). They may
+        differ in architecture, but must carry the same SentencePiece model (byte for byte)
+        and, where they record one, the same language pair. The decoding settings
+        (``beam_size``, ``length_penalty``, ...) are the first checkpoint's, overridden by
+        ``decoding``.
+
         Args:
             path: a checkpoint written by ``seq2seq fit`` or ``seq2seq average``, or a folder
                 of ``seq2seq export --format ctranslate2`` (then a
-                :class:`~seq2seq.export.ctranslate2.CTranslate2Translator` is returned).
+                :class:`~seq2seq.export.ctranslate2.CTranslate2Translator` is returned); or a
+                list of checkpoint files for an ensemble (a one-file list is that checkpoint
+                alone).
             device: ``None`` picks CUDA when available, else CPU.
             max_tokens: padded source tokens per batch.
             **decoding: overrides of decoding settings (``beam_size``, ``length_penalty``,
@@ -332,65 +342,44 @@ class Translator:
                 ``no_repeat_ngram_size``, ``sampling`` and the sampling settings of
                 :meth:`translate`, a sampling setting turning sampling on). The
                 architecture (``d_model``, ``vocab_size``, ...) is the checkpoint's; one given
-                here must equal it.
+                here must equal it (that of every checkpoint of an ensemble).
 
         Raises:
-            FileNotFoundError: if the file does not exist.
+            FileNotFoundError: if a file does not exist.
             seq2seq.checkpoint.UnsafeCheckpointError: if it holds arbitrary pickled objects.
             seq2seq.checkpoint.CheckpointError: if it is not a checkpoint, or holds no model
                 weights.
+            seq2seq.checkpoint.IncompatibleCheckpointsError: (a ``CheckpointError``) naming
+                both files, if a checkpoint of an ensemble carries another SentencePiece model
+                (or none) or translates another language pair than the first.
             ValueError: if it carries no tokenizer or model configuration; for an unknown
                 setting in ``decoding``, an architecture setting other than the checkpoint's
                 (``d_model: checkpoint 256 vs requested 64 (d_model=64 given to
                 from_checkpoint)``), or an out-of-range decoding setting (e.g.
-                ``model.max_len_a must be >= 0, got -1.0``).
+                ``model.max_len_a must be >= 0, got -1.0``); for an empty list, a file named
+                twice, or a folder (an exported CTranslate2 model, which decodes alone) in an
+                ensemble.
         """
-        if Path(path).is_dir():  # a folder of seq2seq export --format ctranslate2
+        paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
+        if not paths:
+            raise ValueError("from_checkpoint needs a checkpoint (or a list of them)")
+        if len(paths) == 1 and Path(paths[0]).is_dir():  # seq2seq export --format ctranslate2
             from seq2seq.export.ctranslate2 import CTranslate2Translator
 
-            return CTranslate2Translator(path, device, max_tokens, **decoding)
-        checkpoint = load_checkpoint(path)
-        check_model_checkpoint(checkpoint, path)
-        extra = checkpoint.get(CHECKPOINT_KEY, {})
-        blob = tokenizer_blob(checkpoint)
-        if "model_config" not in extra or blob is None:
-            raise ValueError(
-                f"{path} carries no model configuration or tokenizer; it was not written by "
-                "seq2seq (or was trained without a tokenizer attached)"
-            )
-        saved = model_config(checkpoint)
-        architecture = set(TransformerConfig.field_names()) | set(saved)
-        unknown = set(decoding) - set(DECODING_DEFAULTS) - architecture
-        if unknown:
-            raise ValueError(f"unknown decoding settings: {sorted(unknown)}")
-        # Checked here, in the caller's terms: the model's own check would speak of a config.
-        differing = [
-            f"{key}: checkpoint {old!r} vs requested {new!r}"
-            for key, old, new in differing_settings(saved, decoding)
-        ]
-        if differing:
-            given = ", ".join(f"{key}={decoding[key]!r}" for key in decoding if key in saved)
-            raise ValueError(
-                f"checkpoint was built with other model settings: {'; '.join(differing)} "
-                f"({given} given to from_checkpoint); leave the architecture out, it is the "
-                "checkpoint's"
-            )
-        hparams = checkpoint.get("hyper_parameters") or {}
-        settings = {k: hparams[k] for k in DECODING_DEFAULTS if k in hparams}
-        settings.update(
+            return CTranslate2Translator(paths[0], device, max_tokens, **decoding)
+        if len(paths) > 1:
+            check_ensemble_paths(paths)
+        decoding = {k: v for k, v in decoding.items() if k not in DECODING_DEFAULTS} | (
             sampling_requested({k: v for k, v in decoding.items() if k in DECODING_DEFAULTS})
         )
-        tokenizer = Tokenizer.from_bytes(blob)
-        config = TransformerConfig.from_dict(saved)
-        if tokenizer.vocab_size != config.vocab_size:
-            raise ValueError(
-                f"{path}: its tokenizer has {tokenizer.vocab_size} pieces but its model "
-                f"vocab_size is {config.vocab_size}"
-            )
-        model = Transformer(config)
-        prefix = "model."  # TranslationModule keeps the Transformer as its `model`
-        state = checkpoint["state_dict"]
-        model.load_state_dict({k.removeprefix(prefix): v for k, v in state.items()})
+        models, tokenizer, settings = [], None, {}
+        reference: tuple[str | Path, dict[str, Any]] | None = None
+        for file in paths:
+            model, model_tokenizer, model_settings, identity = load_model(file, decoding, reference)
+            models.append(model)
+            if reference is None:  # the first checkpoint's tokenizer and decoding settings
+                reference, tokenizer, settings = (file, identity), model_tokenizer, model_settings
+        model = models[0] if len(models) == 1 else Ensemble(models)
         if device is None:
             device = "cuda" if torch.cuda.is_available() else "cpu"
         return cls(TranslationModel(model, tokenizer, settings), device, max_tokens)

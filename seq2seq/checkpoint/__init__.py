@@ -1,6 +1,7 @@
 """Checkpoints: the format (:mod:`.format`, a leaf), loading and averaging (:mod:`.load`,
-no Lightning) and the training side (:mod:`.training`: atomic writing for Lightning, random
-generator and loop states for an exact resume).
+no Lightning), the models they hold built for translation, alone or as an ensemble
+(:mod:`.models`, imported where used) and the training side (:mod:`.training`: atomic writing
+for Lightning, random generator and loop states for an exact resume).
 
 The training-side names are imported on first use, so that ``import seq2seq.checkpoint``
 (e.g. by :class:`~seq2seq.translator.Translator`) does not import Lightning.
@@ -24,9 +25,11 @@ from seq2seq.checkpoint.format import (
 )
 from seq2seq.checkpoint.load import (
     CheckpointError,
+    IncompatibleCheckpointsError,
     UnsafeCheckpointError,
     average_checkpoints,
     check_model_checkpoint,
+    check_same_vocabulary,
     load_checkpoint,
     resolve_ckpt_path,
     resume_flags,
@@ -47,9 +50,11 @@ __all__ = [
     "LIGHTNING_VERSION",
     "NON_STRUCTURAL",
     "CheckpointError",
+    "IncompatibleCheckpointsError",
     "UnsafeCheckpointError",
     "average_checkpoints",
     "check_model_checkpoint",
+    "check_same_vocabulary",
     "differing_settings",
     "language_pair",
     "load_checkpoint",

@@ -29,6 +29,11 @@ class CheckpointError(ValueError):
     """A file given as a checkpoint cannot be used as one (not a checkpoint, or unsafe)."""
 
 
+class IncompatibleCheckpointsError(CheckpointError):
+    """Checkpoints that cannot be combined (averaged, or decoded as an ensemble): they hold
+    other model settings, SentencePiece models or language pairs."""
+
+
 class UnsafeCheckpointError(CheckpointError):
     """A checkpoint holds objects that only a full (code-executing) unpickler could load."""
 
@@ -260,49 +265,76 @@ def _check_same_model(
     first_path: str | Path, first: dict[str, Any], path: str | Path, checkpoint: dict[str, Any]
 ) -> None:
     """Refuse to average ``checkpoint`` (from ``path``) with ``first`` (from ``first_path``)
-    when their model settings or SentencePiece models differ.
+    when their model settings, language pairs or SentencePiece models differ.
 
     Model settings are compared where both checkpoints record them, leaving out the dropout
-    rates; a SentencePiece model must be carried by both checkpoints or by neither, and be
-    byte-for-byte the same.
+    rates; the rest is :func:`check_same_vocabulary`.
 
     Raises:
-        CheckpointError: naming both files and what differs.
+        IncompatibleCheckpointsError: naming both files and what differs.
     """
-    extra_a = first.get(CHECKPOINT_KEY) or {}
-    extra_b = checkpoint.get(CHECKPOINT_KEY) or {}
     differing = [
         f"{key}: {a!r} in {first_path}, {b!r} in {path}"
         for key, a, b in differing_settings(model_config(first), model_config(checkpoint))
     ]
     if differing:
-        raise CheckpointError(
+        raise IncompatibleCheckpointsError(
             f"cannot average {path} with {first_path}: they were built with other model "
             f"settings ({'; '.join(differing)}); average checkpoints of one model"
         )
+    check_same_vocabulary(first_path, first, path, checkpoint, "average")
+
+
+def check_same_vocabulary(
+    first_path: str | Path,
+    first: dict[str, Any],
+    path: str | Path,
+    checkpoint: dict[str, Any],
+    use: str,
+) -> None:
+    """Refuse to combine ``checkpoint`` (from ``path``) with ``first`` (from ``first_path``)
+    when they translate other directions or carry other SentencePiece models.
+
+    ``seq2seq average`` (weights) and ensembles (``seq2seq translate`` with several
+    checkpoints: per-step log-probabilities) both need each id to stand for the same piece in
+    every checkpoint. The language pairs (``data.src_lang``, ``data.tgt_lang``) are compared
+    where both record one; a SentencePiece model must be carried by both checkpoints or by
+    neither, and be byte-for-byte the same.
+
+    Args:
+        first_path, first: the reference checkpoint and its file (named in the error).
+        path, checkpoint: the checkpoint to compare with it, and its file.
+        use: what combining them is called in the error: ``"average"`` or ``"ensemble"``
+            (``cannot average b.ckpt with a.ckpt: ...; average checkpoints trained with ...``).
+
+    Raises:
+        IncompatibleCheckpointsError: naming both files and what differs.
+    """
     pair_a, pair_b = language_pair(first), language_pair(checkpoint)
     if pair_a and pair_b and pair_a != pair_b:
         # One joint SentencePiece model serves both directions, so nothing else tells them apart.
-        raise CheckpointError(
-            f"cannot average {path} with {first_path}: they translate other directions "
-            f"({'->'.join(pair_b)} and {'->'.join(pair_a)}); average checkpoints of one model"
+        raise IncompatibleCheckpointsError(
+            f"cannot {use} {path} with {first_path}: they translate other directions "
+            f"({'->'.join(pair_b)} and {'->'.join(pair_a)}); {use} checkpoints of one language "
+            "pair"
         )
-    blob_a, blob_b = extra_a.get("tokenizer"), extra_b.get("tokenizer")
+    blob_a = (first.get(CHECKPOINT_KEY) or {}).get("tokenizer")
+    blob_b = (checkpoint.get(CHECKPOINT_KEY) or {}).get("tokenizer")
     if blob_a is None and blob_b is None:
         return
     if blob_a is None or blob_b is None:
         has, lacks = (path, first_path) if blob_a is None else (first_path, path)
-        raise CheckpointError(
-            f"cannot average {path} with {first_path}: {has} carries a SentencePiece model "
+        raise IncompatibleCheckpointsError(
+            f"cannot {use} {path} with {first_path}: {has} carries a SentencePiece model "
             f"(the joint source/target tokenizer) and {lacks} carries none, so they cannot be "
-            "checked to share a vocabulary; average checkpoints of one run"
+            f"checked to share a vocabulary; {use} checkpoints trained with one tokenizer"
         )
     if torch.equal(blob_a.cpu(), blob_b.cpu()):
         return
     difference = _tokenizer_difference(first_path, blob_a, path, blob_b)
-    raise CheckpointError(
-        f"cannot average {path} with {first_path}: they carry different SentencePiece models "
-        f"(the joint source/target tokenizer): {difference}; average checkpoints trained with "
+    raise IncompatibleCheckpointsError(
+        f"cannot {use} {path} with {first_path}: they carry different SentencePiece models "
+        f"(the joint source/target tokenizer): {difference}; {use} checkpoints trained with "
         "the same tokenizer (data.* settings)"
     )
 
@@ -323,8 +355,7 @@ def _tokenizer_difference(
         if piece_a != piece_b:
             return (
                 f"both have {a.vocab_size} pieces, but id {i} is {piece_a!r} in {path_a} and "
-                f"{piece_b!r} in {path_b}, so the same ids stand for other pieces and the mean "
-                "of the weights is meaningless"
+                f"{piece_b!r} in {path_b}, so the same ids stand for other pieces"
             )
     return (
         f"both have the same {a.vocab_size} pieces, but other piece scores or normalization "

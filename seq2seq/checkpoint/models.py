@@ -1,0 +1,132 @@
+"""The models that checkpoint files hold, built for translation: one Transformer with its
+tokenizer and decoding settings, and the checks that several checkpoints can decode together
+as an :class:`~seq2seq.nn.Ensemble` (:meth:`seq2seq.translator.Translator.from_checkpoint`).
+
+No Lightning; the tokenizer is SentencePiece's (:mod:`seq2seq.data.tokenizer`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from seq2seq.checkpoint.format import (
+    CHECKPOINT_KEY,
+    DECODING_DEFAULTS,
+    differing_settings,
+    model_config,
+    tokenizer_blob,
+)
+from seq2seq.checkpoint.load import (
+    check_model_checkpoint,
+    check_same_vocabulary,
+    load_checkpoint,
+)
+from seq2seq.data.tokenizer import Tokenizer
+from seq2seq.nn import Transformer, TransformerConfig
+
+__all__ = ["check_ensemble_paths", "load_model"]
+
+
+def check_ensemble_paths(paths: Sequence[str | Path]) -> None:
+    """Refuse missing files, folders and files named twice among the checkpoints of an
+    ensemble, before any of them is read.
+
+    Raises:
+        FileNotFoundError: naming a file that does not exist.
+        ValueError: naming the folder, or the file (both names when two name one file).
+    """
+    for i, path in enumerate(paths):
+        if not Path(path).exists():
+            raise FileNotFoundError(f"checkpoint not found: {path}")
+        if Path(path).is_dir():
+            raise ValueError(
+                f"{path} is a folder (an exported CTranslate2 model?): an ensemble takes "
+                "checkpoint files (.ckpt); a CTranslate2 folder translates alone"
+            )
+        for earlier in paths[:i]:
+            if os.path.samefile(earlier, path):  # both exist: checked in turn above
+                what = (
+                    f"{path} is named twice"
+                    if str(earlier) == str(path)
+                    else f"{earlier} and {path} are the same file"
+                )
+                raise ValueError(
+                    f"{what} in the ensemble; give each checkpoint once (a model taken twice "
+                    "would weigh double)"
+                )
+
+
+def load_model(
+    path: str | Path,
+    decoding: Mapping[str, Any],
+    reference: tuple[str | Path, dict[str, Any]] | None = None,
+) -> tuple[Transformer, Tokenizer, dict[str, Any], dict[str, Any]]:
+    """The Transformer of a checkpoint file with its weights, its tokenizer and its decoding
+    settings overridden by ``decoding`` (see
+    :meth:`seq2seq.translator.Translator.from_checkpoint`).
+
+    Args:
+        path: the checkpoint file.
+        decoding: the caller's decoding settings and architecture fields.
+        reference: ``(file, identity)`` of the first checkpoint of an ensemble: this one
+            must carry its SentencePiece model and language pair
+            (:func:`~seq2seq.checkpoint.check_same_vocabulary`), checked before the model is
+            built.
+
+    Returns:
+        ``(model, tokenizer, settings, identity)``; ``identity`` holds the checkpoint's
+        tokenizer and language pair alone (not its weights), as a ``reference``.
+
+    Raises:
+        As :meth:`seq2seq.translator.Translator.from_checkpoint`.
+    """
+    checkpoint = load_checkpoint(path)
+    check_model_checkpoint(checkpoint, path)
+    extra = checkpoint.get(CHECKPOINT_KEY, {})
+    identity = {
+        CHECKPOINT_KEY: {"tokenizer": extra.get("tokenizer")},
+        "datamodule_hyper_parameters": checkpoint.get("datamodule_hyper_parameters"),
+    }
+    if reference is not None:
+        check_same_vocabulary(*reference, path, identity, "ensemble")
+    blob = tokenizer_blob(checkpoint)
+    if "model_config" not in extra or blob is None:
+        raise ValueError(
+            f"{path} carries no model configuration or tokenizer; it was not written by "
+            "seq2seq (or was trained without a tokenizer attached)"
+        )
+    saved = model_config(checkpoint)
+    architecture = set(TransformerConfig.field_names()) | set(saved)
+    unknown = set(decoding) - set(DECODING_DEFAULTS) - architecture
+    if unknown:
+        raise ValueError(f"unknown decoding settings: {sorted(unknown)}")
+    # Checked here, in the caller's terms: the model's own check would speak of a config.
+    differing = [
+        f"{key}: checkpoint {old!r} vs requested {new!r}"
+        for key, old, new in differing_settings(saved, decoding)
+    ]
+    if differing:
+        given = ", ".join(f"{key}={decoding[key]!r}" for key in decoding if key in saved)
+        raise ValueError(
+            f"checkpoint was built with other model settings: {'; '.join(differing)} "
+            f"({given} given to from_checkpoint); leave the architecture out, it is the "
+            "checkpoint's"
+        )
+    hparams = checkpoint.get("hyper_parameters") or {}
+    settings = {k: hparams[k] for k in DECODING_DEFAULTS if k in hparams}
+    settings.update({k: v for k, v in decoding.items() if k in DECODING_DEFAULTS})
+    tokenizer = Tokenizer.from_bytes(blob)
+    config = TransformerConfig.from_dict(saved)
+    if tokenizer.vocab_size != config.vocab_size:
+        raise ValueError(
+            f"{path}: its tokenizer has {tokenizer.vocab_size} pieces but its model "
+            f"vocab_size is {config.vocab_size}"
+        )
+    model = Transformer(config)
+    prefix = "model."  # TranslationModule keeps the Transformer as its `model`
+    state = checkpoint["state_dict"]
+    model.load_state_dict({k.removeprefix(prefix): v for k, v in state.items()})
+    return model, tokenizer, settings, identity
