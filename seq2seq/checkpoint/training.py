@@ -43,22 +43,17 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         """Saves ``checkpoint`` to ``path`` atomically.
 
         Raises:
-            OSError: if the file cannot be written (e.g. ``ENOSPC``), naming the path and
-                keeping the error number; the previous file at ``path`` is unchanged.
+            WriteError: (an ``OSError``, keeping the error number) if the file cannot be
+                written (e.g. ``ENOSPC``; torch's zip writer then raises a ``RuntimeError``
+                while handling the file's ``OSError``, taken as that ``OSError``, see
+                :func:`seq2seq.files.disk_error`), naming the path; the previous file at
+                ``path`` is unchanged and no partial file is left.
         """
         if storage_options is not None or "://" in str(path):
             super().save_checkpoint(checkpoint, path, storage_options)
             return
-        path = Path(path)
-        try:
-            with atomic_write(path, "wb", fsync=True) as f:
-                torch.save(checkpoint, f)
-        except OSError as err:
-            raise OSError(
-                err.errno,
-                f"could not write checkpoint {path}: {err.strerror or err}; the previous "
-                "checkpoint at that path (if any) is unchanged",
-            ) from err
+        with atomic_write(path, "wb", fsync=True) as f:
+            torch.save(checkpoint, f)
 
 
 def capture_rng_state() -> dict[str, Any]:
