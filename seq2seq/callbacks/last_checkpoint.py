@@ -14,7 +14,8 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 from seq2seq import compat
-from seq2seq.checkpoint.load import load_checkpoint, resume_flags
+from seq2seq.checkpoint.load import resume_flags
+from seq2seq.checkpoint.training import recorded_step
 from seq2seq.files import WriteError
 
 
@@ -200,7 +201,7 @@ class LastCheckpoint(L.Callback):
             except WriteError:
                 pass  # still refused: the previous file is as it was
         resume = resume_flags(self.checkpoint_dir)
-        step = _recorded_step(path)
+        step = recorded_step(path)
         if step is None:
             return (
                 f"No training state was kept ({path} holds none); free space and start the "
@@ -212,13 +213,3 @@ class LastCheckpoint(L.Callback):
                 f"and resume with {resume}"
             )
         return f"{path} still holds step {step}; free space and resume with {resume}"
-
-
-def _recorded_step(path: Path) -> int | None:
-    """The global step recorded in the checkpoint at ``path``, or ``None`` without one."""
-    if not path.is_file():
-        return None
-    try:
-        return int(load_checkpoint(path, mmap=True)["global_step"])
-    except (OSError, ValueError, KeyError, RuntimeError):
-        return None

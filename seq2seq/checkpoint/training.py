@@ -11,12 +11,14 @@ import numpy as np
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-from seq2seq.files import atomic_write
+from seq2seq.checkpoint.load import load_checkpoint
+from seq2seq.files import WriteError, atomic_write
 
 __all__ = [
     "AtomicCheckpointIO",
     "capture_rng_state",
     "keep_cut_epoch_unfinished",
+    "recorded_step",
     "restore_rng_state",
     "run_validation_again",
     "settle_validation_progress",
@@ -52,8 +54,26 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         if storage_options is not None or "://" in str(path):
             super().save_checkpoint(checkpoint, path, storage_options)
             return
-        with atomic_write(path, "wb", fsync=True) as f:
-            torch.save(checkpoint, f)
+        try:
+            with atomic_write(path, "wb", fsync=True) as f:
+                torch.save(checkpoint, f)
+        except WriteError as err:
+            step = recorded_step(path)
+            if step is not None:
+                err.kept = f"The previous {path} (step {step}) is unchanged."
+            raise
+
+
+def recorded_step(path: str | Path) -> int | None:
+    """The global step recorded in the checkpoint at ``path``, or ``None`` where no readable
+    checkpoint is there (the tensors are mapped, not read)."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    try:
+        return int(load_checkpoint(path, mmap=True)["global_step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def capture_rng_state() -> dict[str, Any]:
