@@ -61,20 +61,34 @@ class WriteError(OSError):
         return (type(self), (self.path, self.errno, self.strerror, self.kept))
 
 
-def disk_error(err: BaseException) -> OSError | None:
-    """The ``OSError`` of the machine behind ``err``, else ``None``.
+class _WritePermissionError(WriteError, PermissionError):
+    """A :class:`WriteError` of ``EACCES``/``EPERM``: still caught as a ``PermissionError``."""
 
-    ``err`` itself when it is an ``OSError``; for a ``RuntimeError``, the ``OSError`` it was
-    raised while handling (its ``__cause__``/``__context__`` chain). ``torch.save``'s zip writer
-    reports a full disk so: the file object's ``write`` raises ``OSError(ENOSPC)``, and closing
-    the archive then raises ``RuntimeError: [enforce fail at inline_container.cc] unexpected
-    pos``. A ``RuntimeError`` without an ``OSError`` behind it is no disk error.
+
+#: Error numbers of a write that the machine refused: a full disk, a quota, a file too large
+#: for the file system or a limit, a read-only file system, a permission, an I/O error.
+DISK_ERRNOS = frozenset(
+    {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO}
+)
+
+
+def disk_error(err: BaseException) -> OSError | None:
+    """The ``OSError`` of the machine (one of :data:`DISK_ERRNOS`) behind ``err``, else
+    ``None``.
+
+    ``err`` itself when it is such an ``OSError``; for a ``RuntimeError``, the ``OSError`` it
+    was raised while handling (its ``__cause__``/``__context__`` chain). ``torch.save``'s zip
+    writer reports a full disk so: the file object's ``write`` raises ``OSError(ENOSPC)``, and
+    closing the archive then raises ``RuntimeError: [enforce fail at inline_container.cc]
+    unexpected pos``. A ``RuntimeError`` without an ``OSError`` behind it is no disk error.
     """
     seen: set[int] = set()
     cause: BaseException | None = err
     while cause is not None and id(cause) not in seen:
         if isinstance(cause, OSError):
-            return cause
+            if isinstance(cause, WriteError) or cause.errno in DISK_ERRNOS:
+                return cause
+            return None
         if not isinstance(cause, RuntimeError):
             return None
         seen.add(id(cause))
@@ -82,13 +96,23 @@ def disk_error(err: BaseException) -> OSError | None:
     return None
 
 
-def write_error(err: OSError, path: str | Path, kept: str) -> WriteError:
-    """``err`` (an ``OSError`` of writing ``path``) as a :class:`WriteError` saying ``kept``;
-    a :class:`WriteError` already is one and is returned as it is."""
+def write_error(err: OSError, path: str | Path, kept: str) -> OSError:
+    """``err``, an ``OSError`` of writing ``path``, as the error to raise.
+
+    One of :data:`DISK_ERRNOS` becomes a :class:`WriteError` saying ``kept`` (one of
+    ``EACCES``/``EPERM`` is a ``PermissionError`` too); a :class:`WriteError` is returned as
+    it is. Any other (``path`` is a folder, a folder missing, ...) stays an ``OSError`` of its
+    kind (``IsADirectoryError``, ...), its message naming ``path``.
+    """
     if isinstance(err, WriteError):
         return err
     strerror = err.strerror or (None if err.errno is not None else str(err) or None)
-    return WriteError(path, err.errno, strerror, kept)
+    if err.errno not in DISK_ERRNOS:
+        if err.errno is None:
+            return err
+        return OSError(err.errno, f"cannot write {path}: {strerror}")
+    kind = _WritePermissionError if isinstance(err, PermissionError) else WriteError
+    return kind(path, err.errno, strerror, kept)
 
 
 def kept_sentence(path: str | Path) -> str:
@@ -254,12 +278,14 @@ def atomic_write(
         The open temporary file (or the descriptor, device or pipe).
 
     Raises:
-        WriteError: (an ``OSError``, keeping its error number) if the file cannot be written
-            or renamed (a full disk, a read-only folder, ``path`` a folder, ...), naming
-            ``path`` and ``kept``: an ``OSError`` of the ``with`` block's writes too, and a
-            ``RuntimeError`` raised while handling one (:func:`disk_error`: ``torch.save``'s
-            zip writer on a full disk). A broken pipe (``EPIPE``) stays a
-            ``BrokenPipeError``.
+        WriteError: (an ``OSError``, keeping its error number) if the machine refuses to
+            write the file (one of :data:`DISK_ERRNOS`: a full disk, a read-only folder,
+            ...), naming ``path`` and ``kept``: in the ``with`` block's writes too, and for
+            a ``RuntimeError`` raised while handling such an error (:func:`disk_error`:
+            ``torch.save``'s zip writer on a full disk).
+        OSError: of its kind (e.g. ``IsADirectoryError`` when ``path`` is a folder), naming
+            ``path``, for other errors of writing or renaming; a broken pipe (``EPIPE``) on a
+            stream stays a ``BrokenPipeError``.
     """
     path = Path(path)
     fd = _descriptor(path)
@@ -303,7 +329,7 @@ def atomic_write(
             os.chmod(tmp, _new_mode(path))
             os.replace(tmp, path)
         except (OSError, RuntimeError) as err:
-            cause = disk_error(err)
+            cause = disk_error(err) or (err if isinstance(err, OSError) else None)
             if cause is None:
                 raise
             raise write_error(cause, path, kept) from err
@@ -322,7 +348,7 @@ def stream_errors(name: str) -> Iterator[None]:
     try:
         yield
     except OSError as err:
-        if isinstance(err, BrokenPipeError | WriteError):
+        if isinstance(err, BrokenPipeError | WriteError) or err.errno not in DISK_ERRNOS:
             raise
         raise write_error(
             err,

@@ -18,7 +18,7 @@ import torch
 from conftest import multi30k_lines, multi30k_slice, run_main, tiny_config
 
 from seq2seq.checkpoint import AtomicCheckpointIO, load_checkpoint
-from seq2seq.files import WriteError, atomic_write, disk_error
+from seq2seq.files import WriteError, atomic_write, disk_error, write_error
 
 NO_SPACE = os.strerror(errno.ENOSPC)
 
@@ -114,12 +114,17 @@ def test_only_a_runtime_error_with_an_os_error_behind_it_is_a_disk_error():
     assert disk_error(ValueError("bad")) is None
 
 
-def test_write_error_survives_pickling():
+def test_write_error_survives_pickling_and_keeps_its_kind():
     import pickle
 
     err = pickle.loads(pickle.dumps(WriteError("a/b.ckpt", errno.EDQUOT, None, "Kept.")))
     assert (err.path, err.errno, err.kept) == ("a/b.ckpt", errno.EDQUOT, "Kept.")
     assert os.strerror(errno.EDQUOT) in str(err)
+    denied = write_error(PermissionError(errno.EACCES, "Permission denied"), "a/b", "Kept.")
+    assert isinstance(denied, WriteError) and isinstance(denied, PermissionError)
+    assert isinstance(pickle.loads(pickle.dumps(denied)), PermissionError)
+    other = write_error(IsADirectoryError(errno.EISDIR, "Is a directory"), "a/b", "Kept.")
+    assert isinstance(other, IsADirectoryError) and not isinstance(other, WriteError)
 
 
 # --------------------------------------------------------------------------- checkpoints
