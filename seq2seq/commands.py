@@ -13,7 +13,7 @@ from pathlib import Path
 from seq2seq.checkpoint import AVERAGED_FROM, average_checkpoints, load_checkpoint
 from seq2seq.checkpoint.format import SAMPLING_SETTINGS
 from seq2seq.data.corpus import decode_lines, read_lines
-from seq2seq.files import atomic_write, check_output_file
+from seq2seq.files import atomic_write, check_output_file, stream_errors
 
 
 def _plain(doc: str | None) -> str:
@@ -286,8 +286,9 @@ def translate(argv: Sequence[str]) -> None:
         ]
     body = "".join(line + "\n" for line in out_lines)
     if args.output == "-":
-        sys.stdout.write(body)
-        sys.stdout.flush()
+        with stream_errors("standard output"):
+            sys.stdout.write(body)
+            sys.stdout.flush()
     else:
         with atomic_write(args.output, "w", encoding="utf-8") as f:
             f.write(body)

@@ -1,7 +1,9 @@
-"""Output files: checks of an output path before any work, and atomic writes."""
+"""Output files: checks of an output path before any work, atomic writes, and the error of
+a write the machine refused (:class:`WriteError`)."""
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import stat
@@ -15,6 +17,110 @@ from typing import IO, Any
 _FD_PATH = re.compile(r"/(?:dev/fd|proc/(?:self|thread-self|(?P<pid>\d+))/fd)/(?P<fd>\d+)")
 _STD_PATHS = {"/dev/stdin": 0, "/dev/stdout": 1, "/dev/stderr": 2}
 _STD_NAMES = {0: "standard input", 1: "standard output", 2: "standard error"}
+
+
+class WriteError(OSError):
+    """A file or folder of ours that the machine refused to write (a full disk, a quota, a
+    read-only file system, a permission, an I/O error), with what was kept.
+
+    Raised by our writers (:func:`atomic_write` and the writers built on it, the tokenised
+    cache, ``seq2seq export``'s folder) in place of the machine's ``OSError``, whose error
+    number it keeps (``ENOSPC``, ``EDQUOT``, ``EROFS``, ``EACCES``, ``EIO``, ``EFBIG``, ...).
+    ``str()`` is the one line the command line prints after ``seq2seq: error:``::
+
+        cannot write run/epoch01-step20.ckpt: No space left on device (errno 28, ENOSPC).
+        run/last.ckpt still holds step 10; free space and resume with --ckpt_path last
+
+    Args:
+        path: the file (or folder) that could not be written; for a stream, its name
+            (``standard output``).
+        number: the error number (``errno``), or ``None`` where the machine gave none.
+        strerror: the error number's meaning (``os.strerror(number)`` when ``None``).
+        kept: a sentence of what was kept (the previous file, its step, ...). It may be
+            replaced after the failure (:attr:`kept`), by whoever learns what the disk holds
+            then (e.g. ``LastCheckpoint`` after its own save on the stop).
+    """
+
+    def __init__(
+        self, path: str | Path, number: int | None, strerror: str | None, kept: str
+    ) -> None:
+        if strerror is None:
+            strerror = os.strerror(number) if number is not None else "write failed"
+        super().__init__(number, strerror)
+        self.path = str(path)
+        self.kept = kept
+
+    def __str__(self) -> str:
+        code = ""
+        if self.errno is not None:
+            name = errno.errorcode.get(self.errno)
+            code = f" (errno {self.errno}{', ' + name if name else ''})"
+        return f"cannot write {self.path}: {self.strerror}{code}. {self.kept}"
+
+    def __reduce__(self):  # picklable (between DDP processes) despite the other signature
+        return (type(self), (self.path, self.errno, self.strerror, self.kept))
+
+
+class _WritePermissionError(WriteError, PermissionError):
+    """A :class:`WriteError` of ``EACCES``/``EPERM``: still caught as a ``PermissionError``."""
+
+
+#: Error numbers of a write that the machine refused: a full disk, a quota, a file too large
+#: for the file system or a limit, a read-only file system, a permission, an I/O error.
+DISK_ERRNOS = frozenset(
+    {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO}
+)
+
+
+def disk_error(err: BaseException) -> OSError | None:
+    """The ``OSError`` of the machine (one of :data:`DISK_ERRNOS`) behind ``err``, else
+    ``None``.
+
+    ``err`` itself when it is such an ``OSError``; for a ``RuntimeError``, the ``OSError`` it
+    was raised while handling (its ``__cause__``/``__context__`` chain). ``torch.save``'s zip
+    writer reports a full disk so: the file object's ``write`` raises ``OSError(ENOSPC)``, and
+    closing the archive then raises ``RuntimeError: [enforce fail at inline_container.cc]
+    unexpected pos``. A ``RuntimeError`` without an ``OSError`` behind it is no disk error.
+    """
+    seen: set[int] = set()
+    cause: BaseException | None = err
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, OSError):
+            if isinstance(cause, WriteError) or cause.errno in DISK_ERRNOS:
+                return cause
+            return None
+        if not isinstance(cause, RuntimeError):
+            return None
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
+def write_error(err: OSError, path: str | Path, kept: str) -> OSError:
+    """``err``, an ``OSError`` of writing ``path``, as the error to raise.
+
+    One of :data:`DISK_ERRNOS` becomes a :class:`WriteError` saying ``kept`` (one of
+    ``EACCES``/``EPERM`` is a ``PermissionError`` too); a :class:`WriteError` is returned as
+    it is. Any other (``path`` is a folder, a folder missing, ...) stays an ``OSError`` of its
+    kind (``IsADirectoryError``, ...), its message naming ``path``.
+    """
+    if isinstance(err, WriteError):
+        return err
+    strerror = err.strerror or (None if err.errno is not None else str(err) or None)
+    if err.errno not in DISK_ERRNOS:
+        if err.errno is None:
+            return err
+        return OSError(err.errno, f"cannot write {path}: {strerror}")
+    kind = _WritePermissionError if isinstance(err, PermissionError) else WriteError
+    return kind(path, err.errno, strerror, kept)
+
+
+def kept_sentence(path: str | Path) -> str:
+    """What a failed atomic write of ``path`` keeps: the previous file, or that nothing
+    partial was written."""
+    if Path(path).is_file():
+        return f"The previous {path} is unchanged."
+    return "Nothing partial was written."
 
 
 def _descriptor(path: Path) -> int | None:
@@ -134,6 +240,7 @@ def atomic_write(
     encoding: str | None = None,
     newline: str | None = None,
     fsync: bool = False,
+    kept: str | None = None,
 ) -> Iterator[IO[Any]]:
     """Open a new temporary file beside ``path`` for writing; rename it to ``path`` when the
     ``with`` block ends without an exception.
@@ -164,56 +271,90 @@ def atomic_write(
         newline: as for :func:`open` (text mode).
         fsync: flush the data to disk before the rename, and the rename after it (for a file
             descriptor, best effort: pipes and terminals cannot be).
+        kept: the sentence of what a failed write kept, for its :class:`WriteError`; by
+            default :func:`kept_sentence` of ``path`` (taken before anything is written).
 
     Yields:
         The open temporary file (or the descriptor, device or pipe).
 
     Raises:
-        OSError: if the file cannot be written or renamed (e.g. ``path`` is a folder); a
-            failed rename names ``path``.
+        WriteError: (an ``OSError``, keeping its error number) if the machine refuses to
+            write the file (one of :data:`DISK_ERRNOS`: a full disk, a read-only folder,
+            ...), naming ``path`` and ``kept``: in the ``with`` block's writes too, and for
+            a ``RuntimeError`` raised while handling such an error (:func:`disk_error`:
+            ``torch.save``'s zip writer on a full disk).
+        OSError: of its kind (e.g. ``IsADirectoryError`` when ``path`` is a folder), naming
+            ``path``, for other errors of writing or renaming; a broken pipe (``EPIPE``) on a
+            stream stays a ``BrokenPipeError``.
     """
     path = Path(path)
     fd = _descriptor(path)
     if fd is not None:
         _flush_python_streams(fd)
-        copy = os.dup(fd)  # closing it leaves ``fd`` open; both share the file offset
-        try:
-            f = os.fdopen(copy, mode, encoding=encoding, newline=newline)
-        except BaseException:
-            os.close(copy)
-            raise
-        with f:
-            yield f
-            f.flush()
-            if fsync:
-                try:
-                    os.fsync(copy)
-                except OSError:
-                    pass  # a pipe or a terminal
+        with stream_errors(f"{path} ({_STD_NAMES[fd]})" if fd in _STD_NAMES else str(path)):
+            copy = os.dup(fd)  # closing it leaves ``fd`` open; both share the file offset
+            try:
+                f = os.fdopen(copy, mode, encoding=encoding, newline=newline)
+            except BaseException:
+                os.close(copy)
+                raise
+            with f:
+                yield f
+                f.flush()
+                if fsync:
+                    try:
+                        os.fsync(copy)
+                    except OSError:
+                        pass  # a pipe or a terminal
         return
     if _is_stream(path):
-        with open(path, mode, encoding=encoding, newline=newline) as f:
+        with stream_errors(str(path)), open(path, mode, encoding=encoding, newline=newline) as f:
             yield f
         return
     path = _through_links(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    if kept is None:
+        kept = kept_sentence(path)
     try:
-        with os.fdopen(fd, mode, encoding=encoding, newline=newline) as f:
-            yield f
-            if fsync:
-                f.flush()
-                os.fsync(f.fileno())
-        os.chmod(tmp, _new_mode(path))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as err:
+        raise write_error(err, path, kept) from err
+    try:
         try:
+            with os.fdopen(fd, mode, encoding=encoding, newline=newline) as f:
+                yield f
+                if fsync:
+                    f.flush()
+                    os.fsync(f.fileno())
+            os.chmod(tmp, _new_mode(path))
             os.replace(tmp, path)
-        except OSError as err:
-            raise OSError(err.errno, f"could not write {path}: {err.strerror or err}") from err
+        except (OSError, RuntimeError) as err:
+            cause = disk_error(err) or (err if isinstance(err, OSError) else None)
+            if cause is None:
+                raise
+            raise write_error(cause, path, kept) from err
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     if fsync:
         _fsync_dir(path.parent)
+
+
+@contextmanager
+def stream_errors(name: str) -> Iterator[None]:
+    """An ``OSError`` of writing to a stream (a descriptor, device or pipe, e.g. standard
+    output redirected to a full disk) named ``name`` in the ``with`` block, as a
+    :class:`WriteError`; a broken pipe (the reader went away, ``| head``) stays as it is."""
+    try:
+        yield
+    except OSError as err:
+        if isinstance(err, BrokenPipeError | WriteError) or err.errno not in DISK_ERRNOS:
+            raise
+        raise write_error(
+            err,
+            name,
+            "What was written before the failure stays written: the output is incomplete.",
+        ) from err
 
 
 def _flush_python_streams(fd: int) -> None:

@@ -601,8 +601,8 @@ def test_log_directory_not_writable(tmp_path, pairs):
 
 
 def test_disk_full_while_saving(tmp_path, pairs, monkeypatch):
-    """OSError: '[Errno 28] could not write checkpoint .../last.ckpt: No space left on device;
-    the previous checkpoint at that path (if any) is unchanged'; last.ckpt still loads."""
+    """WriteError (an OSError): 'cannot write .../last.ckpt: No space left on device (errno 28,
+    ENOSPC). The previous .../last.ckpt (step 2) is unchanged.'; last.ckpt still loads."""
     data = _corpus(tmp_path / "data", pairs)
     config = _fit_config(tmp_path, data)
     real_save = torch.save
@@ -618,7 +618,9 @@ def test_disk_full_while_saving(tmp_path, pairs, monkeypatch):
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(torch, "save", save_until_disk_full)
-    with pytest.raises(OSError, match=r"could not write checkpoint .*last\.ckpt: No space") as info:
+    with pytest.raises(
+        OSError, match=r"cannot write .*last\.ckpt: No space left on device"
+    ) as info:
         cli_main(["fit", "--config", str(config)])
     monkeypatch.setattr(torch, "save", real_save)
     assert info.value.errno == errno.ENOSPC

@@ -15,6 +15,8 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 from seq2seq import compat
 from seq2seq.checkpoint.load import resume_flags
+from seq2seq.checkpoint.training import recorded_step
+from seq2seq.files import WriteError
 
 
 class LastCheckpoint(L.Callback):
@@ -155,11 +157,26 @@ class LastCheckpoint(L.Callback):
     ) -> None:
         self._restore_sigint()
         path = self._path(trainer)
-        if path is None or self._start_step is None or trainer.global_step == self._start_step:
-            # Nothing trained in this process (e.g. an error while resuming, before the first
-            # batch): the checkpoint it started from, or an earlier run's, is worth more.
+        # Nothing trained in this process (e.g. an error while resuming, before the first
+        # batch): the checkpoint it started from, or an earlier run's, is worth more.
+        trained = not (
+            path is None or self._start_step is None or trainer.global_step == self._start_step
+        )
+        if isinstance(exception, WriteError):
+            # The disk refused a write: it is reported once, in the words of what it holds now.
+            # The save is still tried (space may have been freed meanwhile), quietly.
+            if path is not None:
+                exception.kept = self._kept_after_write_error(trainer, path, save=trained)
             return
-        self._save(trainer, path)
+        if not trained:
+            return
+        try:
+            self._save(trainer, path)
+        except WriteError as err:  # the stop's own save failed: that is the error to report
+            err.kept = self._kept_after_write_error(trainer, path, save=False)
+            if not isinstance(exception, KeyboardInterrupt | SIGTERMException):
+                err.kept += f" (Training had stopped on {type(exception).__name__}.)"
+            raise
         cause = "KeyboardInterrupt" if self.stopped_on_ctrl_c else type(exception).__name__
         if self.stopped_on_ctrl_c or isinstance(exception, KeyboardInterrupt | SIGTERMException):
             rank_zero_info(
@@ -172,3 +189,27 @@ class LastCheckpoint(L.Callback):
                 f"{trainer.global_step} is saved to {path}: once the cause is mended, resume "
                 f"with {resume_flags(self.checkpoint_dir)}"
             )
+
+    def _kept_after_write_error(self, trainer: L.Trainer, path: Path, save: bool) -> str:
+        """What ``last.ckpt`` (``path``) holds after a refused write, read from the disk, and
+        how to go on; with ``save``, the training state is saved there first if it can be."""
+        saved = False
+        if save:
+            try:
+                self._save(trainer, path)
+                saved = True
+            except WriteError:
+                pass  # still refused: the previous file is as it was
+        resume = resume_flags(self.checkpoint_dir)
+        step = recorded_step(path)
+        if step is None:
+            return (
+                f"No training state was kept ({path} holds none); free space and start the "
+                "run again"
+            )
+        if saved:
+            return (
+                f"The training state at step {step} was saved to {path} after it; free space "
+                f"and resume with {resume}"
+            )
+        return f"{path} still holds step {step}; free space and resume with {resume}"

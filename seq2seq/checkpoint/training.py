@@ -11,12 +11,14 @@ import numpy as np
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-from seq2seq.files import atomic_write
+from seq2seq.checkpoint.load import load_checkpoint
+from seq2seq.files import WriteError, atomic_write
 
 __all__ = [
     "AtomicCheckpointIO",
     "capture_rng_state",
     "keep_cut_epoch_unfinished",
+    "recorded_step",
     "restore_rng_state",
     "run_validation_again",
     "settle_validation_progress",
@@ -43,22 +45,35 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         """Saves ``checkpoint`` to ``path`` atomically.
 
         Raises:
-            OSError: if the file cannot be written (e.g. ``ENOSPC``), naming the path and
-                keeping the error number; the previous file at ``path`` is unchanged.
+            WriteError: (an ``OSError``, keeping the error number) if the file cannot be
+                written (e.g. ``ENOSPC``; torch's zip writer then raises a ``RuntimeError``
+                while handling the file's ``OSError``, taken as that ``OSError``, see
+                :func:`seq2seq.files.disk_error`), naming the path; the previous file at
+                ``path`` is unchanged and no partial file is left.
         """
         if storage_options is not None or "://" in str(path):
             super().save_checkpoint(checkpoint, path, storage_options)
             return
-        path = Path(path)
         try:
             with atomic_write(path, "wb", fsync=True) as f:
                 torch.save(checkpoint, f)
-        except OSError as err:
-            raise OSError(
-                err.errno,
-                f"could not write checkpoint {path}: {err.strerror or err}; the previous "
-                "checkpoint at that path (if any) is unchanged",
-            ) from err
+        except WriteError as err:
+            step = recorded_step(path)
+            if step is not None:
+                err.kept = f"The previous {path} (step {step}) is unchanged."
+            raise
+
+
+def recorded_step(path: str | Path) -> int | None:
+    """The global step recorded in the checkpoint at ``path``, or ``None`` where no readable
+    checkpoint is there (the tensors are mapped, not read)."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    try:
+        return int(load_checkpoint(path, mmap=True)["global_step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def capture_rng_state() -> dict[str, Any]:

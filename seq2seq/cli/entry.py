@@ -25,6 +25,7 @@ from seq2seq.cli.messages import (
     plain_commands,
     traceback_wanted,
 )
+from seq2seq.files import WriteError
 
 if TYPE_CHECKING:
     from seq2seq.cli.app import Seq2SeqCLI
@@ -102,7 +103,9 @@ def main() -> int:
 
     Returns:
         0 on success, 1 after one of :func:`user_errors` (printed as ``seq2seq: error: ...``
-        on stderr; set ``SEQ2SEQ_TRACEBACK=1`` to see the traceback), 130 after Ctrl-C, 143
+        on stderr; set ``SEQ2SEQ_TRACEBACK=1`` to see the traceback; a write the machine
+        refused, :class:`seq2seq.files.WriteError`, in one line naming the file and what was
+        kept), 130 after Ctrl-C, 143
         after a SIGTERM (Lightning stops gracefully; ``fit`` saves ``last.ckpt``). Other
         exceptions propagate with their traceback; argument errors exit with status 2.
     """
@@ -132,6 +135,9 @@ def main() -> int:
         known = isinstance(err, user_errors())
         if traceback_wanted() or not (known or isinstance(err, RuntimeError)):
             raise
+        if isinstance(err, WriteError):  # names the file and what was kept: the "where"
+            print(f"seq2seq: error: {' '.join(str(err).split())}", file=sys.stderr)
+            return 1
         message = " ".join(str(err).split()) or type(err).__name__
         if not known:
             if not message.startswith(HPARAMS_CLASH):

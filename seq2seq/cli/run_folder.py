@@ -18,6 +18,7 @@ from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from seq2seq.checkpoint import CheckpointError, load_checkpoint, resume_flags
+from seq2seq.files import write_error
 
 
 def check_writable(trainer: L.Trainer, checkpoints: bool = True) -> None:
@@ -78,7 +79,8 @@ class FolderLock:
 
         Raises:
             OSError: if another process holds it (naming the folder and that process's id),
-                or the lock file cannot be created.
+                or the lock file cannot be created; a :class:`~seq2seq.files.WriteError` if
+                the process id cannot be written beside it.
         """
         lock = filelock.FileLock(str(self.path), timeout=0)
         try:
@@ -88,9 +90,11 @@ class FolderLock:
         self._lock = lock
         try:
             self.pid_path.write_text(f"{os.getpid()}\n", encoding="ascii")
-        except OSError:
+        except OSError as err:
             self.release()
-            raise
+            raise write_error(
+                err, self.pid_path, "Nothing was trained; the folder's checkpoints are untouched."
+            ) from err
 
     def check_free(self) -> None:
         """Checks, without creating the lock file, that no other process holds the lock (a

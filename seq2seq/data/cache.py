@@ -7,6 +7,8 @@ import hashlib
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import datasets
@@ -17,6 +19,7 @@ from datasets.arrow_writer import ArrowWriter
 
 from seq2seq.data.corpus import CorpusSplit
 from seq2seq.data.tokenizer import Tokenizer, flatten_ids, id_dtype
+from seq2seq.files import WriteError, write_error
 
 CACHE_VERSION = "2"  # bump when the layout of the tokenised Arrow cache changes
 ENCODE_CHUNK = 10_000  # sentence pairs tokenised (or read for SentencePiece) at a time
@@ -57,7 +60,9 @@ def tokenized_split(
 
     Raises:
         ValueError: if the split holds no pairs.
-        OSError: if the cache cannot be written.
+        WriteError: (an ``OSError``) naming the cache folder if the machine refuses to write
+            the table (a full disk, ...); nothing of it is kept.
+        OSError: if the cache cannot be written otherwise, or the corpus cannot be read.
     """
     key = hashlib.sha256(
         f"{CACHE_VERSION}|{fingerprint}|".encode() + hashlib.sha256(tokenizer.to_bytes()).digest()
@@ -73,9 +78,11 @@ def tokenized_split(
         if n_pairs == 0:
             raise ValueError(f"The {kind} {corpus.split!r} is empty: {corpus.describe()}.")
         os.rename(tmp, path)
-    except OSError:
+    except OSError as err:
         shutil.rmtree(tmp, ignore_errors=True)
         if not table_file.is_file():  # not written meanwhile by another process
+            if isinstance(err, WriteError):  # named by the cache's place, not the temporary one
+                raise WriteError(path, err.errno, err.strerror, err.kept) from err
             raise
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -90,6 +97,9 @@ def write_tokenized(
 
     Only one chunk of text and ids is in memory at a time. Ids are stored as uint16 when
     the vocabulary allows it (int32 otherwise).
+
+    Raises:
+        WriteError: (an ``OSError``) naming ``file`` if the machine refuses to write it.
     """
     id_type = id_dtype(tokenizer.vocab_size)
     ids = datasets.List(datasets.Value(id_type.name))
@@ -103,7 +113,9 @@ def write_tokenized(
         }
     )
     n_pairs = 0
-    with ArrowWriter(features=features, path=str(file)) as writer:
+    with _writing(file):
+        writer = ArrowWriter(features=features, path=str(file))
+    with writer:
         for src, tgt in corpus.iter_chunks(ENCODE_CHUNK, streaming=streaming):
             chunk = {
                 "index": pa.array(np.arange(n_pairs, n_pairs + len(src))),
@@ -112,10 +124,25 @@ def write_tokenized(
                 "src": _arrow_lists(*flatten_ids(tokenizer.encode(src), id_type)),
                 "tgt": _arrow_lists(*flatten_ids(tokenizer.encode(tgt), id_type)),
             }
-            writer.write_table(pa.table(chunk))
+            with _writing(file):
+                writer.write_table(pa.table(chunk))
             n_pairs += len(src)
-        writer.finalize()
+        with _writing(file):
+            writer.finalize()
     return n_pairs
+
+
+@contextmanager
+def _writing(file: Path) -> Iterator[None]:
+    """An ``OSError`` of writing the cache's ``file`` (a full disk, ...) as a
+    :class:`~seq2seq.files.WriteError`; the corpus is only read outside such a block, so its
+    own errors (a missing or corrupt file) stay as they are."""
+    try:
+        yield
+    except OSError as err:
+        raise write_error(
+            err, file, "Nothing of the cache was kept (the corpus files are untouched)."
+        ) from err
 
 
 def token_lengths(table: datasets.Dataset) -> tuple[np.ndarray, np.ndarray]:

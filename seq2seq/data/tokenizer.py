@@ -155,6 +155,8 @@ class Tokenizer:
                 (fewer than it has characters, more than it can supply, or a
                 ``character_coverage`` it refuses), naming ``vocab_size``, the bound
                 SentencePiece reported (if it reported one) and what to change.
+            WriteError: (an ``OSError``) naming ``model_path`` if the machine refuses to
+                write it (a full disk, ...); no partial model file is left.
         """
         if vocab_size < MIN_VOCAB_SIZE:
             raise ValueError(
@@ -205,7 +207,8 @@ class Tokenizer:
                 f"vocab_size={vocab_size} pieces from the training corpus: {problem}"
             ) from err
         data = model.getvalue()
-        with atomic_write(model_path, "wb") as f:  # no half-written model on a failure
+        kept = "No SentencePiece model was kept; nothing was tokenised."
+        with atomic_write(model_path, "wb", kept=kept) as f:  # no half-written model
             f.write(data)
         return cls.from_bytes(data, name=str(model_path))
 

@@ -24,6 +24,7 @@ import torch
 from seq2seq.checkpoint import check_model_checkpoint, language_pair, load_checkpoint
 from seq2seq.checkpoint.format import DECODING_DEFAULTS
 from seq2seq.data.tokenizer import Tokenizer
+from seq2seq.files import disk_error, write_error
 
 #: File that ``seq2seq export`` writes into every folder it produces: which format, from which
 #: checkpoint, and the decoding settings a CTranslate2 folder is translated with. Only a folder
@@ -204,10 +205,21 @@ def write_folder(output: Path, build: Callable[[Path], None], marker: dict[str, 
 
     Returns:
         ``output``.
+
+    Raises:
+        WriteError: (an ``OSError``) naming ``output`` if the machine refuses a write (a full
+            disk, ...); the temporary folder is removed, an earlier export left as it was.
     """
     output = check_output_folder(output)
-    output.absolute().parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.absolute().parent))
+    if output.is_dir() and (output / MARKER).is_file():
+        kept = f"The previous export in {output} is unchanged."
+    else:
+        kept = "Nothing partial was written."
+    try:
+        output.absolute().parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.absolute().parent))
+    except OSError as err:
+        raise write_error(err, output, kept) from err
     try:
         build(staging)
         (staging / MARKER).write_text(json.dumps(marker, indent=2, sort_keys=True) + "\n")
@@ -215,10 +227,20 @@ def write_folder(output: Path, build: Callable[[Path], None], marker: dict[str, 
         if output.exists():
             old = staging.with_name(staging.name + ".old")
             output.rename(old)
-            staging.rename(output)
+            try:
+                staging.rename(output)
+            except OSError:
+                old.rename(output)  # the previous export back in its place
+                raise
             shutil.rmtree(old)
         else:
             staging.rename(output)
+    except (OSError, RuntimeError) as err:
+        # A writer's RuntimeError counts when an OSError is behind it (torch's zip writer).
+        cause = disk_error(err)
+        if cause is None:
+            raise
+        raise write_error(cause, output, kept) from err
     finally:
         if staging.exists():
             shutil.rmtree(staging)
