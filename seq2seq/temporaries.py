@@ -7,6 +7,9 @@ process's start time (clock ticks since boot from ``/proc``, 0 where there is no
 later run can tell a temporary whose writer is gone from one another process is still
 writing. Temporaries named before owners were recorded (``.<target>.<random>``) carry no owner
 and are judged by their age alone.
+
+The host name stands for the process table: containers that share one host name but not their
+processes should not share a cache folder, as each would take the other's writers for gone.
 """
 
 from __future__ import annotations

@@ -32,16 +32,24 @@ VOCAB = 200
 SIZES = {"train": 300, "val": 40, "test_2016_flickr": 40}
 
 
-@pytest.fixture(scope="module")
+_STARTS: dict[int, int] = {}  # start times of the processes of dead_pid
+
+
+@pytest.fixture
 def dead_pid() -> int:
-    """The id of a process of this host that has exited (and been reaped)."""
+    """The id of a process of this host that has exited (and been reaped); the temporaries
+    of :func:`_owned` record its start time, so that a new process given the same id
+    meanwhile would not keep them."""
     process = subprocess.Popen([sys.executable, "-c", "pass"])
+    start = temporaries._process(process.pid)  # a zombie until waited for
     process.wait()
+    _STARTS[process.pid] = start[1] if start else 0
     return process.pid
 
 
-def _owned(folder: Path, target: str, pid: int, suffix: str = "", start: int = 0) -> str:
+def _owned(target: str, pid: int, suffix: str = "", start: int | None = None) -> str:
     """The name of a temporary of ``target`` owned by process ``pid`` of this host."""
+    start = _STARTS.get(pid, 0) if start is None else start
     return f".{target}.{temporaries._host()}-{pid}-{start}.abcd_123{suffix}"
 
 
@@ -56,7 +64,7 @@ def _names(folder: Path) -> list[str]:
 
 # ---------------------------------------------------------------------- the rules
 def test_a_dead_owners_temporary_goes_a_live_owners_stays(tmp_path, dead_pid, caplog):
-    dead = tmp_path / _owned(tmp_path, "last.ckpt", dead_pid, ".tmp")
+    dead = tmp_path / _owned("last.ckpt", dead_pid, ".tmp")
     dead.write_bytes(b"half a checkpoint")
     fd, live = tempfile.mkstemp(dir=tmp_path, prefix=temporary_prefix("last.ckpt"), suffix=".tmp")
     os.close(fd)
@@ -91,8 +99,8 @@ def test_a_reused_process_id_does_not_keep_a_temporary(tmp_path):
     if not Path(f"/proc/{os.getpid()}/stat").is_file():
         pytest.skip("no /proc: process start times are unknown")
     start = int(temporary_prefix("x").split(".")[2].rsplit("-", 1)[1])
-    mine = tmp_path / _owned(tmp_path, "x", os.getpid(), ".tmp", start)
-    reused = tmp_path / _owned(tmp_path, "y", os.getpid(), ".tmp", start + 1)
+    mine = tmp_path / _owned("x", os.getpid(), ".tmp", start)
+    reused = tmp_path / _owned("y", os.getpid(), ".tmp", start + 1)
     for path in (mine, reused):
         path.write_text("")
     assert remove_abandoned(tmp_path, "*", ".tmp") == [reused]
@@ -104,8 +112,8 @@ def test_only_temporaries_of_the_target_are_touched(tmp_path, dead_pid):
         "last.ckpt",
         "last.ckpt.tmp",  # a user's file
         ".last.ckpt.notes",  # a hidden file of the user, not a temporary's shape
-        _owned(tmp_path, "best.ckpt", dead_pid, ".tmp"),  # another target
-        _owned(tmp_path, "last.ckpt", dead_pid, ".part"),  # another suffix
+        _owned("best.ckpt", dead_pid, ".tmp"),  # another target
+        _owned("last.ckpt", dead_pid, ".part"),  # another suffix
     ]
     for name in keep:
         (tmp_path / name).write_text("")
@@ -116,7 +124,7 @@ def test_only_temporaries_of_the_target_are_touched(tmp_path, dead_pid):
 
 
 def test_an_unremovable_temporary_is_warned_about_and_left(tmp_path, dead_pid, monkeypatch):
-    dead = tmp_path / _owned(tmp_path, "x", dead_pid)
+    dead = tmp_path / _owned("x", dead_pid)
     dead.mkdir()
 
     def refuse(path, *args, **kwargs):
@@ -277,7 +285,7 @@ def test_checkpoint_temporaries_of_killed_runs_go_when_fit_locks_the_folder(tmp_
     folder = tmp_path / "checkpoints"
     folder.mkdir()
     (folder / "last.ckpt").write_bytes(b"the good one")
-    dead = folder / _owned(folder, "last.ckpt", dead_pid, ".tmp")
+    dead = folder / _owned("last.ckpt", dead_pid, ".tmp")
     dead.write_bytes(b"half of one")
     old_style = folder / ".epoch=1-step=10.ckpt.q1w2e3r4.tmp"
     old_style.write_bytes(b"half of another")
@@ -297,10 +305,10 @@ def test_export_removes_staging_folders_of_killed_exports(tmp_path, dead_pid):
     from seq2seq.export.common import MARKER, write_folder
 
     output = tmp_path / "ct2"
-    staging = tmp_path / _owned(tmp_path, "ct2", dead_pid)
+    staging = tmp_path / _owned("ct2", dead_pid)
     staging.mkdir()
     (staging / "model.bin").write_bytes(b"half")
-    moved_aside = tmp_path / _owned(tmp_path, "ct2", dead_pid, ".old")
+    moved_aside = tmp_path / _owned("ct2", dead_pid, ".old")
     moved_aside.mkdir()  # the only copy of an earlier export while ct2 is missing: kept
 
     def build(folder: Path) -> None:
@@ -321,7 +329,7 @@ def test_a_download_removes_partial_files_of_killed_downloads(tmp_path, dead_pid
     (source / "val.de.gz").write_bytes(b"the file")
     root = tmp_path / "data"
     root.mkdir()
-    partial = root / _owned(root, "val.de.gz", dead_pid, ".part")
+    partial = root / _owned("val.de.gz", dead_pid, ".part")
     partial.write_bytes(b"the f")
     sha = hashlib.sha256(b"the file").hexdigest()
     assert download_multi30k(root, source.as_uri(), {"val.de.gz": sha}) == [root / "val.de.gz"]
