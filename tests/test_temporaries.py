@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import shutil
 import signal
 import stat
 import subprocess
@@ -277,6 +278,26 @@ def test_two_preparations_of_one_cache_at_once_both_succeed(tmp_path, train_spm)
 
 
 # ---------------------------------------------------------------------- other folders
+def test_sentencepiece_temporaries_of_killed_runs_go(tmp_path, train_spm, dead_pid):
+    from seq2seq.data.corpus import locate_split
+    from seq2seq.data.tokenizer import SentencePieceSettings, load_or_train
+
+    data = multi30k_slice(tmp_path / "data", {"train": SIZES["train"]})
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    model = tmp_path / "models" / "spm.model"
+    model.parent.mkdir()
+    shutil.copy(_spm(train_spm), model)
+    in_cache = cache / _owned("spm_deen_unigram_200_0123456789ab.model", dead_pid, ".tmp")
+    beside = model.parent / _owned("spm.model", dead_pid, ".tmp")
+    for path in (in_cache, beside):
+        path.write_bytes(b"half a model")
+    corpus = locate_split(data, "train", "de", "en")
+    tokenizer = load_or_train(corpus, SentencePieceSettings(vocab_size=VOCAB), cache, model)
+    assert tokenizer.vocab_size == VOCAB
+    assert _names(cache) == [] and _names(model.parent) == ["spm.model"]
+
+
 def test_checkpoint_temporaries_of_killed_runs_go_when_fit_locks_the_folder(tmp_path, dead_pid):
     from lightning.pytorch.callbacks import ModelCheckpoint
 
