@@ -14,6 +14,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
+from seq2seq.temporaries import temporary_prefix
+
 _FD_PATH = re.compile(r"/(?:dev/fd|proc/(?:self|thread-self|(?P<pid>\d+))/fd)/(?P<fd>\d+)")
 _STD_PATHS = {"/dev/stdin": 0, "/dev/stdout": 1, "/dev/stderr": 2}
 _STD_NAMES = {0: "standard input", 1: "standard output", 2: "standard error"}
@@ -219,7 +221,7 @@ def check_output_file(path: str | Path, setting: str, make_parents: bool = True)
     if not folder.is_dir():
         raise NotADirectoryError(f"{setting} {path}: {folder} is not a folder")
     try:
-        fd, trial = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
+        fd, trial = tempfile.mkstemp(dir=folder, prefix=temporary_prefix(path.name), suffix=".tmp")
     except OSError as err:
         raise PermissionError(
             f"{setting} {path}: no file can be written in folder {folder} ({err.strerror or err})"
@@ -247,11 +249,13 @@ def atomic_write(
 
     A reader therefore never sees a half-written file, and a write that fails (an exception,
     Ctrl-C) leaves the previous file at ``path`` as it was and removes the temporary file. The
-    temporary file has a unique name (``.<name>.<random>.tmp``), so no other file is ever
-    overwritten; it takes the permissions of the file it replaces, or for a new file those a
-    plain ``open`` would give it (hard links to a replaced file keep the old one). Missing parent
-    folders are created. A link is written through (the file it points to is replaced, the
-    link stays); a device or a pipe (``/dev/null``, ``>(gzip > out.gz)``) is written directly,
+    temporary file has a unique name that names its writer
+    (``.<name>.<host>-<pid>-<start>.<random>.tmp``: a later run removes it if this one is
+    killed, see :mod:`seq2seq.temporaries`), so no other file is ever overwritten; it takes the
+    permissions of the file it replaces, or for a new file those a plain ``open`` would give it
+    (hard links to a replaced file keep the old one). Missing parent folders are created. A
+    link is written through (the file it points to is replaced, the link stays); a device or a
+    pipe (``/dev/null``, ``>(gzip > out.gz)``) is written directly,
     as a shell redirection would.
 
     A path that names an open file descriptor of this process (``/dev/stdout``,
@@ -316,7 +320,9 @@ def atomic_write(
         kept = kept_sentence(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        fd, tmp = tempfile.mkstemp(
+            dir=path.parent, prefix=temporary_prefix(path.name), suffix=".tmp"
+        )
     except OSError as err:
         raise write_error(err, path, kept) from err
     try:

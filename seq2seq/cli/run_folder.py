@@ -19,6 +19,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from seq2seq.checkpoint import CheckpointError, load_checkpoint, resume_flags
 from seq2seq.files import write_error
+from seq2seq.temporaries import remove_abandoned
 
 
 def check_writable(trainer: L.Trainer, checkpoints: bool = True) -> None:
@@ -279,7 +280,9 @@ def refuse_earlier_checkpoints(
 
 def lock_checkpoint_folders(trainer: L.Trainer) -> list[FolderLock]:
     """Locks the local ``dirpath`` of each ``ModelCheckpoint`` of ``trainer`` for this process
-    (held until each lock's :meth:`FolderLock.release` or the process ends).
+    (held until each lock's :meth:`FolderLock.release` or the process ends), and removes the
+    temporaries (``.<name>.<host>-<pid>-<start>.<random>.tmp``) that killed runs left there
+    (see :func:`seq2seq.temporaries.remove_abandoned`).
 
     Returns:
         The locks taken.
@@ -301,6 +304,7 @@ def lock_checkpoint_folders(trainer: L.Trainer) -> list[FolderLock]:
             lock = FolderLock(folder)
             lock.acquire()
             locks.append(lock)
+            remove_abandoned(folder, "*", ".tmp")  # checkpoint temporaries of killed runs
             if [p for p in folder.iterdir() if p.name not in (LOCK_NAME, PID_NAME)] == []:
                 # Lightning's warning of a non-empty checkpoint folder would be about the lock.
                 warnings.filterwarnings(

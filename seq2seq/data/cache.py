@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,6 +19,7 @@ from datasets.arrow_writer import ArrowWriter
 from seq2seq.data.corpus import CorpusSplit
 from seq2seq.data.tokenizer import Tokenizer, flatten_ids, id_dtype
 from seq2seq.files import WriteError, write_error
+from seq2seq.temporaries import make_temporary_folder, remove_abandoned
 
 CACHE_VERSION = "2"  # bump when the layout of the tokenised Arrow cache changes
 ENCODE_CHUNK = 10_000  # sentence pairs tokenised (or read for SentencePiece) at a time
@@ -43,7 +43,9 @@ def tokenized_split(
 
     The table is written to a temporary folder beside its place and renamed into it, so a
     reader never sees a partial table; where another process wrote it meanwhile, its table is
-    used.
+    used. The folder follows the umask, as the files in it do. Temporary folders that killed
+    runs left in ``folder`` (of any split) are removed first (see
+    :func:`seq2seq.temporaries.remove_abandoned`).
 
     Args:
         corpus: the split to read.
@@ -69,10 +71,14 @@ def tokenized_split(
     ).hexdigest()[:16]
     path = folder / f"{corpus.split}_{pair}_{key}"
     table_file = path / "data.arrow"
+    remove_abandoned(folder, "*_*_" + "?" * len(key))  # any split's, left by killed runs
     if table_file.is_file():
         return datasets.Dataset.from_file(str(table_file)), False
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}."))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = make_temporary_folder(path.parent, path.name)
+    except OSError as err:
+        raise write_error(err, path, "Nothing of the cache was kept.") from err
     try:
         n_pairs = write_tokenized(corpus, tokenizer, tmp / table_file.name, streaming)
         if n_pairs == 0:

@@ -37,6 +37,7 @@ from itertools import islice
 from pathlib import Path
 
 from seq2seq import compat
+from seq2seq.temporaries import remove_abandoned, temporary_prefix
 
 MULTI30K_URL = "https://github.com/multi30k/dataset/raw/master/data/task1/raw"
 """Where :func:`download_multi30k` fetches the Multi30k task-1 files from."""
@@ -836,7 +837,8 @@ def download_multi30k(
         if dest.is_file():
             continue
         url = f"{base_url.rstrip('/')}/{name}"
-        fd, tmp_name = tempfile.mkstemp(dir=root, prefix=f".{name}.", suffix=".part")
+        remove_abandoned(root, name, ".part")  # downloads of killed runs
+        fd, tmp_name = tempfile.mkstemp(dir=root, prefix=temporary_prefix(name), suffix=".part")
         tmp = Path(tmp_name)
         try:
             with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as r:

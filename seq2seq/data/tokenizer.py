@@ -30,6 +30,7 @@ import numpy as np
 import sentencepiece as spm
 
 from seq2seq.files import atomic_write
+from seq2seq.temporaries import remove_abandoned
 
 if TYPE_CHECKING:
     from seq2seq.data.corpus import CorpusSplit
@@ -440,6 +441,9 @@ def load_or_train(
     model trained on ``train`` with ``settings`` (trained now, into ``tokenizer_path`` or
     :func:`model_file`, where that file does not exist yet).
 
+    Temporaries of SentencePiece models that killed runs left in ``cache_dir`` (and beside
+    ``tokenizer_path``) are removed (see :func:`seq2seq.temporaries.remove_abandoned`).
+
     One joint model serves both directions of a language pair: it is trained on (and cached
     under the name and digest of) the split read in the order of the language codes (de-en
     for an en->de run too).
@@ -463,6 +467,9 @@ def load_or_train(
             train = train.reversed()
         path = Path(tokenizer_path) if tokenizer_path is not None else None
         path = path or model_file(train, settings, cache_dir)
+        # Model temporaries that killed runs left: the cache's, and those of a named model.
+        remove_abandoned(cache_dir, "spm_*.model", ".tmp")
+        remove_abandoned(path.parent, path.name, ".tmp")
         if path.is_file():
             tokenizer = Tokenizer.load(path)
         else:

@@ -25,6 +25,7 @@ from seq2seq.checkpoint import check_model_checkpoint, language_pair, load_check
 from seq2seq.checkpoint.format import DECODING_DEFAULTS
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.files import disk_error, write_error
+from seq2seq.temporaries import remove_abandoned, temporary_prefix
 
 #: File that ``seq2seq export`` writes into every folder it produces: which format, from which
 #: checkpoint, and the decoding settings a CTranslate2 folder is translated with. Only a folder
@@ -197,6 +198,8 @@ def check_output_folder(output: str | Path) -> Path:
 def write_folder(output: Path, build: Callable[[Path], None], marker: dict[str, Any]) -> Path:
     """Build an export in a temporary folder beside ``output``, then move it into place, so a
     failed export leaves nothing half-written (and an earlier export's folder as it was).
+    Staging folders that killed exports left beside ``output`` are removed first (see
+    :func:`seq2seq.temporaries.remove_abandoned`).
 
     Args:
         output: the folder to produce (checked with :func:`check_output_folder`).
@@ -215,9 +218,13 @@ def write_folder(output: Path, build: Callable[[Path], None], marker: dict[str, 
         kept = f"The previous export in {output} is unchanged."
     else:
         kept = "Nothing partial was written."
+    parent = output.absolute().parent
     try:
-        output.absolute().parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.absolute().parent))
+        parent.mkdir(parents=True, exist_ok=True)
+        remove_abandoned(parent, output.name)  # staging folders of killed exports
+        if output.is_dir():  # an earlier export moved aside; only litter once it is back in place
+            remove_abandoned(parent, output.name, ".old")
+        staging = Path(tempfile.mkdtemp(prefix=temporary_prefix(output.name), dir=parent))
     except OSError as err:
         raise write_error(err, output, kept) from err
     try:
