@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from seq2seq.checkpoint import AVERAGED_FROM, average_checkpoints, load_checkpoint
-from seq2seq.checkpoint.format import SAMPLING_SETTINGS
+from seq2seq.checkpoint.format import EMA_KEY, SAMPLING_SETTINGS
 from seq2seq.data.corpus import decode_lines, read_lines
 from seq2seq.files import atomic_write, check_output_file, stream_errors
 
@@ -420,7 +420,14 @@ def average(argv: Sequence[str]) -> None:
         str(path) if score is None else f"{path} ({score[0]} {score[2]:.2f})"
         for path, score in scores.items()
     ]
-    print(f"averaged {len(paths)} {noun} into {written}: " + ", ".join(taken))
+    ema = [path for path in paths if EMA_KEY in load_checkpoint(path, mmap=True)]
+    if len(ema) == len(paths):
+        which = " (their EMA weights)"
+    elif ema:
+        which = " (the EMA weights of " + ", ".join(map(str, ema)) + "; the others' weights)"
+    else:
+        which = ""
+    print(f"averaged {len(paths)} {noun}{which} into {written}: " + ", ".join(taken))
 
 
 def _recorded_score(path: Path) -> tuple[str, str, float] | None:

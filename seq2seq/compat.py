@@ -228,3 +228,12 @@ def foreach_norm(tensors: Sequence[Any]) -> list[Any]:
     import torch
 
     return list(torch._foreach_norm(list(tensors)))
+
+
+def foreach_lerp_(tensors: Sequence[Any], ends: Sequence[Any], weight: float) -> None:
+    """``tensors[i] += weight * (ends[i] - tensors[i])`` for every pair, in one fused kernel per
+    device and dtype (``torch._foreach_lerp_``, as ``torch.optim.swa_utils.get_ema_multi_avg_fn``
+    uses it); ``weight`` a Python float, so no value is read back from the device."""
+    import torch
+
+    torch._foreach_lerp_(list(tensors), list(ends), weight)

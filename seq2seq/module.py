@@ -10,12 +10,15 @@ from typing import Any
 import lightning as L
 import torch
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
+from lightning.pytorch.utilities import rank_zero_warn
 
 from seq2seq import compat
 from seq2seq.checkpoint.format import (
     CHECKPOINT_KEY,
     DECODING_DEFAULTS,
     DECODING_SETTINGS,
+    EMA_KEY,
+    TRAINING_WEIGHTS,
     differing_settings,
     model_config,
     tokenizer_blob,
@@ -260,6 +263,9 @@ class TranslationModule(L.LightningModule):
             # otherwise it would log every value one step early.
             compat.add_to_saved_logged_step(checkpoint, 1)
 
+    def _fitting(self) -> bool:
+        return self._trainer is not None and self.trainer.state.fn == "fit"
+
     def _batch_under_way(self) -> bool:
         """Whether fit is inside a training batch (begun, not processed yet)."""
         if self._trainer is None or not self.trainer.training:
@@ -330,6 +336,18 @@ class TranslationModule(L.LightningModule):
                     "settings; use the data settings it was trained with"
                 )
             self.tokenizer = tokenizer
+        if TRAINING_WEIGHTS in checkpoint and self._fitting():
+            # Written with seq2seq.callbacks.EMA: state_dict holds the average, which the
+            # callback takes back; training goes on from the training weights.
+            ema = checkpoint.setdefault(EMA_KEY, {})
+            ema["state_dict"] = checkpoint["state_dict"]
+            checkpoint["state_dict"] = checkpoint.pop(TRAINING_WEIGHTS)
+            if not any(type(c).__name__ == "EMA" for c in self.trainer.callbacks):
+                rank_zero_warn(
+                    "the checkpoint holds an exponential moving average of the weights, but "
+                    "no seq2seq.callbacks.EMA is configured: training goes on from its "
+                    "training weights and the average is dropped"
+                )
         # Restored at the next training step, after the data loaders have been set up.
         self._resume_rng_state = extra.get("rng")
         settle_validation_progress(checkpoint)  # before Lightning restores its loops from it

@@ -28,6 +28,8 @@ import torch
 from conftest import multi30k_slice
 from torch.utils.data import DataLoader
 
+from seq2seq.checkpoint import load_checkpoint
+from seq2seq.checkpoint.format import EMA_KEY, TRAINING_WEIGHTS
 from seq2seq.data.batching import TokenBudgetBatchSampler, collate
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.module import TranslationModule
@@ -156,6 +158,8 @@ def _fit(corpus: Path, name: str, devices: int) -> Path:
         "--trainer.limit_train_batches", str(6 // devices),
         "--trainer.accumulate_grad_batches", str(2 // devices),
     ]  # fmt: skip
+    # A moving average of the weights, validated and saved: each process updates its own copy.
+    args += ["--trainer.callbacks+=seq2seq.callbacks.EMA", "--trainer.callbacks.decay", "0.5"]
     if devices > 1:
         args += ["--trainer.strategy", "ddp", "--trainer.devices", str(devices)]
     _seq2seq(args, run)
@@ -210,6 +214,19 @@ def test_ddp_training_equals_single_process(fits):
         params = torch.load(ddp / f"records/params{rank}.pt")
         for name, value in reference.items():
             torch.testing.assert_close(params[name], value, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_ddp_weight_average_equals_single_process(fits):
+    """The EMA that DDP saves equals the single process's, and differs from the training
+    weights (so the comparison can fail)."""
+    single, ddp = fits
+    saved = [load_checkpoint(run / "checkpoints/tiny/last.ckpt") for run in (single, ddp)]
+    for checkpoint in saved:
+        assert checkpoint[EMA_KEY]["updates"] == 3 and TRAINING_WEIGHTS in checkpoint
+    for name, value in saved[0]["state_dict"].items():
+        torch.testing.assert_close(saved[1]["state_dict"][name], value, rtol=1e-4, atol=1e-6)
+    name = "model.decoder.layers.0.ffn.linear1.weight"
+    assert not torch.allclose(saved[0]["state_dict"][name], saved[0][TRAINING_WEIGHTS][name])
 
 
 def test_logged_training_loss_is_the_whole_steps_on_every_rank(fits):

@@ -107,7 +107,9 @@ def _write_corpus(multi30k_dir: Path, folder: Path, sizes: dict[str, int]) -> Pa
     return multi30k_slice(folder, sizes, multi30k_dir)
 
 
-def _config(tmp_path: Path, data_dir: Path, name: str, kill_at: int | None = None) -> Path:
+def _config(
+    tmp_path: Path, data_dir: Path, name: str, kill_at: int | None = None, ema: bool = False
+) -> Path:
     config = yaml.safe_load((CONFIGS / "tiny.yaml").read_text())
     callbacks = [
         {
@@ -120,6 +122,13 @@ def _config(tmp_path: Path, data_dir: Path, name: str, kill_at: int | None = Non
             },
         }
     ]
+    if ema:  # a moving average of the weights must resume exactly too
+        callbacks.append(
+            {
+                "class_path": "seq2seq.callbacks.EMA",
+                "init_args": {"decay": 0.7, "start_step": 2, "every_n_steps": 2},
+            }
+        )
     if kill_at is not None:
         callbacks.append({"class_path": "test_resume.KillAtStep", "init_args": {"step": kill_at}})
     config["trainer"].update(
@@ -204,17 +213,17 @@ def _logged(run_dir: Path, key: str, last_version: bool = False) -> dict[int, fl
 
 def test_sigkill_mid_epoch_then_resume_matches_uninterrupted_run(tmp_path, multi30k_dir):
     data = _write_corpus(multi30k_dir, tmp_path / "data", {"train": 600, "val": 20})
-    reference = _fit(_config(tmp_path, data, "reference"))
+    reference = _fit(_config(tmp_path, data, "reference", ema=True))
     assert reference.returncode == 0, reference.stderr[-3000:]
 
-    killed = _fit(_config(tmp_path, data, "resumed", kill_at=KILL_AT))
+    killed = _fit(_config(tmp_path, data, "resumed", kill_at=KILL_AT, ema=True))
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     last = tmp_path / "resumed" / "checkpoints" / "last.ckpt"
     saved = load_checkpoint(last)
     assert saved["global_step"] == KILL_AT // CKPT_EVERY * CKPT_EVERY
     assert "rng" in saved["seq2seq"] and "tokenizer" in saved["seq2seq"]
 
-    resumed = _fit(_config(tmp_path, data, "resumed"), "--ckpt_path", "last")
+    resumed = _fit(_config(tmp_path, data, "resumed", ema=True), "--ckpt_path", "last")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
 
     start = saved["global_step"]
@@ -236,6 +245,12 @@ def test_sigkill_mid_epoch_then_resume_matches_uninterrupted_run(tmp_path, multi
     assert final["global_step"] == reference_final["global_step"] == MAX_STEPS
     for key, value in reference_final["state_dict"].items():
         assert torch.equal(final["state_dict"][key], value), key
+    # state_dict holds the moving average, saved beside the training weights: both equal.
+    assert final["ema"]["updates"] == reference_final["ema"]["updates"] == 6
+    for key, value in reference_final["training_state_dict"].items():
+        assert torch.equal(final["training_state_dict"][key], value), key
+    name = "model.decoder.layers.0.ff.fc1.weight"
+    assert not torch.equal(final["state_dict"][name], final["training_state_dict"][name])
 
 
 @pytest.mark.parametrize("stop", ["sigterm", "sigint", "sigint_twice", "max_steps"])

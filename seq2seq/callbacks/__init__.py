@@ -1,9 +1,11 @@
 """Lightning callbacks, one module per concern: writing predictions in input order
 (:mod:`~seq2seq.callbacks.prediction`), TensorBoard samples, attention heatmaps and the best
 score (:mod:`~seq2seq.callbacks.tensorboard`), the last checkpoint and graceful stops
-(:mod:`~seq2seq.callbacks.last_checkpoint`) and text progress lines
-(:mod:`~seq2seq.callbacks.progress`). Configs name them as ``seq2seq.callbacks.<Class>``."""
+(:mod:`~seq2seq.callbacks.last_checkpoint`), text progress lines
+(:mod:`~seq2seq.callbacks.progress`) and a moving average of the weights
+(:mod:`~seq2seq.callbacks.ema`). Configs name them as ``seq2seq.callbacks.<Class>``."""
 
+from seq2seq.callbacks.ema import EMA
 from seq2seq.callbacks.last_checkpoint import LastCheckpoint
 from seq2seq.callbacks.prediction import TranslationWriter
 from seq2seq.callbacks.progress import TextProgress
@@ -15,6 +17,7 @@ from seq2seq.callbacks.tensorboard import (
 )
 
 __all__ = [
+    "EMA",
     "AttentionHeatmaps",
     "BestScoreHparams",
     "LastCheckpoint",

@@ -10,6 +10,12 @@ states; seq2seq adds ``checkpoint[CHECKPOINT_KEY]``, a dictionary of:
 * ``"rng"``: the random generators' states for an exact resume (training only);
 * ``"log"``: the logger's name and version, so that a resumed run logs into the same folder.
 
+With an exponential moving average of the weights (:class:`seq2seq.callbacks.EMA`),
+``state_dict`` holds the averaged weights, which every reader (``test``, ``translate``,
+``average``, ``export``, ``--init_from``) takes, and two more top-level keys hold what a resumed
+run needs: :data:`TRAINING_WEIGHTS` (the weights the optimizer trains) and :data:`EMA_KEY` (the
+average's settings and number of updates).
+
 The language pair is the data module's (``datamodule_hyper_parameters``).
 """
 
@@ -25,14 +31,17 @@ __all__ = [
     "CHECKPOINT_KEY",
     "DECODING_DEFAULTS",
     "DECODING_SETTINGS",
+    "EMA_KEY",
     "LIGHTNING_VERSION",
     "NON_STRUCTURAL",
     "SAMPLING_SETTINGS",
+    "TRAINING_WEIGHTS",
     "differing_settings",
     "language_pair",
     "model_config",
     "tokenizer_blob",
     "tokenizer_tensor",
+    "weights_name",
 ]
 
 CHECKPOINT_KEY = "seq2seq"
@@ -44,6 +53,14 @@ to restore one)."""
 
 AVERAGED_FROM = "averaged_from"
 """Key that ``seq2seq average`` writes into its result: the list of averaged files."""
+
+TRAINING_WEIGHTS = "training_state_dict"
+"""Key of the training weights in a checkpoint whose ``state_dict`` holds an exponential moving
+average of them (written by :class:`seq2seq.callbacks.EMA`; a resumed ``fit`` trains on)."""
+
+EMA_KEY = "ema"
+"""Key of the moving average's settings in such a checkpoint: ``decay``, ``start_step``,
+``every_n_steps`` and ``updates`` (the number of averaging steps so far)."""
 
 NON_STRUCTURAL = frozenset({"dropout", "attention_dropout", "activation_dropout"})
 """Model settings that act in training only. Every other field of the model configuration is
@@ -140,3 +157,12 @@ def differing_settings(
         for key, value in saved.items()
         if key in wanted and wanted[key] != value and key not in NON_STRUCTURAL
     ]
+
+
+def weights_name(checkpoint: Mapping[str, Any]) -> str:
+    """Which weights ``checkpoint["state_dict"]`` holds, for messages: ``"EMA weights (decay
+    0.999, 1200 updates)"`` or ``"weights"``."""
+    ema = checkpoint.get(EMA_KEY)
+    if not isinstance(ema, Mapping):
+        return "weights"
+    return f"EMA weights (decay {ema.get('decay')}, {ema.get('updates')} updates)"

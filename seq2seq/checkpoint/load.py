@@ -17,7 +17,9 @@ import torch
 from seq2seq.checkpoint.format import (
     AVERAGED_FROM,
     CHECKPOINT_KEY,
+    EMA_KEY,
     LIGHTNING_VERSION,
+    TRAINING_WEIGHTS,
     differing_settings,
     language_pair,
     model_config,
@@ -179,14 +181,23 @@ def resolve_ckpt_path(
     )
 
 
+#: Checkpoint entries for resuming a run, which an average leaves out.
+_TRAINING_ONLY = (
+    *("optimizer_states", "lr_schedulers", "loops", "callbacks"),
+    *(TRAINING_WEIGHTS, EMA_KEY),
+)
+
+
 def average_checkpoints(paths: Sequence[str | Path], output: str | Path) -> Path:
     """Average the model parameters of several checkpoints into a new checkpoint.
 
     Floating-point tensors of ``state_dict`` are averaged element-wise (in float64, then cast
-    back); everything else (tokenizer, model configuration, hyperparameters) is taken from the
-    last checkpoint. Optimizer and loop states are dropped: the result is for evaluation and
-    translation, not for resuming training; its :data:`AVERAGED_FROM` key lists the inputs
-    (``seq2seq average --dir`` leaves such files out). Averaging the last checkpoints of a run
+    back): for checkpoints written with :class:`seq2seq.callbacks.EMA`, their moving averages
+    (their training weights are neither averaged nor kept); everything else (tokenizer, model
+    configuration, hyperparameters) is taken from the last checkpoint. Optimizer and loop
+    states are dropped: the result is for evaluation and translation, not for resuming training;
+    its :data:`AVERAGED_FROM` key lists the inputs (``seq2seq average --dir`` leaves such files
+    out). Averaging the last checkpoints of a run
     is the practice of Vaswani et al. (2017), Section 6.1.
 
     The checkpoints must hold the same model: besides equal parameter names and shapes, the
@@ -249,11 +260,7 @@ def average_checkpoints(paths: Sequence[str | Path], output: str | Path) -> Path
         k: (v / len(paths)).to(reference[k].dtype) if v.is_floating_point() else v
         for k, v in total.items()
     }
-    result = {
-        key: value
-        for key, value in last.items()
-        if key not in ("optimizer_states", "lr_schedulers", "loops", "callbacks")
-    }
+    result = {key: value for key, value in last.items() if key not in _TRAINING_ONLY}
     result["state_dict"] = averaged
     result[AVERAGED_FROM] = [str(p) for p in paths]
     with atomic_write(output, "wb") as f:

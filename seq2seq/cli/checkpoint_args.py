@@ -20,7 +20,7 @@ from seq2seq.checkpoint import (
     load_checkpoint,
     resolve_ckpt_path,
 )
-from seq2seq.checkpoint.format import CHECKPOINT_KEY, differing_settings
+from seq2seq.checkpoint.format import CHECKPOINT_KEY, differing_settings, weights_name
 from seq2seq.cli.messages import UNTRAINED, USES, cli_value
 from seq2seq.cli.run_folder import refuse_earlier_checkpoints
 from seq2seq.data.datamodule import TranslationDataModule
@@ -284,7 +284,7 @@ def load_initial_weights(model, datamodule, path: str, read: CheckpointReader) -
     model.model.load_state_dict(state)
     step = checkpoint.get("global_step")
     rank_zero_info(
-        f"initialised the model from {path}"
+        f"initialised the model from the {weights_name(checkpoint)} of {path}"
         + (f" (trained {step} steps)" if step is not None else "")
         + "; optimizer, learning-rate schedule, step count and data position start afresh"
     )
