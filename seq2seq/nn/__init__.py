@@ -7,7 +7,8 @@ from seq2seq.nn.attention import DecoderCache, KVCache, MultiHeadAttention, padd
 from seq2seq.nn.config import TransformerConfig
 from seq2seq.nn.ensemble import Ensemble, EnsembleCache
 from seq2seq.nn.loss import label_smoothed_cross_entropy, linear_label_smoothed_cross_entropy
-from seq2seq.nn.search import Hypothesis, beam_search, greedy_search, sample
+from seq2seq.nn.sampling import sample
+from seq2seq.nn.search import Hypothesis, beam_search, greedy_search
 from seq2seq.nn.transformer import Transformer
 
 __all__ = [
