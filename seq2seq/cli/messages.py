@@ -117,6 +117,10 @@ def _did_you_mean(name: str, candidates: Iterable[str]) -> str:
     if not matches:  # else similar spellings, not counting the group it names (--data.foo)
         others = [c for c in candidates if not name.startswith(c + ".")]
         matches = difflib.get_close_matches(name, others, n=3, cutoff=0.75)
+        ratio = [difflib.SequenceMatcher(None, name, m).ratio() for m in matches]
+        # only the spellings about as close as the closest (not --model.n_samples beside
+        # --model.d_model for --model.d_modle)
+        matches = [m for m, r in zip(matches, ratio, strict=True) if r >= ratio[0] - 0.1]
     return f" (did you mean {' or '.join(matches[:3])}?)" if matches else ""
 
 
