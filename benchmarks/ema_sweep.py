@@ -81,6 +81,7 @@ def main(argv: list[str] | None = None) -> list[tuple[str, float, float]]:
     parser.add_argument("--until_step", type=int, default=0, help="last snapshot (0: all)")
     parser.add_argument("--beam_size", type=int, default=0, help="0: the checkpoint's")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--hypotheses", default="", help="folder for each candidate's output")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
 
@@ -121,6 +122,11 @@ def main(argv: list[str] | None = None) -> list[tuple[str, float, float]]:
             torch.save(base, path)
             translator = Translator.from_checkpoint(path, device="cpu", **decoding)
             hyps = translator.translate(src)
+            if args.hypotheses:
+                folder = Path(args.hypotheses)
+                folder.mkdir(parents=True, exist_ok=True)
+                file = folder / f"{args.split}.{name.replace(' ', '_')}.txt"
+                file.write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
             bleu = sacrebleu.corpus_bleu(hyps, [ref])
             chrf = sacrebleu.corpus_chrf(hyps, [ref])
             rows.append((name, bleu.score, chrf.score))

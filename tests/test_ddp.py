@@ -225,7 +225,7 @@ def test_ddp_weight_average_equals_single_process(fits):
         assert checkpoint[EMA_KEY]["updates"] == 3 and TRAINING_WEIGHTS in checkpoint
     for name, value in saved[0]["state_dict"].items():
         torch.testing.assert_close(saved[1]["state_dict"][name], value, rtol=1e-4, atol=1e-6)
-    name = "model.decoder.layers.0.ffn.linear1.weight"
+    name = "model.decoder.layers.0.ff.fc1.weight"
     assert not torch.allclose(saved[0]["state_dict"][name], saved[0][TRAINING_WEIGHTS][name])
 
 

@@ -224,3 +224,45 @@ def test_average_says_it_takes_the_ema_weights(ema_run, tmp_path, capsys):
     last, first = (load_checkpoint(p)["state_dict"] for p in (checkpoints / "last.ckpt", best))
     name = "model.encoder.layers.0.ff.fc1.weight"
     torch.testing.assert_close(averaged["state_dict"][name], (last[name] + first[name]) / 2)
+
+
+def test_init_from_says_it_takes_the_ema_weights(ema_run, caplog):
+    import logging
+
+    from seq2seq.checkpoint.format import model_config
+    from seq2seq.cli.checkpoint_args import load_initial_weights
+    from seq2seq.module import TranslationModule
+
+    path = ema_run / "checkpoints/last.ckpt"
+    checkpoint = load_checkpoint(path)
+    model = TranslationModule(**model_config(checkpoint))
+    datamodule = SimpleNamespace(tokenizer_path=None, tokenizer=None)
+    with caplog.at_level(logging.INFO):
+        load_initial_weights(model, datamodule, str(path), load_checkpoint)
+    assert "from the EMA weights (decay 0.8, 20 updates) of" in caplog.text
+    name = "encoder.layers.0.ff.fc1.weight"
+    assert torch.equal(model.model.state_dict()[name], checkpoint["state_dict"]["model." + name])
+
+
+def test_bf16_mixed_training_keeps_a_float32_average(tmp_path, multi30k_dir):
+    from seq2seq.cli import cli_main
+
+    cli_main(
+        [
+            "fit", "--config", str(CONFIGS / "tiny.yaml"),
+            "--data.data_dir", str(multi30k_dir),
+            "--checkpoint_dir", str(tmp_path / "checkpoints"),
+            "--trainer.logger.init_args.save_dir", str(tmp_path / "logs"),
+            "--data.cache_dir", str(tmp_path / "cache"),
+            "--trainer.precision", "bf16-mixed",
+            "--trainer.max_steps", "4", "--trainer.val_check_interval", "4",
+            "--trainer.limit_val_batches", "1",
+            "--trainer.callbacks+=seq2seq.callbacks.EMA",
+            "--trainer.callbacks.decay", "0.5",
+        ]
+    )  # fmt: skip
+    saved = load_checkpoint(tmp_path / "checkpoints/last.ckpt")
+    assert saved[EMA_KEY]["updates"] == 4
+    name = "model.decoder.layers.0.ff.fc1.weight"
+    assert saved["state_dict"][name].dtype == torch.float32
+    assert not torch.equal(saved["state_dict"][name], saved[TRAINING_WEIGHTS][name])
