@@ -67,3 +67,41 @@ def test_kv_cache_layout_runs(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in lines[2:5]] == ["1", "2", "3"]
     assert lines[-1].startswith("sum over L=1..3: batch-major ")
+
+
+def test_ema_sweep_runs(tmp_path, tiny_run, multi30k_dir):
+    """Snapshots writes the weights every N steps; the sweep replays the average over them and
+    scores the training weights and each decay (the last snapshot's weights translate as the
+    run's checkpoint does)."""
+    from types import SimpleNamespace
+
+    import torch
+    from conftest import multi30k_slice
+
+    sys.path[:0] = [str(ROOT / "benchmarks")]
+    try:
+        import ema_sweep
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    from seq2seq.module import TranslationModule
+
+    module = TranslationModule.load_from_checkpoint(tiny_run / "checkpoints/tiny/last.ckpt")
+    snapshots = ema_sweep.Snapshots(str(tmp_path / "snap"), every_n_steps=2)
+    for step in range(1, 7):
+        with torch.no_grad():
+            for p in module.parameters():
+                p.mul_(0.99)
+        trainer = SimpleNamespace(global_step=step, global_rank=0)
+        snapshots.on_train_batch_end(trainer, module)
+    files = sorted((tmp_path / "snap").glob("*.pt"))
+    assert [f.name for f in files] == ["step000002.pt", "step000004.pt", "step000006.pt"]
+    data = multi30k_slice(tmp_path / "data", {"val": 12}, multi30k_dir)
+    rows = ema_sweep.main(
+        [
+            "--snapshots", str(tmp_path / "snap"),
+            "--ckpt", str(tiny_run / "checkpoints/tiny/last.ckpt"),
+            "--data_dir", str(data), "--decays", "0.5,0.9", "--beam_size", "1", "--threads", "1",
+        ]
+    )  # fmt: skip
+    assert [r[0] for r in rows] == ["training weights", "EMA decay 0.5", "EMA decay 0.9"]
+    assert all(0.0 <= r[1] <= 100.0 for r in rows)
