@@ -16,7 +16,6 @@ weights themselves, on a held-out split with the checkpoint's decoding settings.
 from __future__ import annotations
 
 import argparse
-import gzip
 import sys
 import tempfile
 from pathlib import Path
@@ -28,6 +27,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import lightning as L  # noqa: E402
+from engines import _find, _read  # noqa: E402  (benchmarks/ is the script's folder)
 
 
 class Snapshots(L.Callback):
@@ -47,19 +47,6 @@ class Snapshots(L.Callback):
         self.dirpath.mkdir(parents=True, exist_ok=True)
         state = {k: v.detach().cpu().clone() for k, v in pl_module.state_dict().items()}
         torch.save(state, self.dirpath / f"step{step:06d}.pt")
-
-
-def _read(path: Path) -> list[str]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in f]
-
-
-def _find(data_dir: Path, split: str, lang: str) -> Path:
-    for name in (f"{split}.{lang}.gz", f"{split}.{lang}"):
-        if (data_dir / name).is_file():
-            return data_dir / name
-    raise FileNotFoundError(f"{data_dir}: no {split}.{lang}[.gz]")
 
 
 def main(argv: list[str] | None = None) -> list[tuple[str, float, float]]:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from seq2seq.checkpoint import AVERAGED_FROM, average_checkpoints, load_checkpoint
-from seq2seq.checkpoint.format import EMA_KEY, SAMPLING_SETTINGS
+from seq2seq.checkpoint.format import DECODING_SETTINGS, EMA_KEY, SAMPLING_SETTINGS
 from seq2seq.data.corpus import decode_lines, read_lines
 from seq2seq.files import atomic_write, check_output_file, stream_errors
 
@@ -160,21 +160,7 @@ def translate(argv: Sequence[str]) -> None:
 
     decoding = {
         name: getattr(args, name)
-        for name in (
-            "beam_size",
-            "length_penalty",
-            "length_penalty_form",
-            "max_len_a",
-            "max_len_b",
-            "min_len",
-            "no_repeat_ngram_size",
-            "sampling",
-            "sampling_topk",
-            "sampling_topp",
-            "temperature",
-            "n_samples",
-            "sampling_seed",
-        )
+        for name in ("beam_size", *DECODING_SETTINGS)
         if getattr(args, name) is not None
     }
     sampled = [
