@@ -14,11 +14,29 @@ from seq2seq.checkpoint import AVERAGED_FROM, average_checkpoints, load_checkpoi
 from seq2seq.checkpoint.format import DECODING_SETTINGS, EMA_KEY, SAMPLING_SETTINGS
 from seq2seq.data.corpus import decode_lines, read_lines
 from seq2seq.files import atomic_write, check_output_file, stream_errors
+from seq2seq.spelling import did_you_mean
 
 
 def _plain(doc: str | None) -> str:
     """A docstring as ``--help`` text: without reStructuredText's double back-quotes."""
     return (doc or "").replace("``", "")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose errors are one line, as those of ``fit``: ``seq2seq translate: error:
+    ...`` (exit status 2), an unrecognised option with the closest spellings of this command's
+    options (``--beam-size``: did you mean ``--beam_size``?); ``--help`` lists the options."""
+
+    def error(self, message: str):
+        prefix = "unrecognized arguments: "
+        unknown = [a for a in message.removeprefix(prefix).split() if a.startswith("-")]
+        if message.startswith(prefix) and unknown:
+            name = unknown[0].split("=", 1)[0]
+            known = [o for action in self._actions for o in action.option_strings]
+            underscored = "--" + name.lstrip("-").replace("-", "_")  # fairseq's --beam-size
+            hint = f" (did you mean {underscored}?)" if underscored in known else ""
+            message = f"unrecognized option {name}" + (hint or did_you_mean(name, known))
+        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 def translate(argv: Sequence[str]) -> None:
@@ -38,7 +56,7 @@ def translate(argv: Sequence[str]) -> None:
     models' log-probabilities (renormalised); they must carry the same SentencePiece model and
     language pair, and the decoding settings are the first checkpoint's.
     """
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="seq2seq translate", description=_plain(translate.__doc__), allow_abbrev=False
     )
     parser.add_argument(
@@ -346,7 +364,7 @@ def average(argv: Sequence[str]) -> None:
     for a score that falls as it improves, such as a loss, above twice the best) a warning
     says so, as a weak checkpoint drags the average down.
     """
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="seq2seq average", description=_plain(average.__doc__), allow_abbrev=False
     )
     parser.add_argument("--inputs", nargs="+", default=None, help="checkpoints to average")
@@ -417,8 +435,10 @@ def average(argv: Sequence[str]) -> None:
 
 
 def _recorded_score(path: Path) -> tuple[str, str, float] | None:
-    """The score that the run's ``ModelCheckpoint`` recorded in the checkpoint when it saved
-    it, as ``(monitor, mode, value)`` (mode ``"max"`` or ``"min"``), or None if none did."""
+    """The score of this file that the run's ``ModelCheckpoint`` recorded in it (its entry of
+    ``best_k_models``), as ``(monitor, mode, value)`` (mode ``"max"`` or ``"min"``), or None if
+    none did: ``last.ckpt`` and other files that ModelCheckpoint did not keep by their score
+    have none (its ``current_score`` is that of the last checkpoint it kept, not theirs)."""
     checkpoint = load_checkpoint(path, mmap=True)
     callbacks = checkpoint.get("callbacks")
     for key, state in (callbacks if isinstance(callbacks, dict) else {}).items():
@@ -426,7 +446,11 @@ def _recorded_score(path: Path) -> tuple[str, str, float] | None:
             continue
         if not isinstance(state, dict) or not state.get("monitor"):
             continue
-        score = state.get("current_score")
+        kept = state.get("best_k_models")
+        own = [v for k, v in (kept if isinstance(kept, dict) else {}).items() if _names(k, path)]
+        if not own:
+            continue
+        score = own[0]
         try:
             value = float(score)
         except (TypeError, ValueError, RuntimeError):
@@ -434,6 +458,15 @@ def _recorded_score(path: Path) -> tuple[str, str, float] | None:
         if math.isfinite(value):
             return str(state["monitor"]), "min" if "'mode': 'min'" in key else "max", value
     return None
+
+
+def _names(recorded: str, path: Path) -> bool:
+    """Whether a path recorded by ModelCheckpoint names ``path`` (the file may have moved with
+    its folder: the same name then counts)."""
+    recorded_path = Path(recorded)
+    if recorded_path.name != path.name:
+        return False
+    return not recorded_path.exists() or _same_file(recorded_path, path)
 
 
 def _warn_uneven_scores(scores: dict[Path, tuple[str, str, float] | None]) -> None:
@@ -553,9 +586,7 @@ def export(argv: Sequence[str]) -> None:
     """
     from seq2seq.export.ctranslate2 import QUANTIZATIONS
 
-    parser = argparse.ArgumentParser(
-        prog="seq2seq export", description=_plain(export.__doc__), allow_abbrev=False
-    )
+    parser = _Parser(prog="seq2seq export", description=_plain(export.__doc__), allow_abbrev=False)
     parser.add_argument("--ckpt_path", required=True, help="checkpoint written by seq2seq fit")
     parser.add_argument(
         "--format", required=True, choices=("ctranslate2", "huggingface"), help="target engine"

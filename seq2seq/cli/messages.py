@@ -6,18 +6,18 @@ start without it.
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 import sys
 from argparse import ArgumentParser
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from seq2seq import compat
+from seq2seq.spelling import did_you_mean
 
 _OFF_VALUES = ("", "0", "false", "no", "off")
 
@@ -63,7 +63,7 @@ def argument_error_lines(message: str, parser: ArgumentParser) -> list[str]:
         keys = [
             a.dest for a in compat.parser_actions(parser) if a.option_strings and a.dest != "help"
         ]
-        return [f"seq2seq: error: unknown config key '{key}'{_did_you_mean(key, keys)}"]
+        return [f"seq2seq: error: unknown config key '{key}'{did_you_mean(key, keys)}"]
     match = re.match(r'Parser key "([^"]+)":\s*(.*)', first)
     if match:
         return _invalid_value_lines(match[1], match[2], rest)
@@ -78,7 +78,7 @@ def argument_error_lines(message: str, parser: ArgumentParser) -> list[str]:
     if match and compat.subcommand_names(parser):
         commands = [*compat.subcommand_names(parser), *plain_commands()]
         return [
-            f"seq2seq: error: unknown command '{match[1]}'{_did_you_mean(match[1], commands)}; "
+            f"seq2seq: error: unknown command '{match[1]}'{did_you_mean(match[1], commands)}; "
             f"the commands are {', '.join(commands)}"
         ]
     return [f"seq2seq: error: {line.strip()}" for line in [first, *rest][:6] if line.strip()]
@@ -95,9 +95,7 @@ def _unrecognized_lines(tokens: list[str], parser: ArgumentParser) -> list[str]:
     for token in tokens:
         if token.startswith("-") and not re.fullmatch(r"-[\d.eE+-]+", token):
             name = token.split("=", 1)[0]
-            lines.append(
-                f"seq2seq: error: unrecognized option {name}{_did_you_mean(name, options)}"
-            )
+            lines.append(f"seq2seq: error: unrecognized option {name}{did_you_mean(name, options)}")
             after_option = "=" not in token
         elif after_option:  # the value of the option before it
             after_option = False
@@ -106,22 +104,6 @@ def _unrecognized_lines(tokens: list[str], parser: ArgumentParser) -> list[str]:
     if len(lines) > 5:
         lines[5:] = [f"seq2seq: error: ... and {len(lines) - 5} more"]
     return lines
-
-
-def _did_you_mean(name: str, candidates: Iterable[str]) -> str:
-    """`` (did you mean X?)`` with the closest of ``candidates`` to ``name``, or ``""``."""
-    candidates = list(dict.fromkeys(candidates))
-    last = name.lstrip("-").rsplit(".", 1)[-1]
-    # the same last part: --trainer.max_epochs for --max_epochs or --model.max_epochs
-    matches = [c for c in candidates if c != name and c.rsplit(".", 1)[-1] == last]
-    if not matches:  # else similar spellings, not counting the group it names (--data.foo)
-        others = [c for c in candidates if not name.startswith(c + ".")]
-        matches = difflib.get_close_matches(name, others, n=3, cutoff=0.75)
-        ratio = [difflib.SequenceMatcher(None, name, m).ratio() for m in matches]
-        # only the spellings about as close as the closest (not --model.n_samples beside
-        # --model.d_model for --model.d_modle)
-        matches = [m for m, r in zip(matches, ratio, strict=True) if r >= ratio[0] - 0.1]
-    return f" (did you mean {' or '.join(matches[:3])}?)" if matches else ""
 
 
 def _invalid_value_lines(key: str, inline: str, details: list[str]) -> list[str]:
