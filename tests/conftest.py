@@ -266,3 +266,26 @@ def train_spm(tmp_path_factory):
         return _SPM_MODELS[key]
 
     return train
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Run single-threaded (``pytestmark = pytest.mark.usefixtures("one_thread")``): tiny
+    matrices gain nothing from threads."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def copy_batch(n: int, g: torch.Generator, vocab: int, pad: int = 0, bos: int = 2, eos: int = 3):
+    """A copy task: ``n`` sources of 2 to 8 tokens (ids 4 .. vocab - 1) and their copies as
+    decoder inputs ``(BOS, x...)`` and targets ``(x..., EOS)``, padded with ``pad``."""
+    lens = torch.randint(2, 9, (n,), generator=g)
+    length = int(lens.max())
+    src = torch.randint(4, vocab, (n, length), generator=g)
+    src = src.masked_fill(torch.arange(length) >= lens[:, None], pad)
+    tgt = torch.cat([src, torch.full((n, 1), pad)], dim=1)
+    tgt[torch.arange(n), lens] = eos
+    dec_in = torch.cat([torch.full((n, 1), bos), tgt[:, :-1]], dim=1).masked_fill(tgt == pad, pad)
+    return src, dec_in, tgt

@@ -14,13 +14,7 @@ PAD, BOS, EOS = 0, 2, 3
 V = 14
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Run single-threaded: tiny matrices gain nothing from threads."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

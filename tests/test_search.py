@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import copy_batch
 
 from seq2seq.nn import Transformer, beam_search, greedy_search, padding_mask
 from seq2seq.nn.search import length_penalty_value
@@ -12,24 +13,7 @@ PAD, BOS, EOS = 0, 2, 3
 V = 14
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Run single-threaded: tiny matrices gain nothing from threads."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-def _copy_batch(n: int, g: torch.Generator):
-    lens = torch.randint(2, 9, (n,), generator=g)
-    length = int(lens.max())
-    src = torch.randint(4, V, (n, length), generator=g)
-    src = src.masked_fill(torch.arange(length) >= lens[:, None], PAD)
-    tgt = torch.cat([src, torch.full((n, 1), PAD)], dim=1)
-    tgt[torch.arange(n), lens] = EOS
-    dec_in = torch.cat([torch.full((n, 1), BOS), tgt[:, :-1]], dim=1).masked_fill(tgt == PAD, PAD)
-    return src, dec_in, tgt
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +33,7 @@ def model() -> Transformer:
     opt = torch.optim.Adam(m.parameters(), lr=3e-3)
     g = torch.Generator().manual_seed(0)
     for _ in range(60):
-        src, dec_in, tgt = _copy_batch(32, g)
+        src, dec_in, tgt = copy_batch(32, g, V)
         logits = m(src, dec_in, padding_mask(src, PAD))
         loss = torch.nn.functional.cross_entropy(logits.transpose(1, 2), tgt, ignore_index=PAD)
         opt.zero_grad()
