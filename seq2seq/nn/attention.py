@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seq2seq.nn import fast
-from seq2seq.nn.cache import DecoderCache, KVCache
+from seq2seq.nn.kv_cache import DecoderCache, KVCache
 from seq2seq.nn.rotary import RotaryEmbedding
 
 __all__ = [

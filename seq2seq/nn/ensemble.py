@@ -24,7 +24,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from seq2seq.nn.cache import DecoderCache
+from seq2seq.nn.kv_cache import DecoderCache
 from seq2seq.nn.layers import check_length
 from seq2seq.nn.transformer import Transformer
 

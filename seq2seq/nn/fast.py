@@ -15,7 +15,7 @@ trick                  plain counterpart                     where it runs
 ``one_query``          ``attention.attention`` (SDPA)        cached decoding steps in
                                                              inference on CPU: two batched
                                                              products
-``cache``              ``cache.KVCache`` (batch-major)       decoding: time-major
+``cache``              ``kv_cache.KVCache`` (batch-major)    decoding: time-major
                                                              self-attention cache
 ``slots``              beams in score order                  beam search: beams stay in
                                                              their parent's cache row
@@ -43,7 +43,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from seq2seq.nn.cache import KVCache
+from seq2seq.nn.kv_cache import KVCache
 
 __all__ = [
     "TRICKS",
@@ -282,7 +282,7 @@ def one_query_attention(
 
 
 class TimeMajorKVCache(KVCache):
-    """A self-attention :class:`~seq2seq.nn.cache.KVCache` stored time-major,
+    """A self-attention :class:`~seq2seq.nn.kv_cache.KVCache` stored time-major,
     ``(capacity, B, H, Dh)``, that beam search reorders cheaply.
 
     The keys of the steps so far are one contiguous block, so a reorder copies just that prefix

@@ -39,7 +39,7 @@ import torch
 from torch import Tensor
 
 from seq2seq.nn import fast
-from seq2seq.nn.cache import DecoderCache
+from seq2seq.nn.kv_cache import DecoderCache
 from seq2seq.nn.transformer import Transformer
 
 __all__ = [

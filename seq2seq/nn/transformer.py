@@ -14,8 +14,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from seq2seq.nn import fast
 from seq2seq.nn.attention import MultiHeadAttention
-from seq2seq.nn.cache import DecoderCache
 from seq2seq.nn.config import TransformerConfig
+from seq2seq.nn.kv_cache import DecoderCache
 from seq2seq.nn.layers import (
     DecoderLayer,
     EncoderLayer,
