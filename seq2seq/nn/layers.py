@@ -1,6 +1,8 @@
 """Positional encodings, position-wise feed-forward, encoder and decoder layers.
 
-Shapes follow the legend in :mod:`seq2seq.nn.attention`.
+The blocks take the :class:`~seq2seq.nn.config.TransformerConfig` (as nanoGPT's take its
+``GPTConfig``): an option is read here, its default lives there. Shapes and masks follow
+:mod:`seq2seq.nn.attention`.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seq2seq.nn.attention import KVCache, MultiHeadAttention
+from seq2seq.nn.config import TransformerConfig
 
 __all__ = [
     "DecoderLayer",
@@ -20,6 +23,9 @@ __all__ = [
     "LearnedPositionalEmbedding",
     "SinusoidalPositionalEncoding",
     "check_length",
+    "feed_forward_residual",
+    "normalization",
+    "positional_encoding",
 ]
 
 
@@ -99,30 +105,48 @@ class LearnedPositionalEmbedding(nn.Module):
         return self.weight[offset : offset + length]
 
 
+def positional_encoding(config: TransformerConfig) -> nn.Module | None:
+    """The absolute positions added to the embeddings of ``config.positional``; ``None`` for
+    rotary positions, which enter in self-attention."""
+    if config.positional == "sinusoidal":
+        return SinusoidalPositionalEncoding(config.d_model, config.max_positions)
+    if config.positional == "learned":
+        return LearnedPositionalEmbedding(config.d_model, config.max_positions)
+    return None
+
+
+def normalization(config: TransformerConfig) -> nn.Module:
+    """The normalization of the residual stream: ``LayerNorm(D)`` (Ba et al. 2016)."""
+    return nn.LayerNorm(config.d_model)
+
+
+def _attention(config: TransformerConfig, self_attention: bool) -> MultiHeadAttention:
+    """Self- or cross-attention of ``config``; rotary positions rotate self-attention only."""
+    rotary = self_attention and config.positional == "rotary"
+    return MultiHeadAttention(
+        config.d_model,
+        config.n_heads,
+        config.attention_dropout,
+        self_attention=self_attention,
+        rotary_max_positions=config.max_positions if rotary else None,
+    )
+
+
 class FeedForward(nn.Module):
     """Position-wise feed-forward network ``W2 act(W1 x + b1) + b2`` (Vaswani et al. 2017,
-    Eq. 2), with Xavier-uniform weights and dropout on the hidden activation.
+    Eq. 2) of width ``config.d_ff``, with Xavier-uniform weights, zero biases and
+    ``config.activation_dropout`` on the hidden activation.
 
     Args:
-        d_model: model width ``D``.
-        d_ff: hidden width.
-        activation: ``"relu"`` or ``"gelu"``.
-        activation_dropout: dropout probability after the activation.
-
-    Raises:
-        ValueError: for an unknown activation.
+        config: the architecture.
     """
 
-    def __init__(
-        self, d_model: int, d_ff: int, activation: str = "relu", activation_dropout: float = 0.0
-    ) -> None:
+    def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
-        if activation not in ("relu", "gelu"):
-            raise ValueError(f"activation must be 'relu' or 'gelu', got {activation!r}")
-        self.activation = activation
-        self.fc1 = nn.Linear(d_model, d_ff)
-        self.fc2 = nn.Linear(d_ff, d_model)
-        self.dropout = nn.Dropout(activation_dropout)
+        self.activation = config.activation
+        self.fc1 = nn.Linear(config.d_model, config.d_ff)
+        self.fc2 = nn.Linear(config.d_ff, config.d_model)
+        self.dropout = nn.Dropout(config.activation_dropout)
         for lin in (self.fc1, self.fc2):
             nn.init.xavier_uniform_(lin.weight)
             nn.init.zeros_(lin.bias)
@@ -137,20 +161,18 @@ class FeedForward(nn.Module):
 def feed_forward_residual(
     x: Tensor, ff: FeedForward, norm: nn.Module, dropout: nn.Module, pre_ln: bool, index=None
 ) -> Tensor:
-    """The feed-forward sub-layer with its residual connection and LayerNorm.
+    """The feed-forward sub-layer with its residual connection and normalization.
 
-    Pre-LN: ``x + Drop(FF(LN(x)))``; Post-LN: ``LN(x + Drop(FF(x)))``.
-
-    With ``index``, the sub-layer runs on those rows of the flattened ``(B * L, D)`` input only
-    (the real tokens): padding rows keep ``x`` (Pre-LN) or ``LN(x)`` (Post-LN) and their
-    values are meaningless, which is harmless since padding is never attended to (key padding
-    mask in the encoder, causality in the decoder) and never scored. Real rows get the same
-    values as without ``index``, up to floating-point rounding of the matrix products.
+    Pre-LN: ``x + Drop(FF(LN(x)))``; Post-LN: ``LN(x + Drop(FF(x)))``. With ``index`` the
+    sub-layer runs on those rows of the flattened ``(B * L, D)`` input only (the real tokens):
+    padding rows keep ``x`` (Pre-LN) or ``LN(x)`` (Post-LN), meaningless values that are never
+    attended to nor scored; real rows get the values computed without ``index``, up to the
+    rounding of the matrix products.
 
     Args:
         x: ``(B, L, D)`` states.
         ff: the feed-forward network.
-        norm: its LayerNorm.
+        norm: its normalization.
         dropout: residual dropout.
         pre_ln: Pre-LN (``True``) or Post-LN.
         index: optional ``(N,)`` long positions in the flattened ``(B * L)`` layout.
@@ -173,48 +195,26 @@ class EncoderLayer(nn.Module):
     """Self-attention and feed-forward sub-layers with residual connections.
 
     Post-LN: ``x = LN(x + Drop(SubLayer(x)))`` (Vaswani et al. 2017, Sec. 5.4). Pre-LN:
-    ``x = x + Drop(SubLayer(LN(x)))`` (Xiong et al. 2020).
+    ``x = x + Drop(SubLayer(LN(x)))`` (Xiong et al. 2020). ``config.norm_first`` chooses.
 
     Args:
-        d_model: model width ``D``.
-        n_heads: number of heads ``H``.
-        d_ff: feed-forward hidden width.
-        dropout: residual dropout probability.
-        attention_dropout: dropout on attention weights.
-        activation_dropout: dropout after the feed-forward activation.
-        activation: ``"relu"`` or ``"gelu"``.
-        norm_first: Pre-LN when ``True``, Post-LN otherwise.
-        rotary_max_positions: rotary positions in self-attention over this many positions
-            (:class:`~seq2seq.nn.attention.RotaryEmbedding`); ``None`` = none.
+        config: the architecture.
     """
 
-    def __init__(
-        self,
-        d_model: int,
-        n_heads: int,
-        d_ff: int,
-        dropout: float = 0.1,
-        attention_dropout: float = 0.0,
-        activation_dropout: float = 0.0,
-        activation: str = "relu",
-        norm_first: bool = True,
-        rotary_max_positions: int | None = None,
-    ) -> None:
+    def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
-        self.norm_first = norm_first
-        self.self_attn = MultiHeadAttention(
-            d_model, n_heads, attention_dropout, rotary_max_positions=rotary_max_positions
-        )
-        self.ff = FeedForward(d_model, d_ff, activation, activation_dropout)
-        self.norm1 = nn.LayerNorm(d_model)
-        self.norm2 = nn.LayerNorm(d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.norm_first = config.norm_first
+        self.self_attn = _attention(config, self_attention=True)
+        self.ff = FeedForward(config)
+        self.norm1 = normalization(config)
+        self.norm2 = normalization(config)
+        self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, x: Tensor, mask: Tensor | None = None, index: Tensor | None = None) -> Tensor:
-        """Args: x ``(B, S, D)``; mask ``(B, 1, 1, S)`` bool key padding mask; index
-        ``(N,)`` real-token positions in the flattened ``(B * S)`` layout, where the
-        feed-forward sub-layer is computed (all positions when ``None``, see
-        :func:`feed_forward_residual`). Returns ``(B, S, D)``."""
+        """Args: x ``(B, S, D)``; mask ``(B, 1, 1, S)`` key padding mask; index ``(N,)``
+        real-token positions in the flattened ``(B * S)`` layout, where the feed-forward
+        sub-layer is computed (all when ``None``, see :func:`feed_forward_residual`).
+        Returns ``(B, S, D)``."""
         if self.norm_first:
             x = x + self.dropout(self.self_attn(self.norm1(x), mask=mask))
         else:
@@ -226,34 +226,20 @@ class DecoderLayer(nn.Module):
     """Causal self-attention, cross-attention over the encoder memory and feed-forward
     sub-layers (Vaswani et al. 2017, Sec. 3.1), Pre-LN or Post-LN as in :class:`EncoderLayer`.
 
-    Args: as :class:`EncoderLayer`.
+    Args:
+        config: the architecture.
     """
 
-    def __init__(
-        self,
-        d_model: int,
-        n_heads: int,
-        d_ff: int,
-        dropout: float = 0.1,
-        attention_dropout: float = 0.0,
-        activation_dropout: float = 0.0,
-        activation: str = "relu",
-        norm_first: bool = True,
-        rotary_max_positions: int | None = None,
-    ) -> None:
+    def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
-        self.norm_first = norm_first
-        self.self_attn = MultiHeadAttention(
-            d_model, n_heads, attention_dropout, rotary_max_positions=rotary_max_positions
-        )
-        self.cross_attn = MultiHeadAttention(
-            d_model, n_heads, attention_dropout, self_attention=False
-        )
-        self.ff = FeedForward(d_model, d_ff, activation, activation_dropout)
-        self.norm1 = nn.LayerNorm(d_model)
-        self.norm2 = nn.LayerNorm(d_model)
-        self.norm3 = nn.LayerNorm(d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.norm_first = config.norm_first
+        self.self_attn = _attention(config, self_attention=True)
+        self.cross_attn = _attention(config, self_attention=False)
+        self.ff = FeedForward(config)
+        self.norm1 = normalization(config)
+        self.norm2 = normalization(config)
+        self.norm3 = normalization(config)
+        self.dropout = nn.Dropout(config.dropout)
 
     def forward(
         self,
@@ -269,11 +255,10 @@ class DecoderLayer(nn.Module):
             x: ``(B, T, D)`` target states.
             memory: ``(B, S, D)`` encoder output (may be ``None`` when ``cache`` holds the
                 cross-attention keys/values).
-            src_mask: ``(B, 1, 1, S)`` bool source key padding mask.
+            src_mask: ``(B, 1, 1, S)`` source key padding mask.
             cache: ``(self_attention_cache, cross_attention_cache)`` for incremental decoding.
-            index: ``(N,)`` real-token positions in the flattened ``(B * T)`` layout, where the
-                feed-forward sub-layer is computed (all when ``None``, see
-                :func:`feed_forward_residual`).
+            index: ``(N,)`` real-token positions in the flattened ``(B * T)`` layout, as in
+                :meth:`EncoderLayer.forward`.
 
         Returns:
             ``(B, T, D)``.

@@ -19,9 +19,9 @@ from seq2seq.nn.kv_cache import DecoderCache
 from seq2seq.nn.layers import (
     DecoderLayer,
     EncoderLayer,
-    LearnedPositionalEmbedding,
-    SinusoidalPositionalEncoding,
     check_length,
+    normalization,
+    positional_encoding,
 )
 
 __all__ = ["SDPA_BACKENDS", "Decoder", "Encoder", "Transformer"]
@@ -33,33 +33,17 @@ __all__ = ["SDPA_BACKENDS", "Decoder", "Encoder", "Transformer"]
 SDPA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
-POSITIONAL = ("sinusoidal", "learned", "rotary")
-
-
-def _positions(kind: str, d_model: int, max_positions: int) -> nn.Module | None:
-    """Absolute positions added to the embeddings; ``None`` for rotary (in attention)."""
-    if kind == "sinusoidal":
-        return SinusoidalPositionalEncoding(d_model, max_positions)
-    if kind == "learned":
-        return LearnedPositionalEmbedding(d_model, max_positions)
-    if kind == "rotary":
-        return None
-    raise ValueError(f"positional must be one of {POSITIONAL}, got {kind!r}")
-
-
 class _Stack(nn.Module):
     """Shared part of encoder and decoder: scaled token embedding + positions + dropout."""
 
-    def __init__(
-        self, embed: nn.Embedding, positional: str, max_positions: int, dropout: float
-    ) -> None:
+    def __init__(self, config: TransformerConfig, embed: nn.Embedding) -> None:
         super().__init__()
         self.embed = embed
-        self.d_model = embed.embedding_dim
+        self.d_model = config.d_model
         self.scale = math.sqrt(self.d_model)
-        self.max_positions = max_positions
-        self.positions = _positions(positional, self.d_model, max_positions)
-        self.dropout = nn.Dropout(dropout)
+        self.max_positions = config.max_positions
+        self.positions = positional_encoding(config)
+        self.dropout = nn.Dropout(config.dropout)
 
     def embed_tokens(self, tokens: Tensor, offset: int = 0) -> Tensor:
         """``(B, L)`` ids -> ``(B, L, D)``: ``sqrt(D) * E[x] + P[offset:offset+L]``, dropout
@@ -72,36 +56,23 @@ class _Stack(nn.Module):
 
 
 class Encoder(_Stack):
-    """Stack of :class:`EncoderLayer`, with a final LayerNorm when Pre-LN.
+    """Stack of ``config.n_encoder_layers`` :class:`EncoderLayer`, with a final normalization
+    when Pre-LN.
 
     Args:
+        config: the architecture.
         embed: source token embedding (possibly shared).
-        n_layers: number of layers.
-        positional: ``"sinusoidal"``, ``"learned"`` or ``"rotary"``.
-        max_positions: longest supported source.
-        dropout: dropout on embeddings and residual branches.
-        layer_kwargs: remaining :class:`EncoderLayer` arguments.
     """
 
-    def __init__(
-        self,
-        embed: nn.Embedding,
-        n_layers: int,
-        positional: str,
-        max_positions: int,
-        dropout: float,
-        **layer_kwargs,
-    ) -> None:
-        super().__init__(embed, positional, max_positions, dropout)
-        self.layers = nn.ModuleList(
-            EncoderLayer(self.d_model, dropout=dropout, **layer_kwargs) for _ in range(n_layers)
-        )
-        self.norm = nn.LayerNorm(self.d_model) if layer_kwargs["norm_first"] else nn.Identity()
+    def __init__(self, config: TransformerConfig, embed: nn.Embedding) -> None:
+        super().__init__(config, embed)
+        self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.n_encoder_layers))
+        self.norm = normalization(config) if config.norm_first else nn.Identity()
 
     def forward(
         self, src: Tensor, src_mask: Tensor | None = None, index: Tensor | None = None
     ) -> Tensor:
-        """``(B, S)`` ids, ``(B, 1, 1, S)`` bool mask, optional ``(N,)`` real-token positions
+        """``(B, S)`` ids, ``(B, 1, 1, S)`` mask, optional ``(N,)`` real-token positions
         (see :class:`EncoderLayer`) -> ``(B, S, D)`` memory."""
         x = self.embed_tokens(src)
         for layer in self.layers:
@@ -110,25 +81,18 @@ class Encoder(_Stack):
 
 
 class Decoder(_Stack):
-    """Stack of :class:`DecoderLayer`, with a final LayerNorm when Pre-LN.
+    """Stack of ``config.n_decoder_layers`` :class:`DecoderLayer`, with a final normalization
+    when Pre-LN.
 
-    Args: as :class:`Encoder` (``embed`` is the target embedding).
+    Args:
+        config: the architecture.
+        embed: target token embedding (possibly shared).
     """
 
-    def __init__(
-        self,
-        embed: nn.Embedding,
-        n_layers: int,
-        positional: str,
-        max_positions: int,
-        dropout: float,
-        **layer_kwargs,
-    ) -> None:
-        super().__init__(embed, positional, max_positions, dropout)
-        self.layers = nn.ModuleList(
-            DecoderLayer(self.d_model, dropout=dropout, **layer_kwargs) for _ in range(n_layers)
-        )
-        self.norm = nn.LayerNorm(self.d_model) if layer_kwargs["norm_first"] else nn.Identity()
+    def __init__(self, config: TransformerConfig, embed: nn.Embedding) -> None:
+        super().__init__(config, embed)
+        self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.n_decoder_layers))
+        self.norm = normalization(config) if config.norm_first else nn.Identity()
 
     def forward(
         self,
@@ -194,41 +158,22 @@ class Transformer(nn.Module):
         if not 0 <= pad_id < config.vocab_size:
             raise ValueError(f"pad_id ({pad_id}) must lie in [0, vocab_size={config.vocab_size})")
         self.config = config
-        vocab_size, d_model = config.vocab_size, config.d_model
-        positional, max_positions, dropout = (
-            config.positional,
-            config.max_positions,
-            config.dropout,
-        )
-        self.vocab_size = vocab_size
-        self.d_model = d_model
+        self.vocab_size = config.vocab_size
+        self.d_model = config.d_model
         self.pad_id = pad_id
-        self.max_positions = max_positions
+        self.max_positions = config.max_positions
         multiple = max(1, pad_vocab_to_multiple_of)
-        self.padded_vocab_size = -(-vocab_size // multiple) * multiple
+        self.padded_vocab_size = -(-config.vocab_size // multiple) * multiple
 
-        tgt_embed = self._embedding(d_model, pad_id)
+        tgt_embed = self._embedding(config.d_model, pad_id)
         src_embed = (
-            tgt_embed if config.tie_embeddings == "all" else self._embedding(d_model, pad_id)
+            tgt_embed if config.tie_embeddings == "all" else self._embedding(config.d_model, pad_id)
         )
-        layer_kwargs = dict(
-            n_heads=config.n_heads,
-            d_ff=config.d_ff,
-            attention_dropout=config.attention_dropout,
-            activation_dropout=config.activation_dropout,
-            activation=config.activation,
-            norm_first=config.norm_first,
-            rotary_max_positions=max_positions if positional == "rotary" else None,
-        )
-        self.encoder = Encoder(
-            src_embed, config.n_encoder_layers, positional, max_positions, dropout, **layer_kwargs
-        )
-        self.decoder = Decoder(
-            tgt_embed, config.n_decoder_layers, positional, max_positions, dropout, **layer_kwargs
-        )
-        self.output = nn.Linear(d_model, self.padded_vocab_size, bias=False)
+        self.encoder = Encoder(config, src_embed)
+        self.decoder = Decoder(config, tgt_embed)
+        self.output = nn.Linear(config.d_model, self.padded_vocab_size, bias=False)
         if config.tie_embeddings == "none":
-            nn.init.normal_(self.output.weight, mean=0.0, std=d_model**-0.5)
+            nn.init.normal_(self.output.weight, mean=0.0, std=config.d_model**-0.5)
         else:
             self.output.weight = tgt_embed.weight
         fast.install(self)  # the measured speed tricks (seq2seq.nn.fast); same weights
