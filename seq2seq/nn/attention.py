@@ -9,11 +9,15 @@ Shape legend used in every docstring of :mod:`seq2seq.nn`:
 * ``H``  number of attention heads (``n_heads``)
 * ``Dh`` head width, ``D / H``
 * ``V``  vocabulary size
+* ``N``  positions picked by an ``index`` from a flattened ``(B * S)`` or ``(B * T)`` layout
 
-Mask convention: every mask is ``torch.bool`` and ``True`` means "may attend", the convention of
-:func:`torch.nn.functional.scaled_dot_product_attention`. A key padding mask has shape
-``(B, 1, 1, S)`` (:func:`padding_mask`); causality is ``is_causal=True``. Targets are
-right-padded and need no mask: real positions never attend to later ones.
+Mask convention, for every mask of :mod:`seq2seq.nn`: ``torch.bool``, ``True`` = "may attend"
+(that of :func:`torch.nn.functional.scaled_dot_product_attention`; ``nn.MultiheadAttention``'s
+boolean masks mean the opposite). A key padding mask is ``(B, 1, 1, S)``, ``True`` at real tokens
+(:func:`padding_mask`); ``None`` means no padding. Causality is ``is_causal=True``; targets are
+right-padded and need no mask, since real positions never attend to later ones. A query whose
+keys are all masked (a source made only of padding) attends to the first key instead
+(:func:`attend_first_if_empty`): finite outputs and gradients in every dtype.
 """
 
 from __future__ import annotations
@@ -45,10 +49,10 @@ def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
 
 
 def attend_first_if_empty(mask: Tensor) -> Tensor:
-    """A bool key mask ``(..., L)`` whose rows that allow no key allow the first one instead.
+    """A key mask ``(..., L)`` whose rows that allow no key allow the first one instead.
 
-    SDPA gives NaN outputs and gradients for a query whose keys are all masked (a source made
-    only of padding); such a row's output becomes a finite, meaningless vector instead.
+    SDPA gives NaN outputs and gradients for a query whose keys are all masked; such a row's
+    output becomes a finite, meaningless vector instead.
     """
     first = torch.arange(mask.size(-1), device=mask.device) == 0
     return mask | (~mask.any(dim=-1, keepdim=True) & first)
@@ -68,8 +72,8 @@ def attention(
         q: ``(B, H, T, Dh)`` queries.
         k: ``(B, H, L, Dh)`` keys; with ``L > T`` the first ``L - T`` are cached steps.
         v: ``(B, H, L, Dh)`` values.
-        mask: bool, broadcastable to ``(B, H, T, L)``, True = may attend (e.g. ``(B, 1, 1, S)``
-            key padding). A row that allows no key attends to the first key instead.
+        mask: broadcastable to ``(B, H, T, L)`` (e.g. a ``(B, 1, 1, S)`` key padding mask);
+            ``None`` = every key.
         is_causal: query ``i`` attends to keys ``<= L - T + i`` (every cached step and the
             new steps up to itself).
         dropout: dropout probability on the attention weights.
@@ -93,7 +97,7 @@ def attention(
 
 def attention_probs(q: Tensor, k: Tensor, mask: Tensor | None, is_causal: bool) -> Tensor:
     """The float32 weights ``softmax(Q K^T / sqrt(Dh) + M)`` that :func:`attention` applies,
-    ``(B, H, T, L)``, for visualisation. Masked keys get exactly zero."""
+    ``(B, H, T, L)``, for visualisation; masked keys get exactly zero."""
     scores = (q.float() @ k.float().transpose(-2, -1)) / math.sqrt(q.size(-1))
     t, length = scores.shape[-2:]
     if is_causal:
@@ -181,14 +185,13 @@ class MultiHeadAttention(nn.Module):
             query: ``(B, T, D)`` queries (and keys/values for self-attention).
             key_value: ``(B, S, D)`` memory for cross-attention; may be ``None`` once ``cache``
                 holds its keys/values.
-            mask: bool mask broadcastable to ``(B, H, T, L)``, True = may attend.
+            mask: broadcastable to ``(B, H, T, L)``, as for :func:`attention`.
             is_causal: self-attention: query ``i`` attends to keys ``<= i`` and every cached
                 step.
-            cache: self-attention: the new keys/values are appended and attention covers all
-                cached steps. Cross-attention: keys/values computed from ``key_value`` at the
-                first call, then reused. With ``cache.group = g`` (beams sharing their
-                sentence's memory), the ``B = G * g`` single-step queries attend as ``g``
-                queries of each of the ``G`` stored rows.
+            cache: keys/values of the earlier calls (:class:`~seq2seq.nn.kv_cache.KVCache`):
+                self-attention appends the new ones; cross-attention computes them from
+                ``key_value`` once. With ``cache.group = g``, the ``B = G * g`` single-step
+                queries are ``g`` beams of each of the ``G`` stored rows.
 
         Returns:
             ``(B, T, D)``, ``query``'s dtype.

@@ -5,6 +5,8 @@ training-time regularisation. ``Transformer(config)`` builds from it, checkpoint
 (``checkpoint["seq2seq"]["model_config"]``, :meth:`TransformerConfig.to_dict`), and
 ``TranslationModule`` exposes its fields as the flat ``--model.*`` keys of the command line
 (LightningCLI follows the module's ``**architecture`` into this class, docstrings included).
+The blocks of :mod:`seq2seq.nn.layers` take it whole, so an option is a field here (default,
+line in the docstring, check in ``__post_init__``) and its use there.
 """
 
 from __future__ import annotations

@@ -14,15 +14,11 @@ __all__ = ["DecoderCache", "KVCache"]
 class KVCache:
     """Keys and values of one attention layer, kept between incremental decoding steps.
 
-    * Self-attention (``static=False``): each call appends the keys/values of the new target
-      step(s) along the time axis of a buffer ``(B, H, capacity, Dh)``, written in place (the
-      buffer doubles when full), so a step copies its own keys/values only.
-    * Cross-attention (``static=True``): the keys/values of the encoder memory, computed at the
-      first call and reused unchanged afterwards.
-
-    A cross-attention cache can serve ``group`` consecutive query rows per stored row: the
-    beams of one sentence (:meth:`DecoderCache.expand_beams`), whose single-step queries then
-    attend to the sentence's keys/values together, stored once per sentence.
+    Self-attention (``static=False``) writes the new steps' keys/values in place into a buffer
+    ``(B, H, capacity, Dh)`` that doubles when full, so a step copies only its own.
+    Cross-attention (``static=True``) stores the memory's keys/values at the first call and
+    reuses them; one stored row can serve ``group`` consecutive query rows, the beams of a
+    sentence (:meth:`DecoderCache.expand_beams`).
 
     Args:
         static: whether the cache holds cross-attention keys/values.
@@ -92,13 +88,8 @@ class KVCache:
 
 class DecoderCache:
     """Incremental-decoding state of a whole decoder: one self- and one cross-attention
-    :class:`KVCache` per layer.
-
-    Cross-attention keys/values depend on the source sentence only, which all beams of a
-    sentence share: they are computed once per sentence and stay one row per sentence.
-    :meth:`expand_beams` turns ``B`` sentences into ``B * beam`` rows by copying the
-    self-attention caches only; beam reordering touches the self-attention caches only, and
-    dropping finished sentences goes through ``reorder(index, include_cross=True)``.
+    :class:`KVCache` per layer. Cross-attention keys/values depend on the source only, so they
+    stay one row per sentence, shared by its beams (:meth:`expand_beams`).
 
     Args:
         n_layers: number of decoder layers.

@@ -106,8 +106,8 @@ class LearnedPositionalEmbedding(nn.Module):
 
 
 def positional_encoding(config: TransformerConfig) -> nn.Module | None:
-    """The absolute positions added to the embeddings of ``config.positional``; ``None`` for
-    rotary positions, which enter in self-attention."""
+    """The ``config.positional`` table added to the embeddings (``(T, D)`` per call); ``None``
+    for rotary positions, which enter in self-attention."""
     if config.positional == "sinusoidal":
         return SinusoidalPositionalEncoding(config.d_model, config.max_positions)
     if config.positional == "learned":

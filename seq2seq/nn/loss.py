@@ -16,9 +16,9 @@ __all__ = ["label_smoothed_cross_entropy", "linear_label_smoothed_cross_entropy"
 class _LabelSmoothedCE(torch.autograd.Function):
     """Fused forward/backward: one float32 log-softmax pass forward, one pass backward.
 
-    The gradient with respect to the logits of a kept token is
-    ``g_loss * (p - (1 - eps) * onehot - eps / V) + g_nll * (p - onehot)`` with ``p`` the softmax,
-    written directly instead of through autograd's chain of gather, sum and log-softmax.
+    The gradient with respect to the logits of a kept token,
+    ``g_loss * (p - (1 - eps) * onehot - eps / V) + g_nll * (p - onehot)`` with ``p`` the
+    softmax, is written directly instead of through autograd's gather, sum and log-softmax.
     """
 
     @staticmethod
@@ -150,13 +150,11 @@ def linear_label_smoothed_cross_entropy(
 ) -> tuple[Tensor, Tensor]:
     """Output projection fused with :func:`label_smoothed_cross_entropy`.
 
-    Computes ``label_smoothed_cross_entropy(hidden @ weight.T, target, epsilon)`` over chunks of
-    ``chunk_size`` rows, so the ``(N, V)`` logits are never held at once (a few MB instead of
-    ``4 N V`` bytes) and each chunk's softmax and gradient run while it is still in cache. The
-    gradients are computed in the forward pass, chunk by chunk, and scaled in backward, the
-    approach of fused linear cross-entropy kernels (Liger Kernel, Hsu et al. 2024; Cut
-    Cross-Entropy, Wijmans et al. 2024). Under autocast the products run in the autocast dtype
-    and the softmax in float32, as in the unfused path.
+    ``label_smoothed_cross_entropy(hidden @ weight.T, target, epsilon)`` over chunks of
+    ``chunk_size`` rows, so the ``(N, V)`` logits are never held at once; the gradients are
+    computed chunk by chunk in the forward pass and scaled in backward (as Liger Kernel, Hsu et
+    al. 2024, and Cut Cross-Entropy, Wijmans et al. 2024). Under autocast the products run in
+    the autocast dtype and the softmax in float32, as in the unfused path.
 
     Args:
         hidden: ``(N, D)`` float hidden states (e.g. the decoder's final states at the target

@@ -1,6 +1,6 @@
 """Encoder-decoder Transformer (Vaswani et al. 2017) with ``encode()`` / ``decode()``.
 
-Shapes follow the legend in :mod:`seq2seq.nn.attention`.
+Shapes and masks follow :mod:`seq2seq.nn.attention`.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ class Encoder(_Stack):
         self, src: Tensor, src_mask: Tensor | None = None, index: Tensor | None = None
     ) -> Tensor:
         """``(B, S)`` ids, ``(B, 1, 1, S)`` mask, optional ``(N,)`` real-token positions
-        (see :class:`EncoderLayer`) -> ``(B, S, D)`` memory."""
+        (see :meth:`EncoderLayer.forward`) -> ``(B, S, D)`` memory."""
         x = self.embed_tokens(src)
         for layer in self.layers:
             x = layer(x, src_mask, index)
@@ -103,7 +103,7 @@ class Decoder(_Stack):
         index: Tensor | None = None,
     ) -> Tensor:
         """``(B, T)`` ids -> ``(B, T, D)`` final decoder states (see ``Transformer.decode``;
-        ``index`` as in :class:`DecoderLayer`)."""
+        ``index`` as in :meth:`DecoderLayer.forward`)."""
         offset = cache.length if cache is not None else 0
         x = self.embed_tokens(tgt, offset)
         for i, layer in enumerate(self.layers):
@@ -114,20 +114,10 @@ class Decoder(_Stack):
 class Transformer(nn.Module):
     """Encoder-decoder Transformer for translation (Vaswani et al. 2017).
 
-    Token embeddings are scaled by ``sqrt(d_model)`` and added to positional encodings. Linear
-    weights are Xavier-uniform with zero biases (Vaswani et al. 2017 / tensor2tensor); embeddings
-    are ``N(0, d_model^-0.5)`` with a zero padding row (as in fairseq). The output projection
-    has no bias. The vocabulary is padded internally to a multiple of
-    ``pad_vocab_to_multiple_of`` rows (faster matrix products); the extra rows are never used and
-    logits are returned over the real ``vocab_size`` only. Attention runs through
-    ``F.scaled_dot_product_attention`` restricted to :data:`SDPA_BACKENDS` (flash,
-    memory-efficient, math; not cuDNN).
-
-    Masks follow :mod:`seq2seq.nn.attention`: ``src_mask`` is a ``(B, 1, 1, S)`` bool key padding
-    mask, ``True`` at real tokens (see :func:`seq2seq.nn.padding_mask`); ``None`` means no
-    padding. A source row with no real token attends to its first position instead, so an empty
-    source gives finite outputs and gradients in every dtype. The decoder is causal; targets are
-    right-padded and padding needs no mask (real positions never attend to later ones).
+    Linear weights are Xavier-uniform with zero biases (Vaswani et al. 2017 / tensor2tensor);
+    embeddings are ``N(0, d_model^-0.5)`` with a zero padding row (as in fairseq); the output
+    projection has no bias. Logits cover the real ``vocab_size`` only. Attention runs through
+    ``F.scaled_dot_product_attention`` restricted to :data:`SDPA_BACKENDS`.
 
     Args:
         config: the architecture (:class:`~seq2seq.nn.config.TransformerConfig`).
@@ -138,9 +128,8 @@ class Transformer(nn.Module):
             (``Transformer(vocab_size=8000, d_model=256)``; the others keep their defaults).
 
     Raises:
-        ValueError: if ``d_model`` is not divisible by ``n_heads``, or an option has an unknown
-            value (see :class:`~seq2seq.nn.config.TransformerConfig`); for both ``config`` and
-            ``fields``.
+        ValueError: for both ``config`` and ``fields``, a ``pad_id`` outside the vocabulary, or
+            the fields :class:`~seq2seq.nn.config.TransformerConfig` refuses.
     """
 
     def __init__(
@@ -191,12 +180,11 @@ class Transformer(nn.Module):
 
         Args:
             src: ``(B, S)`` long token ids (right-padded).
-            src_mask: ``(B, 1, 1, S)`` bool, ``True`` at real tokens; ``None`` = no padding.
-            src_index: optional ``(N,)`` long positions of the real tokens in the flattened
-                ``(B * S)`` layout (``src_mask.flatten().nonzero()``, best computed on the host
-                with the batch): the feed-forward sub-layers then skip the padding rows
-                (:func:`seq2seq.nn.layers.feed_forward_residual`). Every position outside it
-                must be padding.
+            src_mask: ``(B, 1, 1, S)`` key padding mask (:func:`~seq2seq.nn.padding_mask`).
+            src_index: optional ``(N,)`` long positions of the real tokens
+                (``src_mask.flatten().nonzero()``, best computed on the host with the batch):
+                the feed-forward sub-layers then skip the padding rows
+                (:func:`seq2seq.nn.layers.feed_forward_residual`).
 
         Returns:
             ``(B, S, D)`` memory (values at padding positions are meaningless).
@@ -223,13 +211,12 @@ class Transformer(nn.Module):
                 only the new step(s); their positions continue from ``cache.length``.
             memory: ``(B, S, D)`` output of :meth:`encode`. May be ``None`` once ``cache`` holds
                 the cross-attention keys/values (after the first cached call).
-            src_mask: ``(B, 1, 1, S)`` bool source mask as given to :meth:`encode`.
+            src_mask: the source mask given to :meth:`encode`.
             cache: incremental decoding state from :meth:`new_cache`, updated in place.
-            output_index: ``(N,)`` long positions in the flattened ``(B * T)`` layout (e.g.
-                the non-padding target positions, ``(tgt_out.flatten() != pad).nonzero()``):
-                the output projection, the largest matrix product of a training step, is
-                then computed for these positions only. Computing the index on the host, before
-                the batch is moved to the device, keeps the step free of synchronisation.
+            output_index: ``(N,)`` long positions of ``(B * T)`` (e.g. the real targets,
+                ``(tgt_out.flatten() != pad).nonzero()``, computed on the host so that the step
+                does not synchronise): the output projection, a training step's largest
+                product, runs for these only.
 
         Returns:
             ``(B, T, V)`` logits over the real vocabulary (dtype of the computation), or
@@ -265,14 +252,11 @@ class Transformer(nn.Module):
         Args:
             src: ``(B, S)`` long source ids.
             tgt: ``(B, T)`` long decoder input (BOS + target without its last token).
-            src_mask: ``(B, 1, 1, S)`` bool source mask.
-            output_index: ``(N,)`` long positions in the flattened ``(B * T)`` layout to
-                keep; ``None`` = all.
-            src_index: real source positions, see :meth:`encode`.
-            tgt_index: ``(M,)`` long positions of the real decoder inputs in the flattened
-                ``(B * T)`` layout: the decoder's feed-forward sub-layers skip the other
-                (padding) rows. For right-padded teacher forcing these are the real target
-                positions, the usual ``output_index``.
+            src_mask, src_index: as for :meth:`encode`.
+            output_index: ``(N,)`` long positions of ``(B * T)`` to keep; ``None`` = all.
+            tgt_index: ``(M,)`` long positions of the real decoder inputs in ``(B * T)``, where
+                the decoder's feed-forward sub-layers run (for right-padded teacher forcing,
+                the usual ``output_index``).
 
         Returns:
             ``(B, T, D)`` states, or ``(N, D)`` with ``output_index``.
@@ -304,9 +288,8 @@ class Transformer(nn.Module):
         Args:
             src: ``(B, S)`` long source ids.
             tgt: ``(B, T)`` long decoder input (BOS + target without its last token).
-            src_mask: ``(B, 1, 1, S)`` bool source mask.
-            output_index: ``(N,)`` long positions in the flattened ``(B * T)`` target layout
-                to compute logits for (see :meth:`decode`); ``None`` = all.
+            src_mask: as for :meth:`encode`.
+            output_index: positions to compute logits for, as for :meth:`decode`.
 
         Returns:
             ``(B, T, V)`` logits, or ``(N, V)`` with ``output_index``.
@@ -331,7 +314,7 @@ class Transformer(nn.Module):
         Args:
             src: ``(B, S)`` long source ids.
             tgt: ``(B, T)`` long decoder input (BOS + target prefix).
-            src_mask: ``(B, 1, 1, S)`` bool source mask, ``True`` at real tokens, or ``None``.
+            src_mask: as for :meth:`encode`.
 
         Returns:
             float32 tensors keyed ``"encoder.{i}.self"`` ``(B, H, S, S)``,
@@ -363,7 +346,7 @@ class Transformer(nn.Module):
             capacity: target positions to preallocate (the cache grows past it if needed).
 
         Returns:
-            A :class:`seq2seq.nn.attention.DecoderCache` with one self- and one
+            A :class:`~seq2seq.nn.kv_cache.DecoderCache` with one self- and one
             cross-attention cache per decoder layer.
         """
         return DecoderCache(len(self.decoder.layers), capacity, fast.self_attention_cache())
