@@ -343,7 +343,7 @@ def test_export_removes_staging_folders_of_killed_exports(tmp_path, dead_pid):
 
 
 def test_a_download_removes_partial_files_of_killed_downloads(tmp_path, dead_pid):
-    from seq2seq.data.corpus import download_multi30k
+    from seq2seq.data.multi30k import download_multi30k
 
     source = tmp_path / "server"
     source.mkdir()
