@@ -24,7 +24,6 @@ from seq2seq.data.batching import (
     over_budget,
     training_budget_advice,
 )
-from seq2seq.data.cache import ENCODE_CHUNK, token_lengths, tokenized_split
 from seq2seq.data.corpus import CorpusSplit, locate_split, read_lines
 from seq2seq.data.dataset import TokenizedDataset
 from seq2seq.data.multi30k import download_missing, downloadable
@@ -33,15 +32,10 @@ from seq2seq.data.resume import (
     batching_differences,
     resume_refusal,
 )
+from seq2seq.data.spm_files import SentencePieceSettings, load_or_train
 from seq2seq.data.streaming import StreamingLoader, StreamingPairs
-from seq2seq.data.tokenizer import (
-    MIN_VOCAB_SIZE,
-    PAD_ID,
-    SPM_CHARACTER_COVERAGE,
-    SentencePieceSettings,
-    Tokenizer,
-    load_or_train,
-)
+from seq2seq.data.token_cache import ENCODE_CHUNK, token_lengths, tokenized_split
+from seq2seq.data.tokenizer import MIN_VOCAB_SIZE, PAD_ID, SPM_CHARACTER_COVERAGE, Tokenizer
 
 # Start of Lightning's warning about drop_last and custom batch samplers in prediction.
 _CUSTOM_SAMPLER = "You are using a custom batch sampler `TokenBudgetBatchSampler` for prediction"
@@ -343,7 +337,7 @@ class TranslationDataModule(L.LightningDataModule):
     # ------------------------------------------------------------------ tokenizer
     def _prepare_tokenizer(self) -> Tokenizer:
         """Loads the SentencePiece model, training it on the training split if it is missing
-        (see :func:`seq2seq.data.tokenizer.load_or_train`)."""
+        (see :func:`seq2seq.data.spm_files.load_or_train`)."""
         named = self.tokenizer_path is not None and Path(self.tokenizer_path).is_file()
         return load_or_train(
             None if named else self._locate(self.train_split),
@@ -370,7 +364,7 @@ class TranslationDataModule(L.LightningDataModule):
     # ------------------------------------------------------------------ tokenised cache
     def _tokenized(self, corpus: CorpusSplit, tokenizer: Tokenizer) -> datasets.Dataset:
         """The split as an Arrow table of ids, from the cache or freshly tokenised (see
-        :func:`seq2seq.data.cache.tokenized_split`)."""
+        :func:`seq2seq.data.token_cache.tokenized_split`)."""
         kind = "training split" if corpus.split == self.train_split else "held-out split"
         table, written = tokenized_split(
             corpus,
