@@ -331,9 +331,8 @@ def locate_split(
         The split's location.
 
     Raises:
-        FileNotFoundError: If ``data_dir`` is not a folder (saying so), if nothing is found in
-            it, listing every path looked for; or if only one side of a pair of text files
-            exists, naming the missing side.
+        FileNotFoundError: If ``data_dir`` is not a folder, if nothing is found in it (listing
+            every path looked for), or if one side of a pair of text files is missing.
         ValueError: If ``hf_config`` names a language pair other than ``src_lang`` and
             ``tgt_lang``.
     """

@@ -223,14 +223,11 @@ def read_tsv(
 
     Raises:
         FileNotFoundError: If ``path`` is missing.
-        ValueError: If a non-blank line does not have exactly two tab-separated fields
-            (naming the file and the 1-based line), on invalid UTF-8, if only one of
-            ``src_lang`` and ``tgt_lang`` is given, or if the first non-blank line looks like a
-            header (two language codes: 2-3 letters, all lower or all upper case, optionally
-            with ``-``/``_`` subtags such as ``pt_BR``), one of them ``src_lang`` or
-            ``tgt_lang`` in any case, but does not name exactly ``src_lang`` and ``tgt_lang``
-            (naming the file, the line, the codes found and the codes expected). Two short
-            words naming neither (``die<TAB>the``) are a sentence pair.
+        ValueError: If a non-blank line has other than two tab-separated fields (naming the
+            file and line), on invalid UTF-8, if only one of ``src_lang`` and ``tgt_lang`` is
+            given, or if the first line looks like a header (two codes as ``_LANG_CODE``, one
+            of them ``src_lang`` or ``tgt_lang`` in any case) but does not name exactly those
+            two; two short words naming neither (``die<TAB>the``) are a sentence pair.
     """
     return unzip_pairs(iter_tsv(path, src_lang, tgt_lang))
 

@@ -117,27 +117,23 @@ class Tokenizer:
         seed: int = 1,
         num_threads: int = 1,
     ) -> Tokenizer:
-        """Trains a SentencePiece model with exactly ``vocab_size`` pieces and saves it.
-
-        The vocabulary size is a hard limit (``hard_vocab_limit``), so the model's embedding
-        size is known before training. Inputs are normalised with ``nmt_nfkc``.
+        """Trains a SentencePiece model with exactly ``vocab_size`` pieces (a hard limit, so
+        the embedding size is known before training; ``nmt_nfkc`` normalisation) and saves it.
 
         Args:
             sentences: Training sentences, one per item (for a joint vocabulary, source and
                 target sentences together). Empty items are skipped.
             model_path: Where the ``.model`` file is written (atomically: a partial file never
                 appears under this name). The folder is created if needed.
-            vocab_size: Number of pieces, special pieces included; at least
-                :data:`MIN_VOCAB_SIZE` (5).
+            vocab_size: Number of pieces, special pieces included (>= :data:`MIN_VOCAB_SIZE`).
             model_type: ``"unigram"``, ``"bpe"``, ``"char"`` or ``"word"``.
             character_coverage: Fraction of characters covered by the model; rarer characters
                 map to ``<unk>`` (or bytes with ``byte_fallback``).
             byte_fallback: Decompose unknown characters into UTF-8 byte pieces instead of
                 ``<unk>`` (needs 256 byte pieces of the vocabulary).
-            input_sentence_size: Train on a random sample of this many sentences; 0 uses all.
-                The sample is drawn here (reservoir sampling from ``seed``), not by
-                SentencePiece, whose own sampling differs between processes even with a fixed
-                seed: the same corpus and settings give the same model in every process.
+            input_sentence_size: Train on a random sample of this many sentences (0: all),
+                drawn here from ``seed`` (SentencePiece's own sampling differs between
+                processes even with a fixed seed), so every process builds the same model.
             seed: Seed of the sentence sample and of SentencePiece's random generator.
             num_threads: Threads used by the trainer.
 
@@ -145,11 +141,9 @@ class Tokenizer:
             The trained tokenizer.
 
         Raises:
-            ValueError: If ``vocab_size`` is below :data:`MIN_VOCAB_SIZE` (before the corpus is
-                read), or if SentencePiece cannot build ``vocab_size`` pieces from the corpus
-                (fewer than it has characters, more than it can supply, or a
-                ``character_coverage`` it refuses), naming ``vocab_size``, the bound
-                SentencePiece reported (if it reported one) and what to change.
+            ValueError: If ``vocab_size`` is below :data:`MIN_VOCAB_SIZE` (before reading),
+                or SentencePiece cannot build that many pieces from the corpus, naming the
+                bound it reported (if any) and what to change.
             WriteError: (an ``OSError``) naming ``model_path`` if the machine refuses to
                 write it (a full disk, ...); no partial model file is left.
         """
