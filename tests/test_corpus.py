@@ -1,4 +1,4 @@
-"""Tests of seq2seq.data.corpus: readers, split discovery and the Multi30k download."""
+"""Tests of seq2seq.data.corpus and .formats (readers, split discovery) and .multi30k."""
 
 from __future__ import annotations
 
@@ -15,8 +15,6 @@ import pytest
 from conftest import MULTI30K  # SEQ2SEQ_MULTI30K, else ../shared/data/multi30k
 
 from seq2seq.data.corpus import (
-    MULTI30K_SHA256,
-    download_multi30k,
     find_split,
     iter_lines,
     iter_parallel,
@@ -27,6 +25,7 @@ from seq2seq.data.corpus import (
     read_parallel,
     read_tsv,
 )
+from seq2seq.data.multi30k import MULTI30K_SHA256, download_multi30k
 
 
 @pytest.fixture(scope="module")

@@ -18,8 +18,8 @@ from conftest import (  # MULTI30K: SEQ2SEQ_MULTI30K or ../shared
     quiet_cpu_trainer,
 )
 
-from seq2seq.data import cache as arrow_cache
 from seq2seq.data import datamodule, multi30k
+from seq2seq.data import token_cache as arrow_cache
 from seq2seq.data.corpus import read_lines
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.data.tokenizer import EOS_ID, Tokenizer

@@ -245,8 +245,8 @@ def test_last_checkpoint_saves_quietly_after_a_refused_write_when_it_can(tmp_pat
 def test_tokenised_cache_on_a_full_disk_keeps_nothing_of_it(tmp_path, monkeypatch, train_spm):
     import fsspec.implementations.local as local
 
-    from seq2seq.data.cache import tokenized_split
     from seq2seq.data.corpus import locate_split
+    from seq2seq.data.token_cache import tokenized_split
     from seq2seq.data.tokenizer import Tokenizer
 
     corpus_dir = multi30k_slice(tmp_path / "corpus", {"train": 50})

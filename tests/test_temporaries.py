@@ -140,8 +140,8 @@ def test_an_unremovable_temporary_is_warned_about_and_left(tmp_path, dead_pid, m
 # ---------------------------------------------------------------------- modes
 @pytest.mark.parametrize("umask", [0o002, 0o022])
 def test_cache_folders_and_files_follow_the_umask(tmp_path, umask, train_spm):
-    from seq2seq.data.cache import tokenized_split
     from seq2seq.data.corpus import locate_split
+    from seq2seq.data.token_cache import tokenized_split
     from seq2seq.data.tokenizer import Tokenizer
 
     data = multi30k_slice(tmp_path / "data", {"val": 20})
@@ -180,7 +180,7 @@ _PREPARE = textwrap.dedent(
     """
     import hashlib, os, sys, time
     from pathlib import Path
-    from seq2seq.data import cache
+    from seq2seq.data import token_cache as cache
     from seq2seq.data.corpus import locate_split
     from seq2seq.data.tokenizer import Tokenizer
 
@@ -280,7 +280,7 @@ def test_two_preparations_of_one_cache_at_once_both_succeed(tmp_path, train_spm)
 # ---------------------------------------------------------------------- other folders
 def test_sentencepiece_temporaries_of_killed_runs_go(tmp_path, train_spm, dead_pid):
     from seq2seq.data.corpus import locate_split
-    from seq2seq.data.tokenizer import SentencePieceSettings, load_or_train
+    from seq2seq.data.spm_files import SentencePieceSettings, load_or_train
 
     data = multi30k_slice(tmp_path / "data", {"train": SIZES["train"]})
     cache = tmp_path / "cache"
@@ -343,7 +343,7 @@ def test_export_removes_staging_folders_of_killed_exports(tmp_path, dead_pid):
 
 
 def test_a_download_removes_partial_files_of_killed_downloads(tmp_path, dead_pid):
-    from seq2seq.data.corpus import download_multi30k
+    from seq2seq.data.multi30k import download_multi30k
 
     source = tmp_path / "server"
     source.mkdir()

@@ -13,7 +13,7 @@ _HOMES = {
     "TokenBudgetBatchSampler": "batching",
     "collate": "batching",
     "filter_training_pairs": "batching",
-    "download_multi30k": "corpus",
+    "download_multi30k": "multi30k",
     "find_split": "corpus",
     "iter_lines": "corpus",
     "iter_parallel": "corpus",

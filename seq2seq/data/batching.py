@@ -362,19 +362,15 @@ def collate(
     eos_id: int = EOS_ID,
     pad_to_multiple_of: int = 1,
 ) -> dict[str, Any]:
-    """Pads a list of examples into a batch of tensors.
-
-    With ``pad_to_multiple_of > 1`` the padded lengths S and T are rounded up to a multiple
-    of it, so a compiled model (``torch.compile`` with static shapes) meets few distinct
-    shapes; the extra positions are ordinary padding (masked, ignored by the loss).
+    """Pads a list of examples into a batch of tensors; S and T rounded up to a multiple of
+    ``pad_to_multiple_of`` give a compiled model few distinct shapes (plain, masked padding).
 
     Args:
         examples: Dicts with ``"index"`` (int), ``"src"`` (list[int], ending with EOS),
             optionally ``"tgt"`` (list[int], without BOS/EOS; absent in every example or
             present in every example), ``"src_text"`` and ``"ref_text"`` (str).
-        pad_id: Padding id.
-        bos_id: Id prepended to the decoder input.
-        eos_id: Id appended to the decoder output.
+        pad_id: Padding id; ``bos_id`` / ``eos_id``: prepended to the decoder input /
+            appended to its output.
         pad_to_multiple_of: Round S and T up to a multiple of this (1: no rounding).
 
     Returns:
@@ -386,9 +382,8 @@ def collate(
         ``(B * S)`` layout (see ``Transformer.encode``);
         ``"tgt_in"``: (B, T) long, ``[BOS] + tgt`` padded (only with targets);
         ``"tgt_out"``: (B, T) long, ``tgt + [EOS]`` padded (only with targets);
-        ``"tgt_index"``: (N,) long, positions of the real ``tgt_out`` tokens in the flattened
-        ``(B * T)`` layout (only with targets; computed here, on the host, so a training step
-        on an accelerator selects them without synchronising);
+        ``"tgt_index"``: (N,) long, the same for the real ``tgt_out`` tokens in ``(B * T)``
+        (only with targets; made on the host, so a step on an accelerator never synchronises);
         ``"n_tokens"``: int, number of real ``tgt_out`` positions (0 without targets);
         ``"src_text"`` / ``"ref_text"``: list[str], when the examples carry them.
 

@@ -11,37 +11,36 @@ import datasets
 import lightning as L
 import numpy as np
 import torch
-from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_warn
+from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 from lightning.pytorch.utilities.warnings import PossibleUserWarning
 from torch.utils.data import DataLoader
 
 from seq2seq.data.batching import (
     TokenBudgetBatchSampler,
     collate,
-    describe_filtering,
     describe_over_budget,
-    filter_training_pairs,
     over_budget,
     training_budget_advice,
 )
-from seq2seq.data.cache import ENCODE_CHUNK, token_lengths, tokenized_split
-from seq2seq.data.corpus import CorpusSplit, locate_split, read_lines
-from seq2seq.data.dataset import TokenizedDataset
+from seq2seq.data.checks import check_inputs, check_settings
+from seq2seq.data.corpus import CorpusSplit, locate_split
+from seq2seq.data.dataset import (
+    Lengths,
+    TokenizedDataset,
+    heldout_set,
+    predict_set,
+    training_set,
+)
 from seq2seq.data.multi30k import download_missing, downloadable
 from seq2seq.data.resume import (
     NOT_RESUMABLE,
     batching_differences,
     resume_refusal,
 )
+from seq2seq.data.spm_files import SentencePieceSettings, load_or_train
 from seq2seq.data.streaming import StreamingLoader, StreamingPairs
-from seq2seq.data.tokenizer import (
-    MIN_VOCAB_SIZE,
-    PAD_ID,
-    SPM_CHARACTER_COVERAGE,
-    SentencePieceSettings,
-    Tokenizer,
-    load_or_train,
-)
+from seq2seq.data.token_cache import ENCODE_CHUNK, tokenized_split
+from seq2seq.data.tokenizer import PAD_ID, Tokenizer
 
 # Start of Lightning's warning about drop_last and custom batch samplers in prediction.
 _CUSTOM_SAMPLER = "You are using a custom batch sampler `TokenBudgetBatchSampler` for prediction"
@@ -56,40 +55,30 @@ class TranslationDataModule(L.LightningDataModule):
     corpus content and the tokenizer, so later runs skip tokenisation. ``setup`` (every
     process) loads the tokenizer and the cached splits, and filters the training pairs.
 
-    Training pairs are dropped when either side is empty, a side (with its EOS/BOS) is
-    longer than ``max_positions``, or one side is more than ``max_length_ratio`` times longer
-    than the other in subword tokens; the counts are logged. Held-out sets (validation, test,
-    predict) are never filtered: sequences longer than ``max_positions`` are truncated with a
-    warning, and batches carry the raw source and reference lines (``src_text``,
-    ``ref_text``) for scoring.
+    Training pairs are dropped by :func:`~seq2seq.data.batching.filter_training_pairs`
+    (an empty side, longer than ``max_positions``, or skewed beyond ``max_length_ratio``);
+    the counts are logged. Held-out sets (validation, test, predict) are never filtered:
+    sequences longer than ``max_positions`` are truncated with a warning, and batches carry
+    the raw source and reference lines (``src_text``, ``ref_text``) for scoring.
 
     Batches come from :class:`TokenBudgetBatchSampler`, which shards them across
     data-parallel ranks itself (rank and world size are taken from the attached trainer):
-    run the Trainer with ``use_distributed_sampler=False``. Training shares are disjoint
-    with equal batch counts per rank; every held-out sentence is seen exactly once, so ranks
-    may get different numbers of held-out batches.
+    run the Trainer with ``use_distributed_sampler=False``.
 
     Streaming (``streaming=True``), for training corpora larger than memory or disk: the
-    training split is read as a stream (Hub datasets through ``load_dataset(...,
-    streaming=True)``, local files and ``save_to_disk`` folders a chunk at a time), never
-    cached. SentencePiece is trained on the first ``spm_input_sentence_size`` pairs of the
-    stream (500,000 when 0). The stream is cut into pools of ``stream_pool_size`` pairs;
-    each pool is tokenised, filtered as above (the counts are logged after every epoch),
-    and cut into token-budget batches shuffled within the pool from ``(seed, epoch,
-    pool)`` (see :mod:`seq2seq.data.streaming`). Every data-parallel rank reads and
-    tokenises the whole stream and takes a disjoint share of each pool with the same number
-    of batches on every rank; with ``num_workers > 0`` the pools are spread over the
-    workers, each of which also reads the whole stream. An epoch ends when the stream does,
-    so the training loader has no length (use step-based schedules and an integer
-    ``val_check_interval``). Held-out sets are cached as without streaming. Resuming
-    mid-epoch continues with exactly the batches not yet trained on (a batch that Ctrl-C cut
-    short included), provided ``num_workers`` is unchanged.
+    training split is read as a stream, never cached, in pools of ``stream_pool_size`` pairs,
+    each tokenised, filtered and cut into batches shuffled within it (pools, ranks and
+    workers: :mod:`seq2seq.data.streaming`). SentencePiece is trained on the first
+    ``spm_input_sentence_size`` pairs of the stream (500,000 when 0). An epoch ends when the
+    stream does, so the training loader has no length (use step-based schedules and an
+    integer ``val_check_interval``). Held-out sets are cached as without streaming.
 
-    Resuming (either way) with batching settings other than the checkpoint's
-    (``max_tokens``, ``bucket_size``, ``max_positions``, ``max_length_ratio``,
-    ``streaming``) gives other batches than the interrupted run would have trained on and is
-    warned about; another ``seed`` or ``stream_pool_size`` is refused once a position is
-    saved (see :meth:`load_state_dict`).
+    Resuming (either way) mid-epoch continues with exactly the batches not yet trained on (a
+    batch that Ctrl-C cut short included; streaming: with ``num_workers`` unchanged). Other
+    batching settings than the checkpoint's (``max_tokens``, ``bucket_size``,
+    ``max_positions``, ``max_length_ratio``, ``streaming``) give other batches and are warned
+    about, each in one line naming the option and both values; another ``seed`` or
+    ``stream_pool_size`` is refused once a position is saved (:meth:`load_state_dict`).
 
     Args:
         data_dir: Folder of the corpus (see :func:`seq2seq.data.corpus.locate_split` for the
@@ -220,38 +209,20 @@ class TranslationDataModule(L.LightningDataModule):
         self.subword_alpha = subword_alpha
         # Refused before any data is read (not once SentencePiece is trained, the corpus
         # tokenised and the first loader built, where these settings are first used).
-        for name, value in (("max_tokens", max_tokens), ("eval_max_tokens", eval_max_tokens)):
-            if value is not None and value < 1:
-                raise ValueError(f"data.{name} must be >= 1, got {value}.")
-        if bucket_size is not None and bucket_size < 1:
-            raise ValueError(f"data.bucket_size must be >= 1 or null, got {bucket_size}.")
-        if vocab_size < MIN_VOCAB_SIZE:
-            raise ValueError(
-                f"data.vocab_size must be > {MIN_VOCAB_SIZE - 1}, got {vocab_size}: the "
-                "vocabulary holds the 4 special pieces (pad, unk, bos, eos) and at least one "
-                "piece per character of the training corpus."
-            )
-        if max_positions < 2:
-            raise ValueError(
-                f"data.max_positions must be >= 2, got {max_positions}: a sequence holds at "
-                "least one token and its EOS (or BOS)."
-            )
-        if not max_length_ratio >= 1:  # the ratio of the longer side to the shorter one
-            raise ValueError(f"data.max_length_ratio must be >= 1, got {max_length_ratio}.")
-        for name, value in (("num_workers", num_workers), ("seed", seed)):
-            if value < 0:
-                raise ValueError(f"data.{name} must be >= 0, got {value}.")
-        low, high = SPM_CHARACTER_COVERAGE
-        if not low <= character_coverage <= high:
-            raise ValueError(
-                f"data.character_coverage must be in [{low}, {high}] (SentencePiece's range), "
-                f"got {character_coverage}."
-            )
-        if pad_to_multiple_of < 1:
-            raise ValueError(f"pad_to_multiple_of must be >= 1, got {pad_to_multiple_of}.")
+        check_settings(
+            max_tokens=max_tokens,
+            eval_max_tokens=eval_max_tokens,
+            bucket_size=bucket_size,
+            vocab_size=vocab_size,
+            max_positions=max_positions,
+            max_length_ratio=max_length_ratio,
+            num_workers=num_workers,
+            seed=seed,
+            character_coverage=character_coverage,
+            pad_to_multiple_of=pad_to_multiple_of,
+            stream_pool_size=stream_pool_size,
+        )
         self.pad_to_multiple_of = pad_to_multiple_of
-        if stream_pool_size < 1:
-            raise ValueError(f"stream_pool_size must be >= 1, got {stream_pool_size}.")
         if src_lang == tgt_lang:
             rank_zero_warn(
                 f"--data.src_lang and --data.tgt_lang are both {src_lang!r}: source and target "
@@ -268,7 +239,7 @@ class TranslationDataModule(L.LightningDataModule):
         self.predict_set: TokenizedDataset | None = None
         self.tokenized_splits: list[str] = []
         """Splits this instance tokenised itself (not found in the cache), in order."""
-        self._lengths: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._lengths: dict[str, Lengths] = {}
         self._train_sampler: TokenBudgetBatchSampler | None = None
         self._pending_sampler_state: dict[str, int] | None = None
         self._pending_stream_state: dict[str, Any] | None = None
@@ -296,12 +267,8 @@ class TranslationDataModule(L.LightningDataModule):
     def _download_missing(self, training: bool = True, stage: str | None = None) -> None:
         """Downloads the Multi30k files that cannot be found of the splits ``stage`` reads
         (every configured split for ``None``): the training split when ``training``, the
-        held-out splits of :meth:`_stage_splits`. ``fit`` on a corpus of one's own therefore
-        fetches no Multi30k test set.
-
-        Only a Multi30k folder is completed: one without a training split yet, or whose
-        ``train.<lang>.gz`` files are Multi30k's own (by SHA-256). A corpus of one's own that
-        lacks a split is never filled with Multi30k's: the missing split is reported."""
+        held-out splits of :meth:`_stage_splits`; only into a Multi30k folder (see
+        :mod:`seq2seq.data.multi30k`). ``fit`` therefore fetches no test set."""
         if not self.download or self.hf_dataset is not None:
             return
         splits = self._all_splits() if stage is None else self._stage_splits(stage)
@@ -316,34 +283,30 @@ class TranslationDataModule(L.LightningDataModule):
 
     def _check_inputs(self, stage: str | None) -> None:
         """Raises for a missing split the stage reads; for ``fit``, also for a missing test
-        set (unless the Multi30k download fetches it when ``test`` runs) or predict file, so
-        that a typo in the config fails before training rather than after it."""
-        for split in self._stage_splits(stage):
-            self._locate(split)
-        if stage != "fit":
-            return
+        set the download does not fetch, or predict file (see
+        :func:`~seq2seq.data.checks.check_inputs`)."""
+        check_inputs(
+            stage,
+            self._stage_splits(stage),
+            self.test_set_names,
+            self._locate,
+            self._fetched,
+            self.predict_file,
+        )
+
+    def _fetched(self, split: str) -> bool:
+        """Whether the Multi30k download fetches the missing ``split`` when ``test`` runs."""
         langs = (self.src_lang, self.tgt_lang)
-        for split in self.test_set_names:
-            try:
-                self._locate(split)
-            except FileNotFoundError:
-                if not (
-                    self.download
-                    and self.hf_dataset is None
-                    and downloadable(split, self.train_split, self._locate, langs)
-                ):
-                    raise
-        if self.predict_file is not None and not Path(self.predict_file).is_file():
-            what = "is not a file" if Path(self.predict_file).exists() else "does not exist"
-            raise FileNotFoundError(
-                f"data.predict_file {self.predict_file} {what}; fix the path or set "
-                "--data.predict_file null to train without it."
-            )
+        return (
+            self.download
+            and self.hf_dataset is None
+            and downloadable(split, self.train_split, self._locate, langs)
+        )
 
     # ------------------------------------------------------------------ tokenizer
     def _prepare_tokenizer(self) -> Tokenizer:
         """Loads the SentencePiece model, training it on the training split if it is missing
-        (see :func:`seq2seq.data.tokenizer.load_or_train`)."""
+        (see :func:`seq2seq.data.spm_files.load_or_train`)."""
         named = self.tokenizer_path is not None and Path(self.tokenizer_path).is_file()
         return load_or_train(
             None if named else self._locate(self.train_split),
@@ -370,7 +333,7 @@ class TranslationDataModule(L.LightningDataModule):
     # ------------------------------------------------------------------ tokenised cache
     def _tokenized(self, corpus: CorpusSplit, tokenizer: Tokenizer) -> datasets.Dataset:
         """The split as an Arrow table of ids, from the cache or freshly tokenised (see
-        :func:`seq2seq.data.cache.tokenized_split`)."""
+        :func:`seq2seq.data.token_cache.tokenized_split`)."""
         kind = "training split" if corpus.split == self.train_split else "held-out split"
         table, written = tokenized_split(
             corpus,
@@ -468,62 +431,26 @@ class TranslationDataModule(L.LightningDataModule):
                 self.train_set.load_state_dict(self._pending_stream_state)
                 self._pending_stream_state = None
             return
-        table = self._tokenized(corpus, self.tokenizer)
-        s, t = token_lengths(table)
-        mask, counts = filter_training_pairs(s, t, self.max_positions, self.max_length_ratio)
-        keep = np.flatnonzero(mask)
-        rank_zero_info(
-            f"Training pairs from {corpus.describe()}: "
-            f"{describe_filtering(counts, self.max_positions, self.max_length_ratio)}."
-        )
-        if keep.size == 0:
-            raise ValueError(
-                f"Every training pair of {corpus.describe()} was filtered out (empty, longer "
-                f"than max_positions={self.max_positions}, or length ratio above "
-                f"max_length_ratio={self.max_length_ratio})."
-            )
-        data = table if keep.size == len(table) else table.select(keep)
-        self._lengths[self.train_split] = (s[keep] + 1, t[keep] + 1)
-        self.train_set = TokenizedDataset(
-            data, self.max_positions, tokenizer=self.tokenizer, subword_alpha=self.subword_alpha
+        self.train_set, self._lengths[self.train_split] = training_set(
+            self._tokenized(corpus, self.tokenizer),
+            corpus.describe(),
+            self.tokenizer,
+            self.max_positions,
+            self.max_length_ratio,
+            self.subword_alpha,
         )
 
     def _heldout(self, split: str) -> TokenizedDataset:
-        corpus = self._locate(split)
-        table = self._tokenized(corpus, self.tokenizer)
-        s, t = token_lengths(table)
-        self._warn_truncation(split, s, t)
-        self._lengths[split] = (s + 1, t + 1)
-        return TokenizedDataset(table, self.max_positions, with_text=True)
-
-    def _warn_truncation(self, split: str, s: np.ndarray, t: np.ndarray | None) -> None:
-        for side, lengths in (("source", s), ("target", t)):
-            if lengths is None:
-                continue
-            n = int((lengths + 1 > self.max_positions).sum())
-            if n:
-                rank_zero_warn(
-                    f"{n} {side} sentences of {split!r} are longer than max_positions="
-                    f"{self.max_positions} tokens and are truncated (never dropped)."
-                )
+        table = self._tokenized(self._locate(split), self.tokenizer)
+        dataset, self._lengths[split] = heldout_set(table, split, self.max_positions)
+        return dataset
 
     def _setup_predict(self) -> None:
         if self.predict_file is None:
             raise ValueError("Set `data.predict_file` to the source-language file to translate.")
-        lines = read_lines(self.predict_file)
-        if not lines:
-            raise ValueError(f"The predict file {self.predict_file} has no lines.")
-        table = datasets.Dataset.from_dict(
-            {
-                "index": list(range(len(lines))),
-                "src_text": lines,
-                "src": self.tokenizer.encode(lines),
-            }
+        self.predict_set, self._lengths["predict"] = predict_set(
+            self.predict_file, self.tokenizer, self.max_positions
         )
-        s = np.array([len(ids) for ids in table["src"]], dtype=np.int64)
-        self._warn_truncation(str(self.predict_file), s, None)
-        self._lengths["predict"] = (s + 1, np.zeros_like(s))
-        self.predict_set = TokenizedDataset(table, self.max_positions, with_text=True)
 
     # ------------------------------------------------------------------ loaders
     def _replicas(self) -> tuple[int, int]:
@@ -683,13 +610,11 @@ class TranslationDataModule(L.LightningDataModule):
     def state_dict(self) -> dict[str, Any]:
         """The training position, so a run resumed mid-epoch skips the batches it has seen.
 
-        While a Trainer is fitting, the position after the batches the training loop has
-        processed in the current epoch is saved, not after those the loader has handed out
-        (which runs ahead by the DataLoader's prefetching), nor after a batch under way when
-        the run was interrupted (Ctrl-C), which the resumed run trains again. Without
-        streaming this is the sampler's state (``"train_sampler"``); with it, the stream
-        position (``"train_stream"``, see :meth:`StreamingPairs.state_dict`). The settings
-        that decide the batches are saved too (``"batching"``, see :meth:`load_state_dict`).
+        While fitting, the position after the batches the training loop has processed (not
+        those the loader has prefetched, nor one under way at Ctrl-C, trained again). Without
+        streaming the sampler's state (``"train_sampler"``); with it, the stream position
+        (``"train_stream"``, see :meth:`StreamingPairs.state_dict`); and the settings that
+        decide the batches (``"batching"``).
 
         Returns:
             ``{"batching": {...}}`` plus ``"train_sampler"`` or ``"train_stream"`` once a
@@ -736,18 +661,13 @@ class TranslationDataModule(L.LightningDataModule):
     resume_refusal = staticmethod(resume_refusal)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restores the training position saved by :meth:`state_dict`.
+        """Restores the training position saved by :meth:`state_dict` (the rules: "Resuming"
+        in the class docstring); Lightning's warning that the loader "is not resumable" is
+        silenced, as this position makes the epoch continue with the unseen batches.
 
-        Lightning warns that a run resumed mid-epoch has a dataloader that "is not resumable"
-        (it looks for a ``state_dict`` on the loader itself); the position restored here makes
-        the resumed epoch continue with the unseen batches, so that warning is silenced.
-
-        When fitting (or without a trainer), the batching settings are compared with those
-        the checkpoint was written with: each one that differs (``max_tokens``,
-        ``bucket_size``, ``max_positions``, ``max_length_ratio``, ``streaming``; ``seed`` and
-        ``stream_pool_size`` when no position was saved) is warned about in one line naming
-        the option and both values, as the resumed run then trains on other batches than the
-        interrupted one would have.
+        When fitting (or without a trainer), the batching settings are compared with the
+        checkpoint's (``seed`` and ``stream_pool_size`` are only warned about when no position
+        was saved).
 
         Raises:
             ValueError: If the saved position (``"train_sampler"``, or with ``streaming``

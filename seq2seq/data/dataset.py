@@ -1,13 +1,23 @@
-"""``TokenizedDataset``: the examples of one split, read from its tokenised Arrow table."""
+"""``TokenizedDataset``: the examples of one split, read from its tokenised Arrow table, and
+the training, held-out and predict sets built from such tables."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import datasets
+import numpy as np
+from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_warn
 from torch.utils.data import Dataset
 
+from seq2seq.data.batching import describe_filtering, filter_training_pairs
+from seq2seq.data.formats import read_lines
+from seq2seq.data.token_cache import token_lengths
 from seq2seq.data.tokenizer import EOS_ID, Tokenizer
+
+#: (N,) source and target lengths of a set's examples, in tokens with EOS / BOS.
+Lengths = tuple[np.ndarray, np.ndarray]
 
 
 class TokenizedDataset(Dataset):
@@ -76,3 +86,85 @@ class TokenizedDataset(Dataset):
                     example["ref_text"] = text["tgt_text"][k]
             examples.append(example)
         return examples
+
+
+def training_set(
+    table: datasets.Dataset,
+    where: str,
+    tokenizer: Tokenizer,
+    max_positions: int,
+    max_length_ratio: float,
+    subword_alpha: float,
+) -> tuple[TokenizedDataset, Lengths]:
+    """The training pairs of a tokenised split that :func:`filter_training_pairs` keeps (the
+    counts are logged), and their lengths.
+
+    Raises:
+        ValueError: if every pair is filtered out, naming ``where`` (the split's location).
+    """
+    s, t = token_lengths(table)
+    mask, counts = filter_training_pairs(s, t, max_positions, max_length_ratio)
+    keep = np.flatnonzero(mask)
+    rank_zero_info(
+        f"Training pairs from {where}: "
+        f"{describe_filtering(counts, max_positions, max_length_ratio)}."
+    )
+    if keep.size == 0:
+        raise ValueError(
+            f"Every training pair of {where} was filtered out (empty, longer "
+            f"than max_positions={max_positions}, or length ratio above "
+            f"max_length_ratio={max_length_ratio})."
+        )
+    data = table if keep.size == len(table) else table.select(keep)
+    dataset = TokenizedDataset(
+        data, max_positions, tokenizer=tokenizer, subword_alpha=subword_alpha
+    )
+    return dataset, (s[keep] + 1, t[keep] + 1)
+
+
+def heldout_set(
+    table: datasets.Dataset, split: str, max_positions: int
+) -> tuple[TokenizedDataset, Lengths]:
+    """Every pair of a tokenised held-out split, with its text, and their lengths; sentences
+    longer than ``max_positions`` are truncated with a warning."""
+    s, t = token_lengths(table)
+    warn_truncation(split, s, t, max_positions)
+    return TokenizedDataset(table, max_positions, with_text=True), (s + 1, t + 1)
+
+
+def predict_set(
+    path: str | Path, tokenizer: Tokenizer, max_positions: int
+) -> tuple[TokenizedDataset, Lengths]:
+    """Every line of a source-language file (empty ones included) as an example without a
+    target, ``index`` its 0-based line number, and the lengths (targets 0).
+
+    Raises:
+        ValueError: if the file has no lines (or as :func:`~seq2seq.data.formats.read_lines`).
+    """
+    lines = read_lines(path)
+    if not lines:
+        raise ValueError(f"The predict file {path} has no lines.")
+    table = datasets.Dataset.from_dict(
+        {
+            "index": list(range(len(lines))),
+            "src_text": lines,
+            "src": tokenizer.encode(lines),
+        }
+    )
+    s = np.array([len(ids) for ids in table["src"]], dtype=np.int64)
+    warn_truncation(str(path), s, None, max_positions)
+    return TokenizedDataset(table, max_positions, with_text=True), (s + 1, np.zeros_like(s))
+
+
+def warn_truncation(split: str, s: np.ndarray, t: np.ndarray | None, max_positions: int) -> None:
+    """Warns of the source (``s``) and target (``t``) sentences, lengths without EOS/BOS, that
+    are truncated to ``max_positions``."""
+    for side, lengths in (("source", s), ("target", t)):
+        if lengths is None:
+            continue
+        n = int((lengths + 1 > max_positions).sum())
+        if n:
+            rank_zero_warn(
+                f"{n} {side} sentences of {split!r} are longer than max_positions="
+                f"{max_positions} tokens and are truncated (never dropped)."
+            )

@@ -10,30 +10,24 @@ NFKC plus the NMT-specific clean-ups, and collapsing of repeated/outer whitespac
 rule is stored inside the model, so every input text given to :meth:`Tokenizer.encode` is
 normalised the same way. ``decode(encode(x)) == x`` therefore holds for texts that the rule
 leaves unchanged. References used for scoring are never passed through the tokenizer.
+
+The model file a run trains once and reuses is named in :mod:`seq2seq.data.spm_files`.
 """
 
 from __future__ import annotations
 
-import hashlib
 import io
-import os
 import random
 import re
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import sentencepiece as spm
 
 from seq2seq.files import atomic_write
-from seq2seq.temporaries import remove_abandoned
-
-if TYPE_CHECKING:
-    from seq2seq.data.corpus import CorpusSplit
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 
@@ -123,27 +117,23 @@ class Tokenizer:
         seed: int = 1,
         num_threads: int = 1,
     ) -> Tokenizer:
-        """Trains a SentencePiece model with exactly ``vocab_size`` pieces and saves it.
-
-        The vocabulary size is a hard limit (``hard_vocab_limit``), so the model's embedding
-        size is known before training. Inputs are normalised with ``nmt_nfkc``.
+        """Trains a SentencePiece model with exactly ``vocab_size`` pieces (a hard limit, so
+        the embedding size is known before training; ``nmt_nfkc`` normalisation) and saves it.
 
         Args:
             sentences: Training sentences, one per item (for a joint vocabulary, source and
                 target sentences together). Empty items are skipped.
             model_path: Where the ``.model`` file is written (atomically: a partial file never
                 appears under this name). The folder is created if needed.
-            vocab_size: Number of pieces, special pieces included; at least
-                :data:`MIN_VOCAB_SIZE` (5).
+            vocab_size: Number of pieces, special pieces included (>= :data:`MIN_VOCAB_SIZE`).
             model_type: ``"unigram"``, ``"bpe"``, ``"char"`` or ``"word"``.
             character_coverage: Fraction of characters covered by the model; rarer characters
                 map to ``<unk>`` (or bytes with ``byte_fallback``).
             byte_fallback: Decompose unknown characters into UTF-8 byte pieces instead of
                 ``<unk>`` (needs 256 byte pieces of the vocabulary).
-            input_sentence_size: Train on a random sample of this many sentences; 0 uses all.
-                The sample is drawn here (reservoir sampling from ``seed``), not by
-                SentencePiece, whose own sampling differs between processes even with a fixed
-                seed: the same corpus and settings give the same model in every process.
+            input_sentence_size: Train on a random sample of this many sentences (0: all),
+                drawn here from ``seed`` (SentencePiece's own sampling differs between
+                processes even with a fixed seed), so every process builds the same model.
             seed: Seed of the sentence sample and of SentencePiece's random generator.
             num_threads: Threads used by the trainer.
 
@@ -151,11 +141,9 @@ class Tokenizer:
             The trained tokenizer.
 
         Raises:
-            ValueError: If ``vocab_size`` is below :data:`MIN_VOCAB_SIZE` (before the corpus is
-                read), or if SentencePiece cannot build ``vocab_size`` pieces from the corpus
-                (fewer than it has characters, more than it can supply, or a
-                ``character_coverage`` it refuses), naming ``vocab_size``, the bound
-                SentencePiece reported (if it reported one) and what to change.
+            ValueError: If ``vocab_size`` is below :data:`MIN_VOCAB_SIZE` (before reading),
+                or SentencePiece cannot build that many pieces from the corpus, naming the
+                bound it reported (if any) and what to change.
             WriteError: (an ``OSError``) naming ``model_path`` if the machine refuses to
                 write it (a full disk, ...); no partial model file is left.
         """
@@ -392,168 +380,6 @@ def _reservoir_sample(items: Iterable[str], k: int, seed: int) -> list[str]:
             if j < k:
                 sample[j] = item
     return sample
-
-
-# ---------------------------------------------------------------- SentencePiece model files
-STREAM_SPM_PAIRS = 500_000  # pairs SentencePiece trains on when streaming, by default
-
-
-@dataclass(frozen=True)
-class SentencePieceSettings:
-    """The ``data.*`` settings a SentencePiece model is trained with (see
-    :class:`~seq2seq.data.datamodule.TranslationDataModule` for each)."""
-
-    vocab_size: int
-    model_type: str = "unigram"
-    character_coverage: float = 1.0
-    byte_fallback: bool = False
-    input_sentence_size: int = 0
-    seed: int = 1
-    streaming: bool = False
-
-    @property
-    def stream_pairs(self) -> int:
-        """With ``streaming``: the pairs at the head of the stream it is trained on."""
-        return self.input_sentence_size or STREAM_SPM_PAIRS
-
-
-def model_file(train: CorpusSplit, settings: SentencePieceSettings, cache_dir: Path) -> Path:
-    """``<cache_dir>/spm_<src><tgt>_<type>_<vocab_size>_<hash>.model``, the hash covering the
-    training split's content and the SentencePiece settings."""
-    if settings.streaming:
-        corpus = f"{train.stream_fingerprint()}|first {settings.stream_pairs} pairs"
-    else:
-        corpus = f"{train.fingerprint()}|{settings.input_sentence_size}"
-    key = f"{corpus}|{settings.character_coverage}|{settings.byte_fallback}|{settings.seed}"
-    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
-    name = f"spm_{train.src_lang}{train.tgt_lang}_{settings.model_type}_{settings.vocab_size}"
-    return Path(cache_dir) / f"{name}_{digest}.model"
-
-
-def load_or_train(
-    train: CorpusSplit | None,
-    settings: SentencePieceSettings,
-    cache_dir: Path,
-    tokenizer_path: str | Path | None = None,
-    chunk_size: int = 10_000,
-) -> Tokenizer:
-    """The SentencePiece model of a run: ``tokenizer_path`` where that file exists, else the
-    model trained on ``train`` with ``settings`` (trained now, into ``tokenizer_path`` or
-    :func:`model_file`, where that file does not exist yet).
-
-    Temporaries of SentencePiece models that killed runs left in ``cache_dir`` (and beside
-    ``tokenizer_path``) are removed (see :func:`seq2seq.temporaries.remove_abandoned`).
-
-    One joint model serves both directions of a language pair: it is trained on (and cached
-    under the name and digest of) the split read in the order of the language codes (de-en
-    for an en->de run too).
-
-    Args:
-        train: the training split (``None`` when ``tokenizer_path`` exists).
-        settings: the SentencePiece settings.
-        cache_dir: the folder of trained models.
-        tokenizer_path: the model file to use, trained there if missing.
-        chunk_size: sentence pairs read at a time.
-
-    Raises:
-        ValueError: if the training split has no text, or the model has another number of
-            pieces than ``settings.vocab_size``.
-    """
-    if train is None:
-        path = Path(tokenizer_path)
-        tokenizer = Tokenizer.load(path)
-    else:
-        if train.src_lang > train.tgt_lang:
-            train = train.reversed()
-        path = Path(tokenizer_path) if tokenizer_path is not None else None
-        path = path or model_file(train, settings, cache_dir)
-        # Model temporaries that killed runs left: the cache's, and those of a named model.
-        remove_abandoned(cache_dir, "spm_*.model", ".tmp")
-        remove_abandoned(path.parent, path.name, ".tmp")
-        if path.is_file():
-            tokenizer = Tokenizer.load(path)
-        else:
-            tokenizer = _train_on_split(train, settings, path, chunk_size)
-    if tokenizer.vocab_size != settings.vocab_size:
-        raise ValueError(
-            f"SentencePiece model {path} has {tokenizer.vocab_size} pieces but "
-            f"data.vocab_size is {settings.vocab_size}; set data.vocab_size to "
-            f"{tokenizer.vocab_size} or point data.tokenizer_path at another model."
-        )
-    return tokenizer
-
-
-def _train_on_split(
-    train: CorpusSplit, settings: SentencePieceSettings, path: Path, chunk_size: int
-) -> Tokenizer:
-    """Trains the model ``path`` on the training split (its head when streaming)."""
-    from lightning.pytorch.utilities.rank_zero import rank_zero_info
-
-    if settings.streaming:  # the head of the stream, every sentence of it
-        src, tgt = _stream_head(train, settings.stream_pairs, chunk_size)
-        sentences, sample = src + tgt, 0
-        has_text = any(s.strip() for s in sentences)
-    else:  # the whole split, read twice; SentencePiece samples as it reads
-        has_text = _has_text(train, chunk_size)
-        sentences = _split_sentences(train, chunk_size)
-        sample = settings.input_sentence_size
-    if not has_text:
-        raise ValueError(
-            f"The training split {train.split!r} is empty: {train.describe()} has "
-            "no sentence pairs with text (no lines, or blank ones only), so no "
-            "SentencePiece model can be trained."
-        )
-    rank_zero_info(
-        f"Training a {settings.model_type} SentencePiece model with "
-        f"{settings.vocab_size} pieces on {train.describe()} -> {path}"
-    )
-    return Tokenizer.train(
-        sentences,
-        path,
-        settings.vocab_size,
-        model_type=settings.model_type,
-        character_coverage=settings.character_coverage,
-        byte_fallback=settings.byte_fallback,
-        input_sentence_size=sample,
-        seed=settings.seed,
-        num_threads=min(8, os.cpu_count() or 1),
-    )
-
-
-def _has_text(train: CorpusSplit, chunk_size: int) -> bool:
-    """Whether the training split holds a sentence with text. Text, TSV and JSONL files are
-    read to their end, so that misaligned files or a malformed line are reported before
-    SentencePiece training is announced; other formats are read up to the first text."""
-    whole = train.format in ("text", "tsv", "jsonl")
-    found = False
-    for src, tgt in train.iter_chunks(chunk_size):
-        found = found or any(s.strip() for s in chain(src, tgt))
-        if found and not whole:
-            break
-    return found
-
-
-def _split_sentences(train: CorpusSplit, chunk_size: int) -> Iterator[str]:
-    """Every source sentence of the training split, then every target sentence.
-
-    The split is read twice, a chunk at a time, so no list of all lines is built
-    (SentencePiece samples ``input_sentence_size`` sentences as they stream by).
-    """
-    for side in (0, 1):
-        for chunk in train.iter_chunks(chunk_size):
-            yield from chunk[side]
-
-
-def _stream_head(train: CorpusSplit, wanted: int, chunk_size: int) -> tuple[list[str], list[str]]:
-    """The first ``wanted`` pairs of the streamed training split."""
-    src: list[str] = []
-    tgt: list[str] = []
-    for s, t in train.iter_chunks(min(chunk_size, wanted), streaming=True):
-        src += s[: wanted - len(src)]
-        tgt += t[: wanted - len(tgt)]
-        if len(src) >= wanted:
-            break
-    return src, tgt
 
 
 def source_ids(

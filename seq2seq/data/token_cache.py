@@ -63,8 +63,7 @@ def tokenized_split(
     Raises:
         ValueError: if the split holds no pairs.
         WriteError: (an ``OSError``) naming the cache folder if the machine refuses to write
-            the table (a full disk, ...); nothing of it is kept.
-        OSError: if the cache cannot be written otherwise, or the corpus cannot be read.
+            the table (a full disk, ...); nothing of it is kept. Other ``OSError``: as raised.
     """
     key = hashlib.sha256(
         f"{CACHE_VERSION}|{fingerprint}|".encode() + hashlib.sha256(tokenizer.to_bytes()).digest()

@@ -1,0 +1,100 @@
+"""What :class:`~seq2seq.data.datamodule.TranslationDataModule` checks before it spends
+compute: its numeric settings when it is built, and the inputs a stage reads before
+SentencePiece is trained or a split tokenised."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from seq2seq.data.corpus import CorpusSplit
+from seq2seq.data.tokenizer import MIN_VOCAB_SIZE, SPM_CHARACTER_COVERAGE
+
+
+def check_settings(
+    *,
+    max_tokens: int,
+    eval_max_tokens: int | None,
+    bucket_size: int | None,
+    vocab_size: int,
+    max_positions: int,
+    max_length_ratio: float,
+    num_workers: int,
+    seed: int,
+    character_coverage: float,
+    pad_to_multiple_of: int,
+    stream_pool_size: int,
+) -> None:
+    """Raises ``ValueError`` for the first ``data.*`` setting out of its range, naming it (the
+    ranges: ``Raises`` of :class:`~seq2seq.data.datamodule.TranslationDataModule`)."""
+    for name, value in (("max_tokens", max_tokens), ("eval_max_tokens", eval_max_tokens)):
+        if value is not None and value < 1:
+            raise ValueError(f"data.{name} must be >= 1, got {value}.")
+    if bucket_size is not None and bucket_size < 1:
+        raise ValueError(f"data.bucket_size must be >= 1 or null, got {bucket_size}.")
+    if vocab_size < MIN_VOCAB_SIZE:
+        raise ValueError(
+            f"data.vocab_size must be > {MIN_VOCAB_SIZE - 1}, got {vocab_size}: the "
+            "vocabulary holds the 4 special pieces (pad, unk, bos, eos) and at least one "
+            "piece per character of the training corpus."
+        )
+    if max_positions < 2:
+        raise ValueError(
+            f"data.max_positions must be >= 2, got {max_positions}: a sequence holds at "
+            "least one token and its EOS (or BOS)."
+        )
+    if not max_length_ratio >= 1:  # the ratio of the longer side to the shorter one
+        raise ValueError(f"data.max_length_ratio must be >= 1, got {max_length_ratio}.")
+    for name, value in (("num_workers", num_workers), ("seed", seed)):
+        if value < 0:
+            raise ValueError(f"data.{name} must be >= 0, got {value}.")
+    low, high = SPM_CHARACTER_COVERAGE
+    if not low <= character_coverage <= high:
+        raise ValueError(
+            f"data.character_coverage must be in [{low}, {high}] (SentencePiece's range), "
+            f"got {character_coverage}."
+        )
+    if pad_to_multiple_of < 1:
+        raise ValueError(f"pad_to_multiple_of must be >= 1, got {pad_to_multiple_of}.")
+    if stream_pool_size < 1:
+        raise ValueError(f"stream_pool_size must be >= 1, got {stream_pool_size}.")
+
+
+def check_inputs(
+    stage: str | None,
+    held_out: Sequence[str],
+    test_splits: Sequence[str],
+    locate: Callable[[str], CorpusSplit],
+    fetched: Callable[[str], bool],
+    predict_file: str | None,
+) -> None:
+    """Raises for a missing input of ``stage``, so that a typo in the config fails before
+    training rather than after it.
+
+    Args:
+        stage: the Lightning stage (``"fit"``, ``"test"``, ...) or None.
+        held_out: the held-out splits the stage reads; each must be found.
+        test_splits: the test splits; for ``fit``, each must be found unless ``fetched``.
+        locate: finds a split by name (raises ``FileNotFoundError`` if it is missing).
+        fetched: whether the Multi30k download brings a missing split when ``test`` runs.
+        predict_file: for ``fit``, a file that must exist unless None.
+
+    Raises:
+        FileNotFoundError: naming the missing split or file.
+    """
+    for split in held_out:
+        locate(split)
+    if stage != "fit":
+        return
+    for split in test_splits:
+        try:
+            locate(split)
+        except FileNotFoundError:
+            if not fetched(split):
+                raise
+    if predict_file is not None and not Path(predict_file).is_file():
+        what = "is not a file" if Path(predict_file).exists() else "does not exist"
+        raise FileNotFoundError(
+            f"data.predict_file {predict_file} {what}; fix the path or set "
+            "--data.predict_file null to train without it."
+        )
