@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         sources, refs = sources[: args.limit], refs[: args.limit]
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="engines."))
     ours = Translator.from_checkpoint(args.ckpt, device="cpu")
-    hp = ours.module.hparams
+    hp = ours.decoding
     limits = dict(max_len_a=hp.max_len_a, max_len_b=hp.max_len_b, min_len=hp.min_len)
     lp = float(hp.length_penalty)
     engines = args.engines.split(",")

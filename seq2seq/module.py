@@ -15,8 +15,6 @@ from lightning.pytorch.utilities import rank_zero_warn
 from seq2seq import compat
 from seq2seq.checkpoint.format import (
     CHECKPOINT_KEY,
-    DECODING_DEFAULTS,
-    DECODING_SETTINGS,
     EMA_KEY,
     TRAINING_WEIGHTS,
     differing_settings,
@@ -35,6 +33,7 @@ from seq2seq.checkpoint.training import (
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.evaluation import METRICS, Score, corpus_scores, gather_in_order, write_lines
 from seq2seq.nn import (
+    DecodingConfig,
     Transformer,
     TransformerConfig,
     fast,
@@ -42,11 +41,7 @@ from seq2seq.nn import (
     linear_label_smoothed_cross_entropy,
 )
 from seq2seq.optim import InverseSqrtLR
-from seq2seq.translator import (
-    check_decoding_settings,
-    check_decoding_values,
-    decode_batch,
-)
+from seq2seq.text_decoding import apply_overrides, as_config, decode_batch
 
 log = logging.getLogger(__name__)
 
@@ -90,30 +85,11 @@ class TranslationModule(L.LightningModule):
             betas (0.9, 0.98)).
         lr_scheduler: builds the schedule from the optimizer; stepped once per optimizer step
             (default :class:`~seq2seq.optim.InverseSqrtLR` with 4000 warmup steps).
-        beam_size: beam size for test and prediction; 1 means greedy search.
-        val_beam_size: beam size during validation in ``fit`` (``None``: same as beam_size).
-        length_penalty: exponent alpha of the length penalty.
-        length_penalty_form: ``"fairseq"`` (score / len^alpha) or ``"gnmt"``
-            (score / ((5 + len) / 6)^alpha, Wu et al., 2016).
-        max_len_a: hypotheses have at most ``max_len_a * src_len + max_len_b`` tokens (and
-            at least 1, at most ``max_positions``); >= 0.
-        max_len_b: see ``max_len_a``; >= 0.
-        min_len: hypotheses have at least this many tokens before EOS; >= 0. A ``min_len``
-            above the maximum length is allowed: the maximum wins (such a hypothesis ends at
-            the maximum length, without EOS).
-        no_repeat_ngram_size: ban tokens that would repeat an n-gram of this size within a
-            hypothesis (fairseq's ``--no-repeat-ngram-size``); 0 = off, >= 0.
-        sampling: ``predict`` samples (:func:`seq2seq.nn.sample`) instead of searching;
-            validation and test always score greedy or beam search output.
-        sampling_topk: with sampling, keep the k most probable tokens (0 = off).
-        sampling_topp: with sampling, keep the smallest set of most probable tokens whose
-            probability reaches p (nucleus sampling, Holtzman et al., 2020); in (0, 1], 1 = off.
-        temperature: with sampling, divides the log-probabilities before the cuts; > 0.
-        n_samples: with sampling, samples per sentence (``prediction_writer.n_best`` rows
-            are then written for each: one per sample); >= 1.
-        sampling_seed: with sampling, the seed of the draws (not of training, which
-            ``seed_everything`` sets): a sentence's samples depend on it and on the sentence
-            only.
+        decoding: how validation, test and predict decode (``--model.decoding.*``, see
+            :class:`~seq2seq.nn.DecodingConfig`, or a dict of its fields). Only ``predict``
+            samples: validation and test score the search's output.
+        val_beam_size: beam size during validation in ``fit`` (``None``: that of
+            ``decoding``).
         metrics: corpus metrics computed on held-out sets (``bleu``, ``chrf``, ``ter``).
         tgt_lang: target language code for sacreBLEU's tokenizer choice (``None``: 13a).
         compile: run the training and evaluation forward pass through ``torch.compile``
@@ -125,10 +101,9 @@ class TranslationModule(L.LightningModule):
 
     Raises:
         ValueError: at construction, naming the setting, for a ``label_smoothing`` outside
-            [0, 1), a ``beam_size``, ``val_beam_size`` or ``n_samples`` below 1, a negative
-            ``max_len_a``, ``max_len_b``, ``min_len``, ``no_repeat_ngram_size`` or
-            ``sampling_topk``, a ``sampling_topp`` outside (0, 1], a ``temperature`` not above
-            0, an unknown metric, or sizes the Transformer
+            [0, 1), a ``val_beam_size`` below 1, a decoding setting out of range
+            (``model.decoding.max_len_a must be >= 0, got -1.0``), an unknown metric, or
+            sizes the Transformer
             refuses (e.g. ``d_model`` not divisible by ``n_heads``); from
             :meth:`on_load_checkpoint`, for a checkpoint of another architecture or
             SentencePiece model.
@@ -139,20 +114,10 @@ class TranslationModule(L.LightningModule):
         label_smoothing: float = 0.1,
         optimizer: OptimizerCallable = _default_optimizer,
         lr_scheduler: LRSchedulerCallable = _default_scheduler,
-        beam_size: int = DECODING_DEFAULTS["beam_size"],
+        # A frozen (immutable) default, so that LightningCLI lists every field under
+        # --model.decoding.*; None and a dict of fields (a checkpoint's) are taken too.
+        decoding: DecodingConfig = DecodingConfig(),  # noqa: B008
         val_beam_size: int | None = None,
-        length_penalty: float = DECODING_DEFAULTS["length_penalty"],
-        length_penalty_form: str = DECODING_DEFAULTS["length_penalty_form"],
-        max_len_a: float = DECODING_DEFAULTS["max_len_a"],
-        max_len_b: int = DECODING_DEFAULTS["max_len_b"],
-        min_len: int = DECODING_DEFAULTS["min_len"],
-        no_repeat_ngram_size: int = DECODING_DEFAULTS["no_repeat_ngram_size"],
-        sampling: bool = DECODING_DEFAULTS["sampling"],
-        sampling_topk: int = DECODING_DEFAULTS["sampling_topk"],
-        sampling_topp: float = DECODING_DEFAULTS["sampling_topp"],
-        temperature: float = DECODING_DEFAULTS["temperature"],
-        n_samples: int = DECODING_DEFAULTS["n_samples"],
-        sampling_seed: int = DECODING_DEFAULTS["sampling_seed"],
         metrics: list[str] | None = None,
         tgt_lang: str | None = None,
         compile: bool = False,
@@ -163,18 +128,23 @@ class TranslationModule(L.LightningModule):
             raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing}")
         if val_beam_size is not None and val_beam_size < 1:
             raise ValueError(f"model.val_beam_size must be >= 1, got {val_beam_size}")
-        # Refused here, not when decoding: a negative limit would silently cut every output
-        # short (the CLI builds the module first).
-        decoding = dict(beam_size=beam_size, max_len_a=max_len_a, max_len_b=max_len_b)
-        decoding |= dict(min_len=min_len, no_repeat_ngram_size=no_repeat_ngram_size)
-        decoding |= dict(sampling_topk=sampling_topk, sampling_topp=sampling_topp)
-        decoding |= dict(temperature=temperature, n_samples=n_samples, sampling_seed=sampling_seed)
-        check_decoding_values(decoding, prefix="model.")
+        # Checkpoints written before `decoding` existed hold its fields flat, and
+        # load_from_checkpoint passes them here among the architecture's.
+        flat = {k: architecture.pop(k) for k in DecodingConfig.field_names() if k in architecture}
+        if flat:
+            decoding = as_config(decoding).to_dict() | flat
+        #: The decoding settings (:class:`~seq2seq.nn.DecodingConfig`).
+        self.decoding = as_config(decoding, lambda name: f"model.decoding.{name}")
+        #: Hypotheses per sentence that :meth:`predict_step` returns (``TranslationWriter``
+        #: sets its ``n_best`` here when ``predict`` starts).
+        self.n_best = 1
         self.config = TransformerConfig(**architecture)
-        self.save_hyperparameters(ignore=["optimizer", "lr_scheduler"])
+        self.save_hyperparameters(ignore=["optimizer", "lr_scheduler", "decoding"])
         # Every architecture field, defaults included, in the hyperparameters (checkpoints,
-        # TensorBoard's HPARAMS), not only the ones given.
-        self.save_hyperparameters(self.config.to_dict() | dict(self.hparams))
+        # TensorBoard's HPARAMS), not only the ones given; decoding as a plain dict, which
+        # checkpoints load with weights_only=True.
+        decoding_dict = {"decoding": self.decoding.to_dict()}
+        self.save_hyperparameters(self.config.to_dict() | dict(self.hparams) | decoding_dict)
         self.model = Transformer(self.config)
         self.optimizer_factory = optimizer
         self.scheduler_factory = lr_scheduler
@@ -522,43 +492,37 @@ class TranslationModule(L.LightningModule):
         n_best: int = 1,
         **decoding: Any,
     ) -> list[list[tuple[str, float]]]:
-        """Decode a batch of sources into detokenized text.
+        """Decode a batch of sources into detokenized text
+        (:func:`seq2seq.text_decoding.decode_batch`) with :attr:`decoding`, overridden by
+        this call's ``beam_size`` and ``decoding`` (:class:`~seq2seq.nn.DecodingConfig`
+        fields). Its ``sampling`` applies outside a ``Trainer`` and in ``predict``; validation
+        and test score the search's output.
 
         Args:
             batch: a collated batch with ``src`` ``(B, S)`` long and ``src_mask``
                 ``(B, 1, 1, S)`` bool.
-            beam_size: beam size; ``None`` uses ``self.hparams.beam_size``; 1 is greedy.
-            n_best: hypotheses returned per sentence (at most ``beam_size``).
-            **decoding: this call's values of ``length_penalty``, ``length_penalty_form``,
-                ``max_len_a``, ``max_len_b``, ``min_len``, ``no_repeat_ngram_size``,
-                ``sampling`` and the sampling settings (default: the module's settings; the
-                module's ``sampling`` applies outside a ``Trainer`` and in ``predict``, not to
-                validation and test, which score the search's output).
+            beam_size: ``None``: that of :attr:`decoding`; 1 is greedy.
+            n_best: hypotheses returned per sentence (at most the beam size).
+            **decoding: this call's decoding fields.
 
         Returns:
-            For each sentence, ``n_best`` pairs of (text, score), best first (with sampling,
-            ``n_samples`` pairs in sample order); a source with no piece the model knows (an
-            empty or blank line, or one made of characters outside the vocabulary) gets as
-            many pairs ``("", 0.0)``.
+            As :func:`~seq2seq.text_decoding.decode_batch`.
 
         Raises:
             RuntimeError: if no tokenizer is attached (none in the data module or checkpoint).
-            ValueError: if the beam size is below 1 or ``n_best`` exceeds it; for an unknown
-                decoding setting, a negative ``max_len_a``/``max_len_b``/``min_len`` or an
-                unknown ``length_penalty_form``.
+            ValueError: naming the setting, for an unknown or out-of-range one, or an
+                ``n_best`` above the beam size.
         """
         if self.tokenizer is None:
             raise RuntimeError(
                 "no tokenizer attached: load a checkpoint that carries one or attach the "
                 "data module's tokenizer before decoding"
             )
-        check_decoding_settings(decoding)
-        settings = {name: self.hparams[name] for name in DECODING_SETTINGS} | decoding
         trainer = self._trainer
         if "sampling" not in decoding and trainer is not None and not trainer.predicting:
-            settings["sampling"] = False  # held-out scores are those of the search
-        beam = self.hparams.beam_size if beam_size is None else beam_size
-        return decode_batch(self.model, self.tokenizer, batch, beam, n_best, settings)
+            decoding["sampling"] = False  # held-out scores are those of the search
+        config = apply_overrides(self.decoding, {"beam_size": beam_size, **decoding})
+        return decode_batch(self.model, self.tokenizer, batch, config, n_best)
 
     def _decode_and_store(self, batch: dict[str, Any], key: str, beam_size: int | None) -> None:
         best = [hyps[0][0] for hyps in self.translate_batch(batch, beam_size=beam_size)]
@@ -583,7 +547,7 @@ class TranslationModule(L.LightningModule):
 
     def predict_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0):
         """Returns a list of ``(index, [(text, score), ...])`` for the batch's sentences."""
-        hyps = self.translate_batch(batch, n_best=getattr(self, "n_best", 1))
+        hyps = self.translate_batch(batch, n_best=self.n_best)
         return list(zip(batch["index"].tolist(), hyps, strict=True))
 
     def _test_set_name(self, dataloader_idx: int) -> str:

@@ -380,9 +380,9 @@ def test_d_model_not_divisible_by_n_heads():
 @pytest.mark.parametrize(
     ("option", "value", "message"),
     [
-        ("model.max_len_a", "-1", r"model\.max_len_a must be >= 0, got -1\.0"),
-        ("model.max_len_b", "-50", r"model\.max_len_b must be >= 0, got -50"),
-        ("model.min_len", "-1", r"model\.min_len must be >= 0, got -1"),
+        ("model.decoding.max_len_a", "-1", r"^model\.decoding\.max_len_a must be >= 0, got -1\.0$"),
+        ("model.decoding.max_len_b", "-50", r"^model\.decoding\.max_len_b must be >= 0, got -50$"),
+        ("model.decoding.min_len", "-1", r"^model\.decoding\.min_len must be >= 0, got -1$"),
         ("data.bucket_size", "0", r"data\.bucket_size must be >= 1 or null, got 0\."),
         ("data.vocab_size", "3", r"data\.vocab_size must be > 4, got 3: the vocabulary holds"),
     ],
@@ -522,9 +522,9 @@ def test_checkpoint_carries_config_and_tokenizer(trained, spm_file):
     ("name", "value"), [("max_len_a", -1.0), ("max_len_b", -50), ("min_len", -1)]
 )
 def test_translator_refuses_negative_length_limits(trained, name, value):
-    """ValueError: 'model.max_len_a must be >= 0, got -1.0', not translations cut short."""
+    """ValueError: 'max_len_a must be >= 0, got -1.0', not translations cut short."""
     ckpt = trained / "checkpoints" / "last.ckpt"
-    with pytest.raises(ValueError, match=rf"^model\.{name} must be >= 0, got {value}$"):
+    with pytest.raises(ValueError, match=rf"^{name} must be >= 0, got {value}$"):
         Translator.from_checkpoint(ckpt, device="cpu", **{name: value})
 
 

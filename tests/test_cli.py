@@ -115,6 +115,30 @@ def test_unknown_key_in_a_config_file_is_reported_briefly(monkeypatch, capsys, t
     )
 
 
+def test_a_decoding_setting_outside_model_decoding_points_there(monkeypatch, capsys, tmp_path):
+    """The decoding settings are keys of model.decoding: the flat spelling of earlier configs
+    (--model.beam_size, model: beam_size:) is refused in one line that names the new one."""
+    monkeypatch.delenv("SEQ2SEQ_TRACEBACK", raising=False)
+    tiny = str(CONFIGS / "tiny.yaml")
+    code, out = _exit_of_main(
+        monkeypatch, capsys, "fit", "--config", tiny, "--model.beam_size", "3"
+    )
+    assert code == 2
+    assert out.err.splitlines() == [
+        "seq2seq: error: unrecognized option --model.beam_size (did you mean "
+        "--model.decoding.beam_size?)",
+        "For the full list of options run: seq2seq fit --help",
+    ]
+    config = tmp_path / "flat.yaml"
+    config.write_text("model:\n  max_len_b: 3\n", encoding="utf-8")
+    code, out = _exit_of_main(monkeypatch, capsys, "fit", "--config", tiny, "--config", str(config))
+    assert code == 2
+    assert out.err.splitlines()[0] == (
+        "seq2seq: error: unknown config key 'model.max_len_b' (did you mean "
+        "model.decoding.max_len_b?)"
+    )
+
+
 def test_invalid_value_names_the_option_and_the_value(monkeypatch, capsys):
     monkeypatch.delenv("SEQ2SEQ_TRACEBACK", raising=False)
     argv = ["validate", "--config", str(CONFIGS / "tiny.yaml"), "--trainer.max_epochs", "abc"]
@@ -155,7 +179,7 @@ def test_top_level_and_translate_help_name_every_command_and_default(monkeypatch
     code, out = _exit_of_main(monkeypatch, capsys, "translate", "--help")
     assert code == 0 and "``" not in out.out
     text = " ".join(out.out.split())
-    assert "(default: the checkpoint's model.beam_size)" in text
+    assert "(default: the checkpoint's model.decoding.beam_size)" in text
     assert "(default: 4096)" in text
     # A command's own help: its usage line alone, seq2seq's summary, no sentence cut short.
     code, out = _exit_of_main(monkeypatch, capsys, "test", "--help")
@@ -211,7 +235,7 @@ def test_test_bleu_is_the_first_listed_sets(tiny_run, multi30k_dir, monkeypatch,
     in that order, not alphabetically, ending with one table of every set's scores."""
     cli = _test_best_of_tiny_run(
         tiny_run, multi30k_dir, monkeypatch,
-        "--data.test_splits", "[val, test_2016_flickr]", "--model.beam_size", "1",
+        "--data.test_splits", "[val, test_2016_flickr]", "--model.decoding.beam_size", "1",
     )  # fmt: skip
     metrics = cli.trainer.callback_metrics
     assert float(metrics["test/bleu"]) == float(metrics["test/val/bleu"])
@@ -360,7 +384,7 @@ def test_predict_writes_one_line_per_input(tiny_run, monkeypatch, tmp_path):
     assert written[1] == "" and written[0] != ""  # an empty line is translated as an empty line
     # n-best rows: n_best of them for every line, the empty one included (empty text, score 0).
     argv = _predict_argv(source, tiny_run / "checkpoints/tiny/last.ckpt", output)
-    cli_main([*argv, "--prediction_writer.n_best", "2", "--model.beam_size", "2"])
+    cli_main([*argv, "--prediction_writer.n_best", "2", "--model.decoding.beam_size", "2"])
     rows = [row.split("\t") for row in output.read_text(encoding="utf-8").splitlines()]
     assert [row[0] for row in rows] == ["0", "0", "1", "1", "2", "2", "3", "3"]
     assert rows[2] == rows[3] == ["1", "0.0000", ""]
@@ -1126,7 +1150,7 @@ def test_a_score_on_part_of_a_set_says_so(tiny_run, multi30k_dir, monkeypatch, c
             "--config", str(CONFIGS / "tiny.yaml"),
             "--data.data_dir", str(multi30k_dir),
             "--ckpt_path", "last",
-            "--model.beam_size", "1",
+            "--model.decoding.beam_size", "1",
         ]
     )  # fmt: skip
     out = capsys.readouterr().out
@@ -1311,16 +1335,29 @@ def test_testing_another_folders_checkpoint_has_no_dirpath_notice(
 @pytest.mark.parametrize(
     ("extra", "expected"),
     [
-        (["--temperature", "0"], "--temperature must be > 0, got 0.0"),
-        (["--temperature", "inf"], "--temperature must be a finite number, got inf"),
+        (["--temperature", "0"], "--temperature must be a finite number > 0, got 0.0"),
+        (["--temperature", "inf"], "--temperature must be a finite number > 0, got inf"),
         (["--sampling_topp", "0"], r"--sampling_topp must lie in (0, 1] (1 = off), got 0.0"),
         (["--sampling_topp", "1.2"], r"--sampling_topp must lie in (0, 1] (1 = off), got 1.2"),
         (["--sampling_topk", "-1"], "--sampling_topk must be >= 0, got -1"),
         (["--n_samples", "0"], "--n_samples must be >= 1, got 0"),
         (["--no_repeat_ngram_size", "-2"], "--no_repeat_ngram_size must be >= 0, got -2"),
-        (["--sampling", "--beam_size", "4"], "--beam_size 4 with --sampling: sampling does not"),
-        (["--seed", "3", "--beam_size", "2"], "--beam_size 2 with --seed: sampling does not"),
-        (["--n_samples", "2", "--n_best", "2"], "--n_best 2 applies to beam search; with sampling"),
+        (
+            ["--sampling", "--beam_size", "4"],
+            "--beam_size 4 with --sampling: sampling draws, it does not search; leave "
+            "--beam_size out (or give 1)",
+        ),
+        (["--seed", "3", "--beam_size", "2"], "--beam_size 2 with --seed: sampling draws"),
+        (
+            ["--sampling_seed", "3", "--beam_size", "2"],
+            "--beam_size 2 with --sampling_seed: sampling draws",
+        ),
+        (
+            ["--n_samples", "2", "--n_best", "2"],
+            "--n_best 2 with sampling: give --n_samples 2 for that many samples per sentence",
+        ),
+        (["--seed", "3", "--sampling_seed", "3"], "give --seed or --sampling_seed, not both"),
+        (["--repetition_penalty", "0"], "--repetition_penalty must be a finite number > 0"),
         (["--prefix_file", "missing.txt"], "--prefix_file missing.txt: not found"),
         (["--seed", "x"], "argument --seed: invalid int value: 'x'"),
     ],

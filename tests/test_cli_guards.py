@@ -433,8 +433,8 @@ def test_evaluation_warns_of_the_model_settings_the_checkpoint_overrides(
 
     ckpt = str(tiny_run / "checkpoints/tiny/last.ckpt")
     common = ["--config", str(CONFIGS / "tiny.yaml"), "--data.data_dir", str(multi30k_dir)]
-    decoding = ["--model.beam_size", "1", "--model.length_penalty", "0.6"]
-    decoding += ["--model.max_len_b", "3", "--model.val_beam_size", "3"]
+    decoding = ["--model.decoding.beam_size", "1", "--model.decoding.length_penalty", "0.6"]
+    decoding += ["--model.decoding.max_len_b", "3", "--model.val_beam_size", "3"]
     cli = cli_main(
         [
             "test", *common, "--ckpt_path", ckpt, *decoding,
@@ -452,8 +452,9 @@ def test_evaluation_warns_of_the_model_settings_the_checkpoint_overrides(
     config = cli.model.model_config
     assert (config["d_model"], config["n_heads"], config["vocab_size"]) == (32, 2, 500)
     assert (config["norm_first"], config["positional"]) == (True, "sinusoidal")
-    hparams = cli.model.hparams
-    assert (hparams.beam_size, hparams.length_penalty, hparams.max_len_b) == (1, 0.6, 3)
+    decoded = cli.model.decoding
+    assert (decoded.beam_size, decoded.length_penalty, decoded.max_len_b) == (1, 0.6, 3)
+    assert cli.model.hparams.decoding == decoded.to_dict()
 
     cli_main(["validate", *common, "--ckpt_path", ckpt, *decoding])
     assert _warnings(capsys.readouterr().err.splitlines()) == []

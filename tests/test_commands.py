@@ -343,13 +343,17 @@ def test_translate_takes_the_length_settings_of_the_api(tiny_run, monkeypatch, c
     assert default.translate(lines, beam_size=2, return_scores=True) != expected
     for extra, message in [
         (["--min_len", "-1"], "--min_len must be >= 0, got -1"),
-        (["--max_len_a", "inf"], "--max_len_a must be a finite number"),
-        (["--length_penalty_form", "none"], "argument --length_penalty_form: invalid choice"),
+        (["--max_len_a", "inf"], "--max_len_a must be >= 0, got inf"),
+        (
+            ["--length_penalty_form", "none"],
+            "--length_penalty_form must be 'fairseq' or 'gnmt', got 'none'",
+        ),
     ]:
         code, out, err = run_main(
             monkeypatch, capsys, "translate", "--ckpt_path", ckpt, *extra, stdin=source
         )
-        assert code == 2 and out == "" and message in err[-1], (extra, err)
+        assert code == 2 and out == "", (extra, err)
+        assert err[-1] == f"seq2seq translate: error: {message}", (extra, err)
 
 
 def test_translator_takes_decoding_settings_per_call(tiny_run):
@@ -368,9 +372,9 @@ def test_translator_takes_decoding_settings_per_call(tiny_run):
         got = translator.translate(lines, beam_size=beam, return_scores=True, **settings)
         assert got == expected
         assert translator.translate(lines, beam_size=beam, return_scores=True) != expected
-    with pytest.raises(ValueError, match=r"unknown decoding settings \['num_beams'\]"):
+    with pytest.raises(ValueError, match=r"unknown decoding settings: \['num_beams'\]"):
         translator.translate(lines, num_beams=2)
-    with pytest.raises(ValueError, match="min_len must be >= 0, got -1"):
+    with pytest.raises(ValueError, match="^min_len must be >= 0, got -1$"):
         translator.translate(lines, min_len=-1)
 
 
@@ -668,3 +672,41 @@ def test_translate_output_to_an_open_descriptor_continues_the_file(
         f"seq2seq translate: error: --output /dev/fd/{fd}: file descriptor {fd} is not open in "
         "this process"
     )
+
+
+def test_every_decoding_field_is_a_translate_flag_and_a_model_decoding_key():
+    """seq2seq translate and --model.decoding.* offer each DecodingConfig field, of its type,
+    with the help of its Attributes documentation."""
+    import dataclasses
+    import typing
+
+    import docstring_parser
+    from jsonargparse import ArgumentParser
+
+    from seq2seq.commands.parsing import Parser, plain
+    from seq2seq.commands.translating import add_decoding_flags
+    from seq2seq.module import TranslationModule
+    from seq2seq.nn import DecodingConfig
+
+    docs = {
+        p.arg_name: p.description for p in docstring_parser.parse(DecodingConfig.__doc__).params
+    }
+    types = typing.get_type_hints(DecodingConfig)
+    translate_flags = Parser(prog="t")
+    add_decoding_flags(translate_flags)
+    flags = {a.dest: a for a in translate_flags._actions}
+    config = ArgumentParser()
+    config.add_class_arguments(TranslationModule, "model")
+    keys = {a.dest: a for a in config._actions}
+    for field in dataclasses.fields(DecodingConfig):
+        name, text = field.name, " ".join(plain(docs[field.name]).split())
+        assert text, name
+        flag = flags[name]
+        assert flag.option_strings == [f"--{name}"] and flag.default is None
+        assert flag.help == f"{text} (default: the checkpoint's model.decoding.{name})"
+        assert flag.type is (None if types[name] is bool else types[name]), name
+        key = keys[f"model.decoding.{name}"]
+        assert key.option_strings == [f"--model.decoding.{name}"]
+        assert " ".join(plain(key.help).split()) == text, name
+        assert key.default == getattr(DecodingConfig(), name)
+    assert set(DecodingConfig.field_names()) <= set(flags)

@@ -239,12 +239,12 @@ def test_translator_of_several_checkpoints_decodes_their_ensemble(checkpoints):
         assert scores == pytest.approx([s for h in expected for _, s in h], abs=1e-5)
     # Other architectures ensemble; decoding settings are the first checkpoint's, overridable.
     mixed = Translator.from_checkpoint([checkpoints["b"], checkpoints["a"]], device="cpu")
-    assert (mixed.module.hparams.beam_size, mixed.module.hparams.max_len_b) == (2, 8)
+    assert (mixed.decoding.beam_size, mixed.decoding.max_len_b) == (2, 8)
     assert len(mixed.translate(SENTENCES)) == len(SENTENCES)
     overridden = Translator.from_checkpoint(
         [checkpoints["a"], checkpoints["b"]], beam_size=1, max_len_b=3
     )
-    assert (overridden.module.hparams.beam_size, overridden.module.hparams.max_len_b) == (1, 3)
+    assert (overridden.decoding.beam_size, overridden.decoding.max_len_b) == (1, 3)
 
 
 def test_translator_refuses_checkpoints_that_do_not_share_a_vocabulary(checkpoints, tmp_path):

@@ -205,7 +205,7 @@ def test_huggingface_generate_is_our_search(ours, hf_dir):
     from seq2seq.export.huggingface import generate_translations
 
     model, tokenizer = _hf(hf_dir)
-    settings = {k: ours.module.hparams[k] for k in ("max_len_a", "max_len_b", "min_len")}
+    settings = {k: getattr(ours.decoding, k) for k in ("max_len_a", "max_len_b", "min_len")}
     lines = _lines(24)  # generate is slow on the tiny model's long, repetitive outputs
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
@@ -215,7 +215,7 @@ def test_huggingface_generate_is_our_search(ours, hf_dir):
                 model, tokenizer, lines, beam, length_penalty=1.0, **settings
             )
             assert got == expected
-    assert model.generation_config.num_beams == ours.module.hparams.beam_size
+    assert model.generation_config.num_beams == ours.decoding.beam_size
     assert model.generation_config.decoder_start_token_id == ours.module.tokenizer.bos_id
 
 

@@ -9,7 +9,7 @@ from conftest import quiet_cpu_trainer
 
 from seq2seq.data.batching import collate
 from seq2seq.module import TranslationModule
-from seq2seq.nn import greedy_search
+from seq2seq.nn import DecodingConfig, greedy_search
 
 
 def _module() -> TranslationModule:
@@ -82,17 +82,34 @@ def test_loss_under_bfloat16_autocast_matches_float32():
     ("name", "value"), [("max_len_a", -1.0), ("max_len_b", -50), ("min_len", -1)]
 )
 def test_negative_length_limits_are_refused_at_construction(name, value):
-    """ValueError: 'model.max_len_a must be >= 0, got -1.0', not outputs cut short."""
-    with pytest.raises(ValueError, match=rf"^model\.{name} must be >= 0, got {value}$"):
-        TranslationModule(vocab_size=40, d_model=16, n_heads=2, d_ff=32, **{name: value})
+    """ValueError: 'model.decoding.max_len_a must be >= 0, got -1.0', not outputs cut short."""
+    with pytest.raises(ValueError, match=rf"^model\.decoding\.{name} must be >= 0, got {value}$"):
+        TranslationModule(vocab_size=40, d_model=16, n_heads=2, d_ff=32, decoding={name: value})
+    with pytest.raises(ValueError, match=rf"^{name} must be >= 0, got {value}$"):
+        TranslationModule(
+            vocab_size=40, d_model=16, n_heads=2, d_ff=32, decoding=DecodingConfig(**{name: value})
+        )
+
+
+def test_decoding_is_a_config_and_a_plain_dict_in_the_hyperparameters():
+    module = TranslationModule(vocab_size=40, d_model=16, n_heads=2, d_ff=32)
+    assert module.decoding == DecodingConfig() and module.n_best == 1
+    assert module.hparams.decoding == DecodingConfig().to_dict()
+    given = DecodingConfig(beam_size=2, min_len=1)
+    module = TranslationModule(vocab_size=40, d_model=16, n_heads=2, d_ff=32, decoding=given)
+    assert module.decoding is given and module.hparams.decoding["beam_size"] == 2
+    rebuilt = TranslationModule(**module.hparams)  # as load_from_checkpoint builds it
+    assert rebuilt.decoding == given
+    with pytest.raises(ValueError, match=r"^unknown decoding settings: \['beams'\]"):
+        TranslationModule(vocab_size=40, d_model=16, n_heads=2, d_ff=32, decoding={"beams": 2})
 
 
 def test_min_len_above_the_maximum_length_is_allowed_and_the_maximum_wins():
     module = TranslationModule(
         vocab_size=40, d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, d_ff=32,
-        max_len_a=0.0, max_len_b=3, min_len=10,
+        decoding=DecodingConfig(max_len_a=0.0, max_len_b=3, min_len=10),
     )  # fmt: skip
-    hp = module.hparams
+    hp = module.decoding
     src = torch.randint(4, 40, (2, 5), generator=torch.Generator().manual_seed(0))
     limits = dict(max_len_a=hp.max_len_a, max_len_b=hp.max_len_b, min_len=hp.min_len)
     for hyps in greedy_search(module.model.eval(), src, None, 2, 3, **limits):

@@ -7,10 +7,13 @@ import pytest
 import torch
 
 from seq2seq.checkpoint.format import CHECKPOINT_KEY
+from seq2seq.checkpoint.models import CheckpointModel
 from seq2seq.data.corpus import read_lines
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.module import TranslationModule
-from seq2seq.translator import TranslationModel, Translator, source_batch
+from seq2seq.nn import DecodingConfig
+from seq2seq.text_decoding import source_batch
+from seq2seq.translator import Translator
 
 MULTI30K = __import__("conftest")._multi30k_dir()
 SENTENCES = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee.", "", "Eine Frau."]
@@ -26,7 +29,7 @@ def saved(tmp_path_factory):
     torch.manual_seed(0)
     module = TranslationModule(
         vocab_size=300, d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=2, d_ff=64,
-        max_len_b=6, beam_size=3, length_penalty=0.6,
+        decoding=DecodingConfig(max_len_b=6, beam_size=3, length_penalty=0.6),
     )  # fmt: skip
     module.tokenizer = tokenizer
     checkpoint = {"state_dict": module.state_dict(), "hyper_parameters": dict(module.hparams)}
@@ -58,12 +61,13 @@ def test_translating_with_a_checkpoint_imports_no_lightning_nor_data_pipeline(sa
 def test_translator_from_checkpoint_translates_as_the_module(saved):
     path, module = saved
     translator = Translator.from_checkpoint(path, device="cpu")
-    assert isinstance(translator.module, TranslationModel)
+    assert isinstance(translator.module, CheckpointModel)
     assert isinstance(translator.model, torch.nn.Module) and not isinstance(
         translator.model, TranslationModule
     )
     assert translator.module.model_config == module.model_config
-    assert translator.module.hparams.beam_size == 3  # the checkpoint's decoding settings
+    assert translator.decoding == module.decoding  # the checkpoint's decoding settings
+    assert translator.decoding.beam_size == 3
     for beam in (1, 3):
         encoded = translator.encode(SENTENCES)
         batch = source_batch(encoded, translator.tokenizer.pad_id)
@@ -104,7 +108,7 @@ def test_from_checkpoint_refuses_unknown_and_out_of_range_settings(saved):
     path, _ = saved
     with pytest.raises(ValueError, match=r"unknown decoding settings: \['num_beams'\]"):
         Translator.from_checkpoint(path, num_beams=2)
-    with pytest.raises(ValueError, match=r"^model\.beam_size must be >= 1, got 0$"):
+    with pytest.raises(ValueError, match=r"^beam_size must be >= 1, got 0$"):
         Translator.from_checkpoint(path, beam_size=0)
     with pytest.raises(ValueError, match="n_heads: checkpoint 4 vs requested 2"):
         Translator.from_checkpoint(path, n_heads=2)
@@ -161,9 +165,12 @@ def test_prefixes_and_no_repeat_ngram_size_through_the_api(saved):
         ({"n_samples": 0}, r"n_samples must be >= 1, got 0"),
         ({"no_repeat_ngram_size": -1}, r"no_repeat_ngram_size must be >= 0, got -1"),
         ({"seed": 1.5}, r"sampling_seed must be an integer, got 1.5"),
-        ({"sampling": True, "beam_size": 3}, r"beam_size=3 with sampling"),
+        ({"sampling": True, "beam_size": 3}, r"^beam_size=3 with sampling: sampling draws"),
+        ({"temperature": 0.7, "beam_size": 2}, r"^beam_size=2 with temperature: sampling"),
         ({"temperature": 0.7, "n_best": 2}, r"n_best=2 with sampling: give n_samples=2"),
         ({"sampling": False, "temperature": 0.7}, r"temperature applies to sampling"),
+        ({"num_beams": 2}, r"^unknown decoding settings: \['num_beams'\]; choose from"),
+        ({"repetition_penalty": 1.2}, r"^repetition_penalty 1.2 is not supported yet"),
     ],
 )
 def test_the_api_refuses_bad_sampling_values(saved, options, message):
@@ -174,7 +181,8 @@ def test_the_api_refuses_bad_sampling_values(saved, options, message):
 
 def test_the_module_samples_outside_evaluation(saved):
     _, module = saved
-    sampler = TranslationModule(**{**dict(module.hparams), "sampling": True, "n_samples": 2})
+    decoding = module.decoding.replace(sampling=True, n_samples=2)
+    sampler = TranslationModule(**{**dict(module.hparams), "decoding": decoding})
     sampler.load_state_dict(module.state_dict())
     sampler.tokenizer = module.tokenizer
     batch = source_batch(Translator(module).encode(SENTENCES), module.tokenizer.pad_id)
@@ -183,5 +191,39 @@ def test_the_module_samples_outside_evaluation(saved):
     assert sampler.translate_batch(batch) == drawn
     searched = sampler.translate_batch(batch, sampling=False, beam_size=1)
     assert [len(h) for h in searched] == [1] * len(SENTENCES)
-    with pytest.raises(ValueError, match=r"^model\.temperature must be a finite number > 0"):
-        TranslationModule(vocab_size=16, d_model=8, n_heads=2, d_ff=16, temperature=-1.0)
+    with pytest.raises(ValueError, match=r"^model\.decoding\.temperature must be a finite number"):
+        TranslationModule(
+            vocab_size=16, d_model=8, n_heads=2, d_ff=16, decoding={"temperature": -1.0}
+        )
+
+
+def test_the_checkpoint_stores_decoding_as_a_plain_dict(saved):
+    path, module = saved
+    checkpoint = torch.load(path, weights_only=True)
+    assert checkpoint["hyper_parameters"]["decoding"] == module.decoding.to_dict()
+    assert not set(DecodingConfig.field_names()) & set(checkpoint["hyper_parameters"])
+
+
+def test_a_checkpoint_with_flat_decoding_hyperparameters_translates_with_its_settings(
+    saved, tmp_path
+):
+    """Checkpoints written before ``decoding`` existed hold its fields flat; they keep their
+    settings in the Translator and in ``TranslationModule.load_from_checkpoint``."""
+    path, module = saved
+    checkpoint = torch.load(path, weights_only=True)
+    hparams = checkpoint["hyper_parameters"]
+    hparams.update(hparams.pop("decoding"))  # flat, as before
+    hparams.update(beam_size=2, max_len_b=4, no_repeat_ngram_size=1)
+    old = tmp_path / "flat.ckpt"
+    torch.save(checkpoint, old)
+    translator = Translator.from_checkpoint(old, device="cpu")
+    expected = module.decoding.replace(beam_size=2, max_len_b=4, no_repeat_ngram_size=1)
+    assert translator.decoding == expected
+    got = translator.translate(SENTENCES, return_scores=True)
+    assert got == Translator.from_checkpoint(path, device="cpu").translate(
+        SENTENCES, return_scores=True, beam_size=2, max_len_b=4, no_repeat_ngram_size=1
+    )
+    assert got != Translator.from_checkpoint(path).translate(SENTENCES, return_scores=True)
+    loaded = TranslationModule.load_from_checkpoint(old, weights_only=True)
+    assert loaded.decoding == expected
+    assert loaded.hparams["decoding"] == expected.to_dict()

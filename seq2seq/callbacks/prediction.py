@@ -25,8 +25,9 @@ class TranslationWriter(BasePredictionWriter):
     Args:
         output_path: file to write (parent folders are created).
         n_best: with more than 1, write ``line<TAB>score<TAB>text`` rows, ``n_best`` per line
-            (the module must decode that many). A module that samples ``n_samples`` above 1
-            (``model.sampling``) gets these rows too, one per sample.
+            (set as the module's ``n_best`` when ``predict`` starts). A module that samples
+            ``n_samples`` above 1 (``model.decoding.sampling``) gets these rows too, one per
+            sample.
     """
 
     def __init__(self, output_path: str = "predictions.txt", n_best: int = 1) -> None:
@@ -39,7 +40,7 @@ class TranslationWriter(BasePredictionWriter):
             check_output_file(self.output_path, "TranslationWriter.output_path")
 
     def on_predict_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        pl_module.n_best = self.n_best
+        pl_module.n_best = self.n_best  # TranslationModule.n_best: what predict_step returns
 
     def write_on_epoch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, predictions: Any, batch_indices

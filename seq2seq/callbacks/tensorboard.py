@@ -195,7 +195,7 @@ class AttentionHeatmaps(L.Callback):
             The maps of :meth:`~seq2seq.nn.Transformer.attention_maps` for batch size 1, the
             source ids and the output ids (hypothesis + EOS, cut to ``max_positions``).
         """
-        model, tokenizer, hp = pl_module.model, pl_module.tokenizer, pl_module.hparams
+        model, tokenizer, hp = pl_module.model, pl_module.tokenizer, pl_module.decoding
         src = torch.tensor([src_ids], dtype=torch.long, device=pl_module.device)
         mask = torch.ones(1, 1, 1, src.size(1), dtype=torch.bool, device=src.device)
         bos, eos = tokenizer.bos_id, tokenizer.eos_id

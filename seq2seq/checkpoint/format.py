@@ -10,6 +10,10 @@ states; seq2seq adds ``checkpoint[CHECKPOINT_KEY]``, a dictionary of:
 * ``"rng"``: the random generators' states for an exact resume (training only);
 * ``"log"``: the logger's name and version, so that a resumed run logs into the same folder.
 
+The decoding settings are the module's hyperparameter ``"decoding"``, a plain dictionary of
+:class:`seq2seq.nn.DecodingConfig`'s fields (flat keys in checkpoints written before it
+existed; :meth:`~seq2seq.nn.DecodingConfig.from_dict` reads both).
+
 With an exponential moving average of the weights (:class:`seq2seq.callbacks.EMA`),
 ``state_dict`` holds the averaged weights, which every reader (``test``, ``translate``,
 ``average``, ``export``, ``--init_from``) takes, and two more top-level keys hold what a resumed
@@ -29,12 +33,9 @@ import torch
 __all__ = [
     "AVERAGED_FROM",
     "CHECKPOINT_KEY",
-    "DECODING_DEFAULTS",
-    "DECODING_SETTINGS",
     "EMA_KEY",
     "LIGHTNING_VERSION",
     "NON_STRUCTURAL",
-    "SAMPLING_SETTINGS",
     "TRAINING_WEIGHTS",
     "differing_settings",
     "language_pair",
@@ -66,50 +67,6 @@ NON_STRUCTURAL = frozenset({"dropout", "attention_dropout", "activation_dropout"
 """Model settings that act in training only. Every other field of the model configuration is
 structural: it changes the weights' shapes or what they compute, so a checkpoint must be used
 with its own value."""
-
-
-#: Decoding settings that ``translate_batch`` takes per call (the module's, the Translator's).
-DECODING_SETTINGS = (
-    "length_penalty",
-    "length_penalty_form",
-    "max_len_a",
-    "max_len_b",
-    "min_len",
-    "no_repeat_ngram_size",
-    "sampling",
-    "sampling_topk",
-    "sampling_topp",
-    "temperature",
-    "n_samples",
-    "sampling_seed",
-)
-
-#: The settings that only sampling reads; giving one asks for sampling.
-SAMPLING_SETTINGS = (
-    "sampling_topk",
-    "sampling_topp",
-    "temperature",
-    "n_samples",
-    "sampling_seed",
-)
-
-#: The defaults of ``beam_size`` and the :data:`DECODING_SETTINGS` (``TranslationModule``'s),
-#: for checkpoints whose hyperparameters do not record them.
-DECODING_DEFAULTS: dict[str, Any] = {
-    "beam_size": 5,
-    "length_penalty": 1.0,
-    "length_penalty_form": "fairseq",
-    "max_len_a": 1.2,
-    "max_len_b": 10,
-    "min_len": 0,
-    "no_repeat_ngram_size": 0,
-    "sampling": False,
-    "sampling_topk": 0,
-    "sampling_topp": 1.0,
-    "temperature": 1.0,
-    "n_samples": 1,
-    "sampling_seed": 0,
-}
 
 
 def model_config(checkpoint: Mapping[str, Any]) -> dict[str, Any]:

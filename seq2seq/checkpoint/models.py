@@ -1,6 +1,7 @@
-"""The models that checkpoint files hold, built for translation: one Transformer with its
-tokenizer and decoding settings, and the checks that several checkpoints can decode together
-as an :class:`~seq2seq.nn.Ensemble` (:meth:`seq2seq.translator.Translator.from_checkpoint`).
+"""The models that checkpoint files hold, built for translation: a :class:`CheckpointModel`
+(a Transformer with its tokenizer and :class:`~seq2seq.nn.DecodingConfig`), and the checks that
+several checkpoints can decode together as an :class:`~seq2seq.nn.Ensemble`
+(:meth:`seq2seq.translator.Translator.from_checkpoint`).
 
 No Lightning; the tokenizer is SentencePiece's (:mod:`seq2seq.data.tokenizer`).
 """
@@ -12,9 +13,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from seq2seq.checkpoint.format import (
     CHECKPOINT_KEY,
-    DECODING_DEFAULTS,
     differing_settings,
     model_config,
     tokenizer_blob,
@@ -25,9 +27,61 @@ from seq2seq.checkpoint.load import (
     load_checkpoint,
 )
 from seq2seq.data.tokenizer import Tokenizer
-from seq2seq.nn import Transformer, TransformerConfig
+from seq2seq.nn import DecodingConfig, Transformer, TransformerConfig
+from seq2seq.text_decoding import apply_overrides, decode_batch
 
-__all__ = ["check_ensemble_paths", "load_model"]
+__all__ = ["CheckpointModel", "check_ensemble_paths", "load_model"]
+
+
+class CheckpointModel:
+    """A checkpoint's :class:`~seq2seq.nn.Transformer` (or an Ensemble), its tokenizer and its
+    :class:`~seq2seq.nn.DecodingConfig`: what translating needs, without the training module.
+
+    It offers what decoding code reads of a ``TranslationModule`` (``model``, ``tokenizer``,
+    ``decoding``, ``model_config``, ``device``, :meth:`translate_batch`).
+
+    Args:
+        model: the Transformer.
+        tokenizer: its SentencePiece model.
+        decoding: the decoding settings (``None``: the defaults).
+    """
+
+    def __init__(
+        self, model: Transformer, tokenizer: Tokenizer, decoding: DecodingConfig | None = None
+    ) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.decoding = decoding or DecodingConfig()
+
+    @property
+    def model_config(self) -> dict[str, Any]:
+        """The architecture, :meth:`TransformerConfig.to_dict` of the model's config."""
+        return self.model.config.to_dict()
+
+    @property
+    def device(self) -> torch.device:
+        """Where the weights are."""
+        return next(self.model.parameters()).device
+
+    def to(self, device: str | torch.device) -> CheckpointModel:
+        self.model.to(device)
+        return self
+
+    def eval(self) -> CheckpointModel:
+        self.model.eval()
+        return self
+
+    def translate_batch(
+        self, batch: Mapping[str, Any], beam_size: int | None = None, n_best: int = 1, **decoding
+    ) -> list[list[tuple[str, float]]]:
+        """:func:`~seq2seq.text_decoding.decode_batch` with :attr:`decoding`, overridden by
+        this call's ``beam_size`` and ``decoding`` (DecodingConfig fields).
+
+        Raises:
+            ValueError: as :func:`~seq2seq.text_decoding.apply_overrides` and ``decode_batch``.
+        """
+        config = apply_overrides(self.decoding, {"beam_size": beam_size, **decoding})
+        return decode_batch(self.model, self.tokenizer, batch, config, n_best)
 
 
 def check_ensemble_paths(paths: Sequence[str | Path]) -> None:
@@ -63,22 +117,23 @@ def load_model(
     path: str | Path,
     decoding: Mapping[str, Any],
     reference: tuple[str | Path, dict[str, Any]] | None = None,
-) -> tuple[Transformer, Tokenizer, dict[str, Any], dict[str, Any]]:
-    """The Transformer of a checkpoint file with its weights, its tokenizer and its decoding
-    settings overridden by ``decoding`` (see
-    :meth:`seq2seq.translator.Translator.from_checkpoint`).
+) -> tuple[CheckpointModel, dict[str, Any]]:
+    """The :class:`CheckpointModel` of a checkpoint file: its Transformer with its weights, its
+    tokenizer, and its decoding settings (nested or, in older checkpoints, flat
+    hyperparameters: :meth:`~seq2seq.nn.DecodingConfig.from_dict`) overridden by ``decoding``.
 
     Args:
         path: the checkpoint file.
-        decoding: the caller's decoding settings and architecture fields.
+        decoding: the caller's decoding fields and architecture fields (see
+            :meth:`seq2seq.translator.Translator.from_checkpoint`).
         reference: ``(file, identity)`` of the first checkpoint of an ensemble: this one
             must carry its SentencePiece model and language pair
             (:func:`~seq2seq.checkpoint.check_same_vocabulary`), checked before the model is
             built.
 
     Returns:
-        ``(model, tokenizer, settings, identity)``; ``identity`` holds the checkpoint's
-        tokenizer and language pair alone (not its weights), as a ``reference``.
+        ``(model, identity)``; ``identity`` holds the checkpoint's tokenizer and language pair
+        alone (not its weights), as a ``reference``.
 
     Raises:
         As :meth:`seq2seq.translator.Translator.from_checkpoint`.
@@ -100,7 +155,8 @@ def load_model(
         )
     saved = model_config(checkpoint)
     architecture = set(TransformerConfig.field_names()) | set(saved)
-    unknown = set(decoding) - set(DECODING_DEFAULTS) - architecture
+    fields = set(DecodingConfig.field_names())
+    unknown = set(decoding) - fields - architecture
     if unknown:
         raise ValueError(f"unknown decoding settings: {sorted(unknown)}")
     # Checked here, in the caller's terms: the model's own check would speak of a config.
@@ -115,9 +171,8 @@ def load_model(
             f"({given} given to from_checkpoint); leave the architecture out, it is the "
             "checkpoint's"
         )
-    hparams = checkpoint.get("hyper_parameters") or {}
-    settings = {k: hparams[k] for k in DECODING_DEFAULTS if k in hparams}
-    settings.update({k: v for k, v in decoding.items() if k in DECODING_DEFAULTS})
+    saved_decoding = DecodingConfig.from_dict(checkpoint.get("hyper_parameters") or {})
+    settings = apply_overrides(saved_decoding, {k: v for k, v in decoding.items() if k in fields})
     tokenizer = Tokenizer.from_bytes(blob)
     config = TransformerConfig.from_dict(saved)
     if tokenizer.vocab_size != config.vocab_size:
@@ -129,4 +184,4 @@ def load_model(
     prefix = "model."  # TranslationModule keeps the Transformer as its `model`
     state = checkpoint["state_dict"]
     model.load_state_dict({k.removeprefix(prefix): v for k, v in state.items()})
-    return model, tokenizer, settings, identity
+    return CheckpointModel(model, tokenizer, settings), identity

@@ -60,6 +60,7 @@ from seq2seq.cli.run_folder import (
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.evaluation import write_lines
 from seq2seq.module import TranslationModule
+from seq2seq.text_decoding import as_config
 
 __all__ = ["FolderLock", "Seq2SeqCLI", "run_lightning_cli"]
 
@@ -177,7 +178,11 @@ class Seq2SeqCLI(compat.SkipCheckpointHparams, LightningCLI):
         ``--ckpt_path`` replace the config's (see
         :func:`~seq2seq.cli.checkpoint_args.apply_checkpoint_architecture`)."""
         if self.subcommand:
-            apply_checkpoint_architecture(self.subcommand, self.config[self.subcommand], self._read)
+            config = self.config[self.subcommand]
+            decoding = config["model"].get("decoding")
+            if decoding is not None:  # DecodingConfig's own refusal, naming the config key
+                as_config(decoding.as_dict(), lambda name: f"model.decoding.{name}")
+            apply_checkpoint_architecture(self.subcommand, config, self._read)
 
     def after_instantiate_classes(self) -> None:
         """The checkpoint's SentencePiece model (and with ``--init_from`` its weights) into the

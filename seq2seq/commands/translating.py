@@ -1,0 +1,245 @@
+"""``seq2seq translate``: text in, translations out, with a checkpoint alone.
+
+Its decoding flags are :class:`~seq2seq.nn.DecodingConfig`'s fields, their help its
+``Attributes:`` documentation; the other flags are the command's own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import typing
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import docstring_parser
+
+from seq2seq.commands.parsing import Parser, check_output, plain
+from seq2seq.data.corpus import decode_lines, read_lines
+from seq2seq.files import atomic_write, stream_errors
+from seq2seq.nn import DecodingConfig
+from seq2seq.text_decoding import apply_overrides, sampling_rules
+
+__all__ = ["add_decoding_flags", "translate"]
+
+
+def add_decoding_flags(parser: argparse.ArgumentParser) -> None:
+    """One ``--NAME`` flag per :class:`~seq2seq.nn.DecodingConfig` field, of its type and with
+    its documentation as help; default ``None``: the checkpoint's value."""
+    docs = {
+        p.arg_name: p.description for p in docstring_parser.parse(DecodingConfig.__doc__).params
+    }
+    types = typing.get_type_hints(DecodingConfig)
+    for field in dataclasses.fields(DecodingConfig):
+        text = " ".join(plain(docs[field.name]).split()).replace("%", "%%")
+        help = f"{text} (default: the checkpoint's model.decoding.{field.name})"
+        if types[field.name] is bool:
+            parser.add_argument(f"--{field.name}", action="store_true", default=None, help=help)
+        else:
+            parser.add_argument(f"--{field.name}", type=types[field.name], default=None, help=help)
+
+
+def translate(argv: Sequence[str]) -> None:
+    """``seq2seq translate --ckpt_path model.ckpt [--input F] [--output F] [--beam_size K]``.
+
+    Reads one sentence per line (stdin by default), writes one translation per line (stdout by
+    default) in input order; with ``--scores``, ``score<TAB>text`` lines; with ``--n_best N > 1``
+    ``index<TAB>score<TAB>text`` lines, N per input sentence (``index`` the 0-based input
+    line). A score is the hypothesis's length-penalised log-probability (higher is better). A
+    line with no token the model knows (empty, blank, or only characters outside its
+    vocabulary) is translated as empty text scored 0.0000, in N rows with ``--n_best N`` like
+    any other line. The decoding options override the checkpoint's ``model.decoding``; a
+    sampling option asks for sampling (:func:`seq2seq.text_decoding.sampling_rules`), whose
+    ``--n_samples N > 1`` writes N ``index<TAB>score<TAB>text`` rows per line, as ``--n_best``.
+    ``--prefix_file`` forces the start of each translation.
+    Several checkpoints decode as an ensemble: each step takes the mean of the
+    models' log-probabilities (renormalised); they must carry the same SentencePiece model and
+    language pair, and the decoding settings are the first checkpoint's.
+    """
+    parser = Parser(
+        prog="seq2seq translate", description=plain(translate.__doc__), allow_abbrev=False
+    )
+    parser.add_argument(
+        "--ckpt_path",
+        required=True,
+        nargs="+",
+        help="checkpoint written by seq2seq fit, or a folder of seq2seq export --format "
+        "ctranslate2 (translated through CTranslate2); several checkpoints decode as an "
+        "ensemble (the mean of their log-probabilities; same SentencePiece model and language "
+        "pair; decoding settings from the first)",
+    )
+    parser.add_argument(
+        "--input", default="-", help="source file, one sentence per line (- = stdin)"
+    )
+    parser.add_argument("--output", default="-", help="output file (- = stdout)")
+    parser.add_argument(
+        "--n_best", type=int, default=1, help="hypotheses per sentence (default: 1)"
+    )
+    parser.add_argument(
+        "--scores",
+        action="store_true",
+        help="write score<TAB>text lines (--n_best above 1 always writes scores)",
+    )
+    parser.add_argument(
+        "--prefix_file",
+        default=None,
+        help="target prefixes, one per input line (an empty line = none): each translation "
+        "starts with its prefix and continues after it",
+    )
+    add_decoding_flags(parser)
+    parser.add_argument("--seed", type=int, default=None, help="the same as --sampling_seed")
+    parser.add_argument(
+        "--max_tokens", type=int, default=4096, help="source tokens per batch (default: 4096)"
+    )
+    parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: auto)")
+    args = parser.parse_args(list(argv))
+    decoding = _decoding_flags(parser, args)
+    sampling = bool(decoding.get("sampling"))
+    for name in ("n_best", "max_tokens"):
+        value = getattr(args, name)
+        if value < 1:
+            parser.error(f"--{name} must be >= 1, got {value}")
+    if args.beam_size is not None and args.n_best > args.beam_size:
+        parser.error(f"--n_best {args.n_best} exceeds --beam_size {args.beam_size}")
+    if args.device is not None:
+        _check_device(parser, args.device)
+    if args.output != "-":
+        output = Path(args.output)
+        check_output(parser, output)
+        if args.input != "-" and output.exists() and output.samefile(args.input):
+            parser.error(f"--output {args.output} is the input file; give another file name")
+        for ckpt in args.ckpt_path:
+            if output.exists() and Path(ckpt).exists() and output.samefile(ckpt):
+                parser.error(f"--output {args.output} is the checkpoint; give another file name")
+    source = Path(args.input)
+    if args.input != "-" and (source.is_dir() or not source.exists()):  # a pipe is fine
+        what = "is a folder" if source.is_dir() else "not found"
+        raise FileNotFoundError(f"--input {args.input}: {what} (a file, or - for stdin)")
+    prefix_source = Path(args.prefix_file) if args.prefix_file is not None else None
+    if prefix_source is not None and (prefix_source.is_dir() or not prefix_source.exists()):
+        what = "is a folder" if prefix_source.is_dir() else "not found"
+        parser.error(f"--prefix_file {args.prefix_file}: {what}")
+    for ckpt in args.ckpt_path:
+        if ckpt in ("best", "last") and not Path(ckpt).exists():
+            raise FileNotFoundError(
+                f"checkpoint not found: {ckpt}; the aliases best and last work with "
+                "--config in seq2seq fit/validate/test/predict, translate needs the path of a "
+                "checkpoint file (e.g. checkpoints/multi30k_de_en/last.ckpt)"
+            )
+    from seq2seq.translator import Translator
+
+    if len(args.ckpt_path) > 1:
+        translator = _ensemble_translator(parser, args.ckpt_path, args, decoding)
+    else:
+        translator = Translator.from_checkpoint(
+            args.ckpt_path[0], device=args.device, max_tokens=args.max_tokens, **decoding
+        )
+    if Path(args.ckpt_path[0]).is_dir():  # a CTranslate2 folder (seq2seq.export), which searches
+        beam, n_samples = translator.beam_size, translator.settings.get("n_samples", 1)
+    else:
+        config = translator.decoding
+        beam, sampling, n_samples = config.beam_size, config.sampling, config.n_samples
+    if args.n_best > beam and not sampling:
+        parser.error(
+            f"--n_best {args.n_best} exceeds the beam size {beam} (the checkpoint's); "
+            f"pass --beam_size {args.n_best} or more"
+        )
+    # Invalid UTF-8 is reported with the file (or <stdin>) and line; CRs of CRLF are removed.
+    if args.input == "-":
+        lines = decode_lines(sys.stdin.buffer.read(), "<stdin>")
+    else:
+        lines = read_lines(args.input)
+    prefixes = None
+    if prefix_source is not None:
+        prefixes = read_lines(prefix_source)
+        if len(prefixes) != len(lines):
+            where = "<stdin>" if args.input == "-" else args.input
+            parser.error(
+                f"--prefix_file {args.prefix_file} has {len(prefixes)} lines but the input "
+                f"{where} has {len(lines)}; give one prefix per input line (an empty line "
+                "for none)"
+            )
+    options = {"prefixes": prefixes} if prefixes is not None else {}
+    results = translator.translate(lines, n_best=args.n_best, return_scores=args.scores, **options)
+    rows = args.n_best > 1 or (sampling and n_samples > 1)
+    if not rows and args.n_best == 1 and not args.scores:
+        out_lines = list(results)
+    elif not rows:
+        out_lines = [f"{hyps[0][1]:.4f}\t{hyps[0][0]}" for hyps in results]
+    else:
+        out_lines = [
+            f"{i}\t{score:.4f}\t{hyp}" for i, hyps in enumerate(results) for hyp, score in hyps
+        ]
+    body = "".join(line + "\n" for line in out_lines)
+    if args.output == "-":
+        with stream_errors("standard output"):
+            sys.stdout.write(body)
+            sys.stdout.flush()
+    else:
+        with atomic_write(args.output, "w", encoding="utf-8") as f:
+            f.write(body)
+
+
+def _decoding_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, Any]:
+    """The decoding fields given on the command line, after the sampling rules and
+    DecodingConfig's range checks (a usage error naming the flag as typed), before any
+    checkpoint is read."""
+    if args.seed is not None and args.sampling_seed is not None:
+        parser.error("give --seed or --sampling_seed, not both")
+    names = DecodingConfig.field_names()
+    given = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
+    if args.seed is not None:
+        given["sampling_seed"] = args.seed
+
+    def flag(name: str, value: Any = None) -> str:
+        typed = "--seed" if name == "sampling_seed" and args.seed is not None else f"--{name}"
+        return typed if value is None or isinstance(value, bool) else f"{typed} {value}"
+
+    try:
+        given = sampling_rules(given, args.n_best, spell=flag)
+        apply_overrides(DecodingConfig(), given, spell=flag)
+    except ValueError as err:
+        parser.error(str(err))
+    return given
+
+
+def _ensemble_translator(
+    parser: argparse.ArgumentParser, paths: list[str], args: argparse.Namespace, decoding: dict
+):
+    """The :class:`~seq2seq.translator.Translator` of several ``--ckpt_path`` checkpoints (an
+    ensemble), each refusal a usage error naming the files: a missing file, a folder (an
+    exported CTranslate2 model translates alone), a file named twice, checkpoints with other
+    SentencePiece models or language pairs."""
+    from seq2seq.checkpoint import IncompatibleCheckpointsError
+    from seq2seq.checkpoint.models import check_ensemble_paths
+    from seq2seq.translator import Translator
+
+    try:
+        check_ensemble_paths(paths)  # before any checkpoint is read
+    except (OSError, ValueError) as err:
+        parser.error(f"--ckpt_path: {err}")
+    try:
+        return Translator.from_checkpoint(
+            paths, device=args.device, max_tokens=args.max_tokens, **decoding
+        )
+    except IncompatibleCheckpointsError as err:
+        parser.error(f"--ckpt_path: {err}")
+
+
+def _check_device(parser: argparse.ArgumentParser, name: str) -> None:
+    """Refuse a ``--device`` that PyTorch does not know or that this machine lacks."""
+    import torch
+
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        parser.error(f"--device {name}: not a device (cpu, cuda, cuda:1, mps, ...)")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        parser.error(f"--device {name}: no CUDA device is available on this machine")
+    if device.type == "cuda" and device.index is not None:
+        if device.index >= torch.cuda.device_count():
+            parser.error(f"--device {name}: this machine has {torch.cuda.device_count()} GPU(s)")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        parser.error(f"--device {name}: MPS is not available on this machine")

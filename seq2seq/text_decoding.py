@@ -1,0 +1,228 @@
+"""From a Transformer, its tokenizer and a :class:`~seq2seq.nn.DecodingConfig` to text.
+
+The one place that turns a batch of source ids into detokenized hypotheses
+(:func:`decode_batch`), shared by ``TranslationModule`` (validation, test, predict) and the
+:class:`~seq2seq.translator.Translator`, with the rules that a caller's decoding overrides
+obey (:func:`apply_overrides`). No Lightning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from seq2seq.nn import DecodingConfig, Transformer, beam_search, greedy_search, sample
+
+if TYPE_CHECKING:
+    from seq2seq.data.tokenizer import Tokenizer
+
+__all__ = [
+    "apply_overrides",
+    "as_config",
+    "decode_batch",
+    "keyword",
+    "sampling_rules",
+    "source_batch",
+]
+
+
+def keyword(name: str, value: Any = None) -> str:
+    """A setting as the Python API spells it: ``beam_size`` or ``beam_size=3``."""
+    return name if value is None else f"{name}={value!r}"
+
+
+def sampling_rules(
+    overrides: Mapping[str, Any],
+    n_best: int = 1,
+    sampling: bool = False,
+    spell: Callable[..., str] = keyword,
+) -> dict[str, Any]:
+    """The sampling rules, stated here once: giving one of
+    :attr:`DecodingConfig.SAMPLING_FIELDS` asks for sampling, and sampling refuses an
+    explicit ``beam_size`` above 1 and an ``n_best`` above 1 (it draws ``n_samples``).
+
+    Args:
+        overrides: decoding fields given by the caller.
+        n_best: hypotheses per sentence asked for.
+        sampling: whether the settings overridden sample already (a checkpoint's own).
+        spell: how the message names a setting and its value (``--beam_size 3`` for the
+            command line); the API's keywords by default.
+
+    Returns:
+        ``overrides``, with ``sampling=True`` where a sampling field asks for it.
+
+    Raises:
+        ValueError: naming the settings, for ``sampling`` false with a sampling field, or
+            for sampling with a beam size or ``n_best`` above 1.
+    """
+    given = [name for name in DecodingConfig.SAMPLING_FIELDS if name in overrides]
+    if given and overrides.get("sampling") is False:
+        raise ValueError(
+            f"{spell(given[0])} applies to sampling, but {spell('sampling', False)} was given"
+        )
+    if given and "sampling" not in overrides:
+        overrides = {**overrides, "sampling": True}
+    if not overrides.get("sampling", sampling):
+        return dict(overrides)
+    beam = overrides.get("beam_size")
+    asked = spell(given[0] if given else "sampling")
+    if beam is not None and beam > 1:
+        raise ValueError(
+            f"{spell('beam_size', beam)} with {asked}: sampling draws, it does not search; "
+            f"leave {spell('beam_size')} out (or give 1)"
+        )
+    if n_best > 1:
+        raise ValueError(
+            f"{spell('n_best', n_best)} with sampling: give {spell('n_samples', n_best)} for "
+            "that many samples per sentence"
+        )
+    return dict(overrides)
+
+
+def apply_overrides(
+    config: DecodingConfig, overrides: Mapping[str, Any], spell: Callable[..., str] = keyword
+) -> DecodingConfig:
+    """``config`` with some fields replaced; ``None`` values leave a field as it is.
+
+    Raises:
+        ValueError: for a name that is no field, or a value out of range (DecodingConfig's
+            message, the setting named by ``spell``: ``--max_len_a must be >= 0, got -1.0``).
+    """
+    unknown = sorted(set(overrides) - set(DecodingConfig.field_names()))
+    if unknown:
+        raise ValueError(
+            f"unknown decoding settings: {unknown}; choose from "
+            f"{list(DecodingConfig.field_names())}"
+        )
+    changes = {name: value for name, value in overrides.items() if value is not None}
+    try:
+        return config.replace(**changes)
+    except ValueError as err:
+        name, _, rest = str(err).partition(" ")
+        raise ValueError(f"{spell(name)} {rest}" if name in changes else str(err)) from None
+
+
+def as_config(
+    decoding: DecodingConfig | Mapping[str, Any] | None, spell: Callable[..., str] = keyword
+) -> DecodingConfig:
+    """``decoding`` itself, the config of a mapping of its fields (a checkpoint's plain
+    dictionary), or the defaults for ``None``.
+
+    Raises:
+        ValueError: as :func:`apply_overrides`.
+    """
+    if isinstance(decoding, DecodingConfig):
+        return decoding
+    return apply_overrides(DecodingConfig(), decoding or {}, spell)
+
+
+def source_batch(
+    sources: Sequence[Sequence[int]], pad_id: int, device: str | torch.device = "cpu"
+) -> dict[str, torch.Tensor]:
+    """Right-padded source ids and their mask, as ``seq2seq.data.collate`` makes them.
+
+    Args:
+        sources: token ids of each sentence (ending with EOS).
+        pad_id: padding id.
+        device: where the tensors go.
+
+    Returns:
+        ``"src"`` ``(B, S)`` long and ``"src_mask"`` ``(B, 1, 1, S)`` bool (True at real
+        tokens).
+    """
+    longest = max(len(ids) for ids in sources)
+    src = torch.full((len(sources), longest), pad_id, dtype=torch.long)
+    for row, ids in enumerate(sources):
+        src[row, : len(ids)] = torch.as_tensor(ids, dtype=torch.long)
+    lengths = torch.tensor([len(ids) for ids in sources])
+    mask = (torch.arange(longest)[None, :] < lengths[:, None])[:, None, None, :]
+    return {"src": src.to(device), "src_mask": mask.to(device)}
+
+
+def _nothing_known(tokenizer: Tokenizer, src: torch.Tensor) -> list[bool]:
+    """Per row of ``(B, S)`` source ids: whether it holds no piece the model knows (only
+    padding, EOS, unknown pieces and bare word boundaries: an empty or blank line, or one
+    of characters outside the vocabulary such as U+2060)."""
+    tok = tokenizer
+    known = src.ne(tok.pad_id) & src.ne(tok.eos_id) & src.ne(tok.unk_id)
+    known &= src.ne(tok.space_id)
+    return (~known.any(dim=1)).tolist()
+
+
+def _search(
+    model: Transformer, batch: Mapping[str, Any], bos: int, eos: int, config: DecodingConfig, n_best
+):
+    """The search (or sampling) that ``config`` asks for: the one call of
+    :mod:`seq2seq.nn.search` and :mod:`seq2seq.nn.sampling` with a config's fields."""
+    # Not offered by the searches yet: refused here rather than ignored.
+    if config.repetition_penalty != 1.0:
+        raise ValueError(
+            f"repetition_penalty {config.repetition_penalty} is not supported yet (1 = off)"
+        )
+    src, src_mask, prefix = batch["src"], batch["src_mask"], batch.get("prefix")
+    limits = dict(
+        length_penalty=config.length_penalty,
+        length_penalty_form=config.length_penalty_form,
+        max_len_a=config.max_len_a,
+        max_len_b=config.max_len_b,
+        min_len=config.min_len,
+        no_repeat_ngram_size=config.no_repeat_ngram_size,
+        prefix=prefix,
+    )
+    if config.sampling:
+        drawn = dict(sampling_topk=config.sampling_topk, sampling_topp=config.sampling_topp)
+        drawn |= dict(temperature=config.temperature, n_samples=config.n_samples)
+        return sample(model, src, src_mask, bos, eos, seed=config.sampling_seed, **drawn, **limits)
+    if config.beam_size == 1:
+        return greedy_search(model, src, src_mask, bos, eos, **limits)
+    beam = dict(beam_size=config.beam_size, n_best=n_best)
+    return beam_search(model, src, src_mask, bos, eos, **beam, **limits)
+
+
+@torch.no_grad()
+def decode_batch(
+    model: Transformer,
+    tokenizer: Tokenizer,
+    batch: Mapping[str, Any],
+    config: DecodingConfig,
+    n_best: int = 1,
+) -> list[list[tuple[str, float]]]:
+    """Decode a batch of sources into detokenized text, as ``config`` says.
+
+    Args:
+        model: the Transformer (or Ensemble), in the mode the caller chose.
+        tokenizer: its SentencePiece model.
+        batch: ``src`` ``(B, S)`` long and ``src_mask`` ``(B, 1, 1, S)`` bool; optionally
+            ``"prefix"``, one list of target ids per sentence forced at the start of its
+            hypotheses (the text returned starts with it).
+        config: the decoding settings.
+        n_best: hypotheses per sentence (at most ``config.beam_size``; with sampling, 1 or
+            ``config.n_samples``, which is what is returned).
+
+    Returns:
+        For each sentence, ``n_best`` pairs of (text, score), best first (``n_samples`` in
+        sample order with sampling); a source with no piece the model knows gets as many
+        pairs ``("", 0.0)``.
+
+    Raises:
+        ValueError: for an ``n_best`` out of these bounds, or a malformed prefix.
+    """
+    if config.sampling and n_best not in (1, config.n_samples):
+        raise ValueError(
+            f"n_best ({n_best}) applies to beam search; sampling returns n_samples "
+            f"({config.n_samples}) hypotheses per sentence"
+        )
+    if not config.sampling and n_best > config.beam_size:
+        raise ValueError(f"n_best ({n_best}) exceeds the beam size ({config.beam_size})")
+    results = _search(model, batch, tokenizer.bos_id, tokenizer.eos_id, config, n_best)
+    n_out = config.n_samples if config.sampling else n_best
+    output = []
+    for hyps, no_token in zip(results, _nothing_known(tokenizer, batch["src"]), strict=True):
+        if no_token:  # nothing to translate: an empty line, not an invented sentence
+            output.append([("", 0.0)] * n_out)
+            continue
+        texts = tokenizer.decode([h.tokens for h in hyps[:n_out]])
+        output.append([(text, float(h.score)) for text, h in zip(texts, hyps, strict=False)])
+    return output
