@@ -227,9 +227,10 @@ def check_output_file(path: str | Path, setting: str, make_parents: bool = True)
         if not os.access(path, os.W_OK):
             raise PermissionError(f"{setting} {path} is not writable")
         return
-    path = _through_links(path)
+    path = _through_links(path)  # the file is written in the link target's folder
     folder = path.parent
     if make_parents:
+        # The folders to be created do not exist yet: the nearest existing one must take them.
         while not folder.exists() and folder != folder.parent:
             folder = folder.parent
     if not folder.exists():
@@ -326,9 +327,9 @@ def atomic_write(
                 if fsync:
                     f.flush()
                     os.fsync(f.fileno())
-            os.chmod(tmp, _new_mode(path))
+            os.chmod(tmp, _new_mode(path))  # not mkstemp's private 0o600
             os.replace(tmp, path)
-        except (OSError, RuntimeError) as err:
+        except (OSError, RuntimeError) as err:  # RuntimeError: torch.save's full disk
             cause = disk_error(err) or (err if isinstance(err, OSError) else None)
             if cause is None:
                 raise

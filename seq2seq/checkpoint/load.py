@@ -227,6 +227,8 @@ def average_checkpoints(paths: Sequence[str | Path], output: str | Path) -> Path
         check_model_checkpoint(last, path)
         state = last["state_dict"]
         if i == 0:
+            # Floating tensors are summed in float64, so that many inputs lose no precision;
+            # the others (integer buffers) stay the first checkpoint's.
             total = {
                 k: v.double() if v.is_floating_point() else v.clone() for k, v in state.items()
             }
