@@ -209,11 +209,10 @@ def average_checkpoints(paths: Sequence[str | Path], output: str | Path) -> Path
 
     Raises:
         ValueError: if no path is given.
-        OSError: if ``output`` is a folder or its folder is not writable, checked before any
-            checkpoint is read (:func:`seq2seq.files.check_output_file`).
-        CheckpointError: (a ``ValueError``) naming both files and the first difference, if a
-            checkpoint holds no model weights (:func:`check_model_checkpoint`) or is not of the
-            same model as the first; nothing is written then. Also from :func:`load_checkpoint`.
+        OSError: as :func:`seq2seq.files.check_output_file`, before any checkpoint is read.
+        CheckpointError: naming both files and the first difference, if a checkpoint holds no
+            model weights (:func:`check_model_checkpoint`) or another model than the first
+            (nothing is written then); as :func:`load_checkpoint` for a file that is none.
     """
     if not paths:
         raise ValueError("average_checkpoints needs at least one checkpoint")
