@@ -1,5 +1,28 @@
-"""Output files: checks of an output path before any work, atomic writes, and the error of
-a write the machine refused (:class:`WriteError`)."""
+"""Output files: checks of an output path before any work (:func:`check_output_file`), atomic
+writes (:func:`atomic_write`), and the error of a write the machine refused (:class:`WriteError`).
+
+Both read an output path as a shell redirection would:
+
+- A *descriptor path* names an open file descriptor of this process (``/dev/stdout``,
+  ``/dev/stderr``, ``/dev/fd/N``, ``/proc/self/fd/N``), read as written, before links are
+  followed. It must be open for writing, whatever it is open on (a terminal, a pipe, a file the
+  shell redirected to), and is written through that descriptor itself (a duplicate of it),
+  never replaced nor reopened by name: when the shell redirected it to a file, the output
+  continues at the file's current offset, after what was written there before, and what the
+  shell or this process writes there afterwards follows it. Python's own
+  ``sys.stdout``/``sys.stderr`` are flushed first when they write to that descriptor (so the
+  order of the output is kept), and the descriptor stays open.
+- A *stream*, a device or a pipe (``/dev/null``, ``>(gzip > out.gz)``), must be writable and is
+  written directly. On a descriptor or a stream, what was written before an exception stays
+  written.
+- A link is written through: the file it points to is replaced, the link stays.
+- Any other path is a file, written to a temporary file beside it that is renamed over it at
+  the end, so a reader never sees a half-written file and a failed write (an exception,
+  Ctrl-C) leaves the previous file as it was. The temporary file's unique name names its writer
+  (:mod:`seq2seq.temporaries`: a later run removes it if this one is killed), so no other file
+  is ever overwritten; it takes the permissions of the file it replaces, or for a new file
+  those a plain ``open`` would give it (hard links to a replaced file keep the old one).
+"""
 
 from __future__ import annotations
 
@@ -173,17 +196,13 @@ def _is_stream(path: Path) -> bool:
 def check_output_file(path: str | Path, setting: str, make_parents: bool = True) -> None:
     """Refuse an output file that could not be written, before any work is done for it.
 
-    A path that names an open file descriptor of this process (``/dev/stdout``,
-    ``/dev/stderr``, ``/dev/fd/N``, ``/proc/self/fd/N``, read as written, before links are
-    followed) must name one open for writing, whatever it is open on: a terminal, a pipe or a
-    file the shell redirected to. A device or a pipe (``/dev/null``, ``>(gzip > out.gz)``) must
-    be writable. Otherwise a file is created in the folder that would hold the output (with
-    ``make_parents``, its nearest existing ancestor) and removed at once: that catches
-    read-only folders and file systems that take no new files (``/proc``), which permission
-    bits do not show.
+    Each kind of path is checked as :mod:`seq2seq.files` describes. For a file, a trial file is
+    created in the folder that would hold the output (with ``make_parents``, its nearest
+    existing ancestor) and removed at once: that catches read-only folders and file systems
+    that take no new files (``/proc``), which permission bits do not show.
 
     Args:
-        path: the file to be written (a link is followed).
+        path: the file to be written.
         setting: the option or argument that gave ``path`` (e.g. ``--output``), named in the
             error.
         make_parents: whether missing parent folders will be created (then the nearest
@@ -191,14 +210,11 @@ def check_output_file(path: str | Path, setting: str, make_parents: bool = True)
 
     Raises:
         IsADirectoryError: if ``path`` is a folder.
-        FileNotFoundError: if ``path`` names a file descriptor that is not open (e.g.
-            ``/dev/fd/9`` with no descriptor 9), or the parent folder is missing and
-            ``make_parents`` is false.
-        NotADirectoryError: if the parent (or, with ``make_parents``, the nearest existing
-            ancestor) is not a folder.
-        PermissionError: if a file descriptor is not open for writing, a device or pipe is
-            not writable, or the folder takes no new file (any other ``OSError`` of the trial
-            file is raised as one too).
+        FileNotFoundError: if ``path`` names a descriptor that is not open (``/dev/fd/9``
+            with no descriptor 9), or the parent folder is missing without ``make_parents``.
+        NotADirectoryError: if the parent (or nearest existing ancestor) is not a folder.
+        PermissionError: if a descriptor is not open for writing, a stream is not writable,
+            or the folder takes no new file (any other ``OSError`` of the trial file too).
     """
     path = Path(path)
     fd = _descriptor(path)
@@ -211,9 +227,10 @@ def check_output_file(path: str | Path, setting: str, make_parents: bool = True)
         if not os.access(path, os.W_OK):
             raise PermissionError(f"{setting} {path} is not writable")
         return
-    path = _through_links(path)
+    path = _through_links(path)  # the file is written in the link target's folder
     folder = path.parent
     if make_parents:
+        # The folders to be created do not exist yet: the nearest existing one must take them.
         while not folder.exists() and folder != folder.parent:
             folder = folder.parent
     if not folder.exists():
@@ -247,33 +264,14 @@ def atomic_write(
     """Open a new temporary file beside ``path`` for writing; rename it to ``path`` when the
     ``with`` block ends without an exception.
 
-    A reader therefore never sees a half-written file, and a write that fails (an exception,
-    Ctrl-C) leaves the previous file at ``path`` as it was and removes the temporary file. The
-    temporary file has a unique name that names its writer
-    (``.<name>.<host>-<pid>-<start>.<random>.tmp``: a later run removes it if this one is
-    killed, see :mod:`seq2seq.temporaries`), so no other file is ever overwritten; it takes the
-    permissions of the file it replaces, or for a new file those a plain ``open`` would give it
-    (hard links to a replaced file keep the old one). Missing parent folders are created. A
-    link is written through (the file it points to is replaced, the link stays); a device or a
-    pipe (``/dev/null``, ``>(gzip > out.gz)``) is written directly,
-    as a shell redirection would.
-
-    A path that names an open file descriptor of this process (``/dev/stdout``,
-    ``/dev/stderr``, ``/dev/fd/N``, ``/proc/self/fd/N``, read as written, before links are
-    followed) is written through that descriptor itself (a duplicate of it), never replaced
-    nor reopened by name: when the shell redirected it to a file, the output continues at the
-    file's current offset, after what was written there before, and what the shell or this
-    process writes there afterwards follows it, exactly as with a redirection. Python's own
-    ``sys.stdout``/``sys.stderr`` are flushed first when they write to that descriptor (so
-    the order of the output is kept), the written data is flushed when the ``with`` block
-    ends, and the descriptor stays open. What was written before an exception stays written.
+    Descriptor paths, streams and links are written as :mod:`seq2seq.files` describes (for a
+    descriptor, the data is flushed when the block ends). Missing parent folders are created.
 
     Args:
         path: the file to write.
         mode: ``"w"`` (text) or ``"wb"`` (bytes).
-        encoding: text encoding (text mode).
-        newline: as for :func:`open` (text mode).
-        fsync: flush the data to disk before the rename, and the rename after it (for a file
+        encoding, newline: as for :func:`open` (text mode).
+        fsync: flush the data to disk before the rename, and the rename after it (for a
             descriptor, best effort: pipes and terminals cannot be).
         kept: the sentence of what a failed write kept, for its :class:`WriteError`; by
             default :func:`kept_sentence` of ``path`` (taken before anything is written).
@@ -282,14 +280,11 @@ def atomic_write(
         The open temporary file (or the descriptor, device or pipe).
 
     Raises:
-        WriteError: (an ``OSError``, keeping its error number) if the machine refuses to
-            write the file (one of :data:`DISK_ERRNOS`: a full disk, a read-only folder,
-            ...), naming ``path`` and ``kept``: in the ``with`` block's writes too, and for
-            a ``RuntimeError`` raised while handling such an error (:func:`disk_error`:
-            ``torch.save``'s zip writer on a full disk).
-        OSError: of its kind (e.g. ``IsADirectoryError`` when ``path`` is a folder), naming
-            ``path``, for other errors of writing or renaming; a broken pipe (``EPIPE``) on a
-            stream stays a ``BrokenPipeError``.
+        WriteError: naming ``path`` and ``kept``, if the machine refuses to write the file, in
+            the ``with`` block too (also a ``RuntimeError`` over such an error: :func:`disk_error`).
+        OSError: of its kind (``IsADirectoryError`` for a folder, ...), naming ``path``, for
+            other errors of writing or renaming; a broken pipe on a stream stays a
+            ``BrokenPipeError``.
     """
     path = Path(path)
     fd = _descriptor(path)
@@ -332,9 +327,9 @@ def atomic_write(
                 if fsync:
                     f.flush()
                     os.fsync(f.fileno())
-            os.chmod(tmp, _new_mode(path))
+            os.chmod(tmp, _new_mode(path))  # not mkstemp's private 0o600
             os.replace(tmp, path)
-        except (OSError, RuntimeError) as err:
+        except (OSError, RuntimeError) as err:  # RuntimeError: torch.save's full disk
             cause = disk_error(err) or (err if isinstance(err, OSError) else None)
             if cause is None:
                 raise

@@ -76,8 +76,8 @@ def temporary_prefix(target: str) -> str:
 
 
 def make_temporary_folder(parent: str | Path, target: str) -> Path:
-    """Creates a new, empty temporary folder for ``target`` in ``parent``:
-    ``.<target>.<host>-<pid>-<start>.<random>``.
+    """Creates a new, empty temporary folder for ``target`` in ``parent``, named as the module
+    describes (no suffix).
 
     Unlike ``tempfile.mkdtemp`` (always ``0o700``), the folder gets the mode the umask gives
     any new folder (``0o777`` less the umask, by the kernel, so no umask is read and threads
@@ -174,8 +174,8 @@ def remove_abandoned(
     """Removes the abandoned temporaries (see :func:`abandoned`) of ``target`` in ``folder``,
     logging one line for each (its path and why it counts as abandoned).
 
-    A temporary another live process of this host is writing is never touched. A temporary
-    that cannot be removed (another user's) is warned about and left; the run goes on.
+    A temporary that cannot be removed (another user's) is warned about and left; the run goes
+    on.
 
     Args:
         folder: the folder that holds the targets (nothing happens if it does not exist).

@@ -37,8 +37,8 @@ class EMA(L.Callback):
     use the training weights as they are.
 
     Args:
-        decay: weight of the old average at each update, in (0, 1); ``1 - decay`` goes to the
-            current weights, so the average spans about ``every_n_steps / (1 - decay)`` steps.
+        decay: weight of the old average at each update (the module's formula), in (0, 1);
+            the average spans about ``every_n_steps / (1 - decay)`` steps.
         start_step: the first optimizer step (counted from 1) whose weights enter the average.
         every_n_steps: update after every this many optimizer steps (counted from
             ``start_step``), >= 1.

@@ -1,5 +1,28 @@
-"""``TextProgress``: a line of training progress every ``log_every_n_steps`` steps, where no
-progress bar is drawn (a log file, a pipe)."""
+"""A plain line of training progress every ``log_every_n_steps`` optimizer steps
+(:class:`TextProgress`), for a log written to a file or a pipe, where a progress bar's redraws
+would fill it with carriage returns (fairseq switches to its ``simple`` log format there in the
+same way). ``seq2seq fit`` adds it, with ``trainer.log_every_n_steps``, when stdout is not a
+terminal and no progress bar is asked for::
+
+    epoch 3 | step 350 | loss 3.214 | lr 8.93e-04 | tok/s 2,950 | 0:05:12
+
+``loss`` and ``tok/s`` cover the optimizer steps since the previous line (for the first line:
+since this process started training, also in a resumed run), so they never reuse figures of an
+interrupted run:
+
+- ``loss``: the mean of their ``train/loss`` values (the module's loss per real target token
+  of one optimizer step), as fairseq's log lines average over their interval (one step's value
+  alone swings from step to step); with gradient accumulation each optimizer step counts once.
+- ``lr``: the learning rate of the optimizer step just taken (the first parameter group's, read
+  from the optimizer, so it is known from the first step of a process, also in a resumed run).
+- ``tok/s``: the real target tokens of those batches divided by the wall-clock seconds they
+  took, validations excluded.
+- the time (hours:minutes:seconds): with Lightning's ``Timer`` callback
+  (``--trainer.max_time``), its training time of the whole run, the time ``max_time`` is
+  checked against: the wall-clock time of every process of the run, validations included,
+  restored from the checkpoint in a resumed run. Without a ``Timer``, the wall-clock time since
+  this process started training.
+"""
 
 from __future__ import annotations
 
@@ -13,32 +36,14 @@ from lightning.pytorch.callbacks import Timer
 
 
 class TextProgress(L.Callback):
-    """One plain line of training progress every ``every_n_steps`` optimizer steps, for a log
-    written to a file or a pipe (where a progress bar's redraws would fill it with carriage
-    returns; fairseq switches to its ``simple`` log format there in the same way)::
-
-        epoch 3 | step 350 | loss 3.214 | lr 8.93e-04 | tok/s 2,950 | 0:05:12
-
-    ``loss`` is the mean of the ``train/loss`` values (the module's loss per real target token
-    of one optimizer step) of the optimizer steps since the previous line (for the first line:
-    since this process started training, also in a resumed run), as fairseq's log lines
-    average over their interval (one step's value alone swings from step to step); with
-    gradient accumulation each optimizer step counts once. ``lr`` is the learning rate of the
-    optimizer step just taken (the first parameter group's, read from the optimizer, so it is
-    known from the first step of a process, also in a resumed run); ``tok/s`` the real target
-    tokens of the batches trained since the previous line (for the first line: since this
-    process started training) divided by the wall-clock seconds they took, validations
-    excluded, so it never reuses figures of an interrupted run. The time
-    (hours:minutes:seconds) is, when the trainer has Lightning's ``Timer`` callback
-    (``--trainer.max_time``), its training time of the whole run: the wall-clock time of
-    every process of the run, validations included, restored from the checkpoint in a
-    resumed run, the time ``max_time`` is checked against; without a ``Timer``, the wall-clock
-    time since this process started training. ``seq2seq fit`` adds this callback, with
-    ``trainer.log_every_n_steps``, when stdout is not a terminal and no progress bar is asked
-    for.
+    """Print the progress line of :mod:`seq2seq.callbacks.progress` every ``every_n_steps``
+    optimizer steps (on global rank 0).
 
     Args:
         every_n_steps: optimizer steps between lines.
+
+    Raises:
+        ValueError: if ``every_n_steps`` is below 1.
     """
 
     def __init__(self, every_n_steps: int = 50) -> None:

@@ -189,41 +189,30 @@ _TRAINING_ONLY = (
 
 
 def average_checkpoints(paths: Sequence[str | Path], output: str | Path) -> Path:
-    """Average the model parameters of several checkpoints into a new checkpoint.
+    """Average the parameters of checkpoints, e.g. a run's last (Vaswani et al., 2017, Sec. 6.1).
 
     Floating-point tensors of ``state_dict`` are averaged element-wise (in float64, then cast
     back): for checkpoints written with :class:`seq2seq.callbacks.EMA`, their moving averages
-    (their training weights are neither averaged nor kept); everything else (tokenizer, model
-    configuration, hyperparameters) is taken from the last checkpoint. Optimizer and loop
-    states are dropped: the result is for evaluation and translation, not for resuming training;
-    its :data:`AVERAGED_FROM` key lists the inputs (``seq2seq average --dir`` leaves such files
-    out). Averaging the last checkpoints of a run
-    is the practice of Vaswani et al. (2017), Section 6.1.
-
-    The checkpoints must hold the same model: besides equal parameter names and shapes, the
-    same SentencePiece model (the joint source/target vocabulary: two vocabularies of one size
-    give equal shapes, but each id stands for another piece) and the same model settings
-    (``checkpoint["seq2seq"]["model_config"]``, e.g. ``activation``, ``n_heads`` or
-    ``norm_first``; the dropout rates, which only act in training, may differ).
+    (their training weights are neither averaged nor kept). Everything else (tokenizer, model
+    configuration, hyperparameters) is taken from the last checkpoint; optimizer and loop
+    states are dropped, so the result is for evaluation and translation, not for resuming. Its
+    :data:`AVERAGED_FROM` key lists the inputs (``seq2seq average --dir`` leaves such files out).
 
     Args:
-        paths: two or more checkpoints of the same model.
-        output: file to write (missing parent folders are created); written to a temporary
-            file beside it, then renamed into place (:func:`seq2seq.files.atomic_write`).
+        paths: two or more checkpoints of the same model: equal parameter names and shapes,
+            model settings (:func:`~seq2seq.checkpoint.format.differing_settings`), SentencePiece
+            model and language pair (:func:`check_same_vocabulary`).
+        output: file to write, atomically (:func:`seq2seq.files.atomic_write`).
 
     Returns:
         The output path.
 
     Raises:
         ValueError: if no path is given.
-        OSError: if ``output`` is a folder or its folder is not writable (checked before any
-            checkpoint is read; see :func:`seq2seq.files.check_output_file`).
-        CheckpointError: (a ``ValueError``) naming both files, if a checkpoint holds no model
-            weights (:func:`check_model_checkpoint`), or its model settings, SentencePiece
-            model (or whether it carries one), language pair (``data.src_lang``,
-            ``data.tgt_lang``), parameter names or shapes differ from the first checkpoint's
-            (naming the first difference); nothing is written then. Also
-            raised by :func:`load_checkpoint` for a file that is no checkpoint.
+        OSError: as :func:`seq2seq.files.check_output_file`, before any checkpoint is read.
+        CheckpointError: naming both files and the first difference, if a checkpoint holds no
+            model weights (:func:`check_model_checkpoint`) or another model than the first
+            (nothing is written then); as :func:`load_checkpoint` for a file that is none.
     """
     if not paths:
         raise ValueError("average_checkpoints needs at least one checkpoint")
@@ -237,6 +226,8 @@ def average_checkpoints(paths: Sequence[str | Path], output: str | Path) -> Path
         check_model_checkpoint(last, path)
         state = last["state_dict"]
         if i == 0:
+            # Floating tensors are summed in float64, so that many inputs lose no precision;
+            # the others (integer buffers) stay the first checkpoint's.
             total = {
                 k: v.double() if v.is_floating_point() else v.clone() for k, v in state.items()
             }
@@ -274,8 +265,8 @@ def _check_same_model(
     """Refuse to average ``checkpoint`` (from ``path``) with ``first`` (from ``first_path``)
     when their model settings, language pairs or SentencePiece models differ.
 
-    Model settings are compared where both checkpoints record them, leaving out the dropout
-    rates; the rest is :func:`check_same_vocabulary`.
+    Model settings are compared by :func:`~seq2seq.checkpoint.format.differing_settings`; the
+    rest is :func:`check_same_vocabulary`.
 
     Raises:
         IncompatibleCheckpointsError: naming both files and what differs.
@@ -304,9 +295,11 @@ def check_same_vocabulary(
 
     ``seq2seq average`` (weights) and ensembles (``seq2seq translate`` with several
     checkpoints: per-step log-probabilities) both need each id to stand for the same piece in
-    every checkpoint. The language pairs (``data.src_lang``, ``data.tgt_lang``) are compared
-    where both record one; a SentencePiece model must be carried by both checkpoints or by
-    neither, and be byte-for-byte the same.
+    every checkpoint, which equal shapes do not show: two vocabularies of one size give equal
+    shapes, but each id stands for another piece. The language pairs (``data.src_lang``,
+    ``data.tgt_lang``) are compared where both record one; a SentencePiece model (the joint
+    source/target vocabulary) must be carried by both checkpoints or by neither, and be
+    byte-for-byte the same.
 
     Args:
         first_path, first: the reference checkpoint and its file (named in the error).

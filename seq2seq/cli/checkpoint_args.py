@@ -220,8 +220,9 @@ def _take_model_settings(saved: dict, config) -> None:
 
 
 def apply_checkpoint_architecture(subcommand: str, config, read: CheckpointReader) -> None:
-    """``validate``/``test``/``predict``: the model architecture (not decoding settings) and
-    the language pair of ``--ckpt_path``, warning where the config differs."""
+    """``validate``/``test``/``predict``: the model architecture and the language pair of
+    ``--ckpt_path``, warning where the config differs. Decoding settings (``beam_size``,
+    ``length_penalty``, ...) are not saved as architecture: the config's apply."""
     ckpt_path = config.get("ckpt_path")
     if subcommand == "fit" or untrained_or_none(ckpt_path) or not Path(ckpt_path).is_file():
         return
@@ -400,8 +401,9 @@ checkpoint's values replace too."""
 
 def other_architecture(saved: dict, model: dict | Namespace) -> list[str]:
     """The settings in which the model settings ``saved`` in a checkpoint differ from the
-    config's ``model`` settings (dropout rates left out), each as ``model.KEY SAVED (config
-    VALUE)``, ``data.KEY`` for those the data settings give (:data:`DATA_LINKED`)."""
+    config's ``model`` settings (:func:`~seq2seq.checkpoint.format.differing_settings`), each
+    as ``model.KEY SAVED (config VALUE)``, ``data.KEY`` for those the data settings give
+    (:data:`DATA_LINKED`)."""
     return [
         f"{'data' if key in DATA_LINKED else 'model'}.{key} {cli_value(value)} "
         f"(config {cli_value(wanted)})"
@@ -413,12 +415,9 @@ def warn_other_architecture(
     subcommand: str, ckpt_path: str | Path, saved: dict, model: dict | Namespace
 ) -> None:
     """Warns on stderr (one line, global rank 0 only) when the model settings saved in the
-    checkpoint ``ckpt_path`` differ from the config's ``model`` settings, which ``subcommand``
-    (``validate``, ``test`` or ``predict``) replaces by the checkpoint's (``vocab_size`` and
-    ``max_positions`` are named as the ``data.*`` settings that set them). Dropout rates, which
-    do not act outside training, are left out; decoding settings (``beam_size``,
-    ``length_penalty``, ...) are not saved as architecture: the config's apply.
-    """
+    checkpoint ``ckpt_path`` differ from the config's ``model`` settings
+    (:func:`other_architecture`), which ``subcommand`` (``validate``, ``test``, ``predict`` or
+    ``fit --init_from``) replaces by the checkpoint's."""
     differing = other_architecture(saved, model)
     if differing and rank_zero_only.rank == 0:
         print(

@@ -112,7 +112,9 @@ def _invalid_value_lines(key: str, inline: str, details: list[str]) -> list[str]
     expected: list[str] = []
     choices: list[str] = []
     notes: list[str] = []
-    prefix = ""
+    prefix = ""  # the class that the next note is about
+    # jsonargparse lists, for each type it tried, what it expected and the value given; the
+    # user needs the value, the types expected and the notes of a class at fault, once each.
     for raw in details:
         line = raw.strip().removeprefix("- ").strip()
         if (

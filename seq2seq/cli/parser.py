@@ -23,8 +23,8 @@ class Seq2SeqArgumentParser(LightningArgumentParser):
     """
 
     def format_help(self) -> str:
-        """The help text, with the docstrings' reStructuredText roles and double back-quotes
-        shown as plain text (``:func:`~a.b``` as ``a.b``)."""
+        """The help text in plain text (:func:`~seq2seq.cli.messages.plain_help`:
+        ``:func:`~a.b``` as ``a.b``)."""
         return plain_help(super().format_help())
 
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:

@@ -281,8 +281,8 @@ def refuse_earlier_checkpoints(
 def lock_checkpoint_folders(trainer: L.Trainer) -> list[FolderLock]:
     """Locks the local ``dirpath`` of each ``ModelCheckpoint`` of ``trainer`` for this process
     (held until each lock's :meth:`FolderLock.release` or the process ends), and removes the
-    temporaries (``.<name>.<host>-<pid>-<start>.<random>.tmp``) that killed runs left there
-    (see :func:`seq2seq.temporaries.remove_abandoned`).
+    ``.tmp`` temporaries that killed runs left there
+    (:func:`seq2seq.temporaries.remove_abandoned`).
 
     Returns:
         The locks taken.
