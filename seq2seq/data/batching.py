@@ -355,6 +355,55 @@ def describe_over_budget(
     )
 
 
+def split_costs(
+    src_len: np.ndarray, tgt_len: np.ndarray, max_positions: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(cost, tie_breaker)`` of a cached split's examples, each (N,), for
+    :class:`TokenBudgetBatchSampler`: the lengths (source + EOS, target + BOS) clipped to
+    ``max_positions`` (held-out sequences are truncated to it), the longer one as the cost,
+    and ties broken by target, then source length."""
+    src_len = np.minimum(src_len, max_positions)
+    tgt_len = np.minimum(tgt_len, max_positions)
+    return np.maximum(src_len, tgt_len), tgt_len * (max_positions + 1) + src_len
+
+
+def split_over_budget(
+    costs: np.ndarray,
+    budget: int,
+    option: str,
+    split: str,
+    train: bool,
+    predict_file: str | None = None,
+) -> str | None:
+    """The warning about a cached split's examples that exceed its token budget on their own
+    (see :func:`describe_over_budget`), or ``None`` when there are none.
+
+    Args:
+        costs: (N,) padded positions each example needs, as the sampler counts them.
+        budget: The split's token budget.
+        option: The ``data.*`` option that sets it (``"max_tokens"`` or ``"eval_max_tokens"``).
+        split: The split (``"predict"`` for ``predict_file``).
+        train: Whether ``split`` is the training split.
+        predict_file: The file of the ``"predict"`` split, for the message.
+    """
+    count, longest = over_budget(costs, budget)
+    if not count:
+        return None
+    if train:
+        advice = training_budget_advice(longest)
+    else:
+        unset = " (unset, it follows max_tokens)" if option == "max_tokens" else ""
+        advice = (
+            f"Raise --data.eval_max_tokens{unset} to at least {longest} (held-out "
+            "sentences are never dropped)."
+        )
+    if split == "predict":
+        what, counted = f"sentences of {str(predict_file)!r}", "source + EOS"
+    else:
+        what, counted = f"sentence pairs of {split!r}", None
+    return describe_over_budget(count, longest, option, budget, what, advice, counted)
+
+
 def collate(
     examples: list[dict[str, Any]],
     pad_id: int = PAD_ID,
@@ -362,30 +411,23 @@ def collate(
     eos_id: int = EOS_ID,
     pad_to_multiple_of: int = 1,
 ) -> dict[str, Any]:
-    """Pads a list of examples into a batch of tensors; S and T rounded up to a multiple of
-    ``pad_to_multiple_of`` give a compiled model few distinct shapes (plain, masked padding).
+    """Pads a list of examples into a batch of tensors.
 
     Args:
         examples: Dicts with ``"index"`` (int), ``"src"`` (list[int], ending with EOS),
-            optionally ``"tgt"`` (list[int], without BOS/EOS; absent in every example or
-            present in every example), ``"src_text"`` and ``"ref_text"`` (str).
-        pad_id: Padding id; ``bos_id`` / ``eos_id``: prepended to the decoder input /
-            appended to its output.
-        pad_to_multiple_of: Round S and T up to a multiple of this (1: no rounding).
+            optionally ``"tgt"`` (list[int], without BOS/EOS; in every example or in none),
+            ``"src_text"`` and ``"ref_text"`` (str).
+        pad_id: Padding id; ``bos_id`` / ``eos_id``: begin ``tgt_in`` / end ``tgt_out``.
+        pad_to_multiple_of: Round S and T up to a multiple of this (1: none), for fewer shapes.
 
     Returns:
-        A dict with
-        ``"index"``: (B,) long, the examples' indices;
-        ``"src"``: (B, S) long, source ids padded with ``pad_id``;
-        ``"src_mask"``: (B, 1, 1, S) bool, True at real (non-padding) source positions;
-        ``"src_index"``: (M,) long, positions of the real source tokens in the flattened
-        ``(B * S)`` layout (see ``Transformer.encode``);
-        ``"tgt_in"``: (B, T) long, ``[BOS] + tgt`` padded (only with targets);
-        ``"tgt_out"``: (B, T) long, ``tgt + [EOS]`` padded (only with targets);
-        ``"tgt_index"``: (N,) long, the same for the real ``tgt_out`` tokens in ``(B * T)``
-        (only with targets; made on the host, so a step on an accelerator never synchronises);
-        ``"n_tokens"``: int, number of real ``tgt_out`` positions (0 without targets);
-        ``"src_text"`` / ``"ref_text"``: list[str], when the examples carry them.
+        ``"index"``: (B,) long; ``"src"``: (B, S) long, padded with ``pad_id``;
+        ``"src_mask"``: (B, 1, 1, S) bool, True at real source positions; ``"src_index"``:
+        (M,) long, their positions in ``(B * S)`` (see ``Transformer.encode``); with targets,
+        ``"tgt_in"`` / ``"tgt_out"``: (B, T) long, ``[BOS] + tgt`` / ``tgt + [EOS]`` padded,
+        and ``"tgt_index"``: (N,) long, the real ``tgt_out`` positions in ``(B * T)`` (made on
+        the host, so a step on an accelerator never synchronises); ``"n_tokens"``: int, N (0
+        without targets); ``"src_text"`` / ``"ref_text"``: list[str], when in the examples.
 
     Raises:
         ValueError: If ``examples`` is empty, only some examples have ``"tgt"``, or

@@ -25,8 +25,11 @@ def check_settings(
     pad_to_multiple_of: int,
     stream_pool_size: int,
 ) -> None:
-    """Raises ``ValueError`` for the first ``data.*`` setting out of its range, naming it (the
-    ranges: ``Raises`` of :class:`~seq2seq.data.datamodule.TranslationDataModule`)."""
+    """Raises ``ValueError`` for the first ``data.*`` setting out of its range, naming it
+    (``data.bucket_size must be >= 1 or null, got 0.``): ``max_tokens``, ``eval_max_tokens``,
+    ``bucket_size``, ``pad_to_multiple_of`` and ``stream_pool_size`` below 1, ``vocab_size``
+    below 5, ``max_positions`` below 2, ``max_length_ratio`` below 1, ``num_workers`` or
+    ``seed`` below 0, or ``character_coverage`` outside [0.98, 1]."""
     for name, value in (("max_tokens", max_tokens), ("eval_max_tokens", eval_max_tokens)):
         if value is not None and value < 1:
             raise ValueError(f"data.{name} must be >= 1, got {value}.")

@@ -308,16 +308,13 @@ def locate_split(
     hf_dataset: str | None = None,
     hf_config: str | None = None,
 ) -> CorpusSplit:
-    """Finds one split of a parallel corpus.
+    """The location of one split of a parallel corpus (the layouts: the module docstring).
 
-    With ``hf_dataset`` set, that is a folder written by ``save_to_disk`` if such a folder
-    exists, otherwise a dataset name on the Hugging Face Hub (loaded with ``hf_config``); a
-    configuration named after a language pair (``"de-en"``) must hold ``src_lang`` and
-    ``tgt_lang``, in either order.
-    Otherwise ``data_dir`` is searched, first match wins: a ``save_to_disk`` ``DatasetDict``
+    With ``hf_dataset``: that ``save_to_disk`` folder if it exists, else that Hub dataset
+    (loaded with ``hf_config``). Otherwise the first match in ``data_dir``: a ``DatasetDict``
     in ``data_dir`` itself; ``<split>.<src_lang>[.gz]`` with ``<split>.<tgt_lang>[.gz]``;
-    ``<split>.tsv[.gz]``; ``<split>.jsonl[.gz]``; ``<split>.parquet``; a ``save_to_disk``
-    ``Dataset`` in ``<split>/``.
+    ``<split>.tsv[.gz]``; ``<split>.jsonl[.gz]``; ``<split>.parquet``; a ``Dataset`` in
+    ``<split>/``.
 
     Args:
         data_dir: Folder holding the corpus.
@@ -327,14 +324,11 @@ def locate_split(
         hf_dataset: Hugging Face dataset name or ``save_to_disk`` folder, or None.
         hf_config: Hugging Face dataset configuration (e.g. ``"de-en"``), or None.
 
-    Returns:
-        The split's location.
-
     Raises:
         FileNotFoundError: If ``data_dir`` is not a folder, if nothing is found in it (listing
             every path looked for), or if one side of a pair of text files is missing.
-        ValueError: If ``hf_config`` names a language pair other than ``src_lang`` and
-            ``tgt_lang``.
+        ValueError: If ``hf_config`` names a language pair (``"de-en"``) other than
+            ``src_lang`` and ``tgt_lang`` in either order.
     """
 
     def found(fmt: str, *paths: Path) -> CorpusSplit:

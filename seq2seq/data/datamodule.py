@@ -9,37 +9,27 @@ from typing import Any
 
 import datasets
 import lightning as L
-import numpy as np
 import torch
 from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 from lightning.pytorch.utilities.warnings import PossibleUserWarning
 from torch.utils.data import DataLoader
 
-from seq2seq.data.batching import (
-    TokenBudgetBatchSampler,
-    collate,
-    describe_over_budget,
-    over_budget,
-    training_budget_advice,
-)
+from seq2seq.data.batching import TokenBudgetBatchSampler, collate, split_costs, split_over_budget
 from seq2seq.data.checks import check_inputs, check_settings
 from seq2seq.data.corpus import CorpusSplit, locate_split
-from seq2seq.data.dataset import (
-    Lengths,
-    TokenizedDataset,
-    heldout_set,
-    predict_set,
-    training_set,
-)
+from seq2seq.data.dataset import Lengths, TokenizedDataset, heldout_set, predict_set, training_set
 from seq2seq.data.multi30k import download_missing, downloadable
 from seq2seq.data.resume import (
     NOT_RESUMABLE,
     batching_differences,
+    batching_settings,
     resume_refusal,
+    sampler_position,
+    stream_position,
 )
 from seq2seq.data.spm_files import SentencePieceSettings, load_or_train
 from seq2seq.data.streaming import StreamingLoader, StreamingPairs
-from seq2seq.data.token_cache import ENCODE_CHUNK, tokenized_split
+from seq2seq.data.token_cache import ENCODE_CHUNK, cached_split
 from seq2seq.data.tokenizer import PAD_ID, Tokenizer
 
 # Start of Lightning's warning about drop_last and custom batch samplers in prediction.
@@ -51,34 +41,27 @@ class TranslationDataModule(L.LightningDataModule):
 
     ``prepare_data`` (once per node) downloads Multi30k if it is missing, trains a joint
     source+target SentencePiece model on the training split (or reuses an existing model
-    file), and tokenises every split into an Arrow cache under ``cache_dir`` keyed by the
-    corpus content and the tokenizer, so later runs skip tokenisation. ``setup`` (every
+    file), and tokenises every split into the Arrow cache under ``cache_dir``
+    (:mod:`seq2seq.data.token_cache`), so later runs skip tokenisation. ``setup`` (every
     process) loads the tokenizer and the cached splits, and filters the training pairs.
 
-    Training pairs are dropped by :func:`~seq2seq.data.batching.filter_training_pairs`
-    (an empty side, longer than ``max_positions``, or skewed beyond ``max_length_ratio``);
-    the counts are logged. Held-out sets (validation, test, predict) are never filtered:
-    sequences longer than ``max_positions`` are truncated with a warning, and batches carry
-    the raw source and reference lines (``src_text``, ``ref_text``) for scoring.
+    Training pairs are filtered (:func:`~seq2seq.data.batching.filter_training_pairs`; the
+    counts are logged). Held-out sets (validation, test, predict) never are: sequences longer
+    than ``max_positions`` are truncated with a warning, and batches carry the raw source and
+    reference lines (``src_text``, ``ref_text``) for scoring.
 
     Batches come from :class:`TokenBudgetBatchSampler`, which shards them across
     data-parallel ranks itself (rank and world size are taken from the attached trainer):
     run the Trainer with ``use_distributed_sampler=False``.
 
     Streaming (``streaming=True``), for training corpora larger than memory or disk: the
-    training split is read as a stream, never cached, in pools of ``stream_pool_size`` pairs,
-    each tokenised, filtered and cut into batches shuffled within it (pools, ranks and
-    workers: :mod:`seq2seq.data.streaming`). SentencePiece is trained on the first
-    ``spm_input_sentence_size`` pairs of the stream (500,000 when 0). An epoch ends when the
-    stream does, so the training loader has no length (use step-based schedules and an
-    integer ``val_check_interval``). Held-out sets are cached as without streaming.
+    training split is read as a stream, never cached, in pools of ``stream_pool_size`` pairs
+    (pools, ranks and workers: :mod:`seq2seq.data.streaming`). An epoch ends when the stream
+    does, so the training loader has no length (use step-based schedules and an integer
+    ``val_check_interval``). Held-out sets are cached as without streaming.
 
-    Resuming (either way) mid-epoch continues with exactly the batches not yet trained on (a
-    batch that Ctrl-C cut short included; streaming: with ``num_workers`` unchanged). Other
-    batching settings than the checkpoint's (``max_tokens``, ``bucket_size``,
-    ``max_positions``, ``max_length_ratio``, ``streaming``) give other batches and are warned
-    about, each in one line naming the option and both values; another ``seed`` or
-    ``stream_pool_size`` is refused once a position is saved (:meth:`load_state_dict`).
+    Resuming (either way) mid-epoch continues with exactly the batches not yet trained on;
+    the rules for other batching settings than the checkpoint's: :mod:`seq2seq.data.resume`.
 
     Args:
         data_dir: Folder of the corpus (see :func:`seq2seq.data.corpus.locate_split` for the
@@ -140,14 +123,7 @@ class TranslationDataModule(L.LightningDataModule):
 
     Raises:
         ValueError: When built, before any data is read, for a numeric setting out of its
-            range, naming it (``data.bucket_size must be >= 1 or null, got 0.``):
-            ``max_tokens``, ``eval_max_tokens``, ``bucket_size``, ``pad_to_multiple_of`` and
-            ``stream_pool_size`` below 1, ``vocab_size`` below 5, ``max_positions`` below 2,
-            ``max_length_ratio`` below 1, ``num_workers`` or ``seed`` below 0, or
-            ``character_coverage`` outside [0.98, 1].
-
-    Warns:
-        UserWarning: When built with ``src_lang`` equal to ``tgt_lang``.
+            range (the ranges: :func:`~seq2seq.data.checks.check_settings`).
     """
 
     def __init__(
@@ -243,7 +219,7 @@ class TranslationDataModule(L.LightningDataModule):
         self._train_sampler: TokenBudgetBatchSampler | None = None
         self._pending_sampler_state: dict[str, int] | None = None
         self._pending_stream_state: dict[str, Any] | None = None
-        self._over_budget_warned: set[str] = set()  # splits warned about by _warn_over_budget
+        self._over_budget_warned: set[str] = set()  # splits warned about by _sampler
         # The option that sets the held-out budget, for messages.
         self._eval_budget_option = "max_tokens" if eval_max_tokens is None else "eval_max_tokens"
 
@@ -281,19 +257,6 @@ class TranslationDataModule(L.LightningDataModule):
             (self.src_lang, self.tgt_lang),
         )  # fmt: skip
 
-    def _check_inputs(self, stage: str | None) -> None:
-        """Raises for a missing split the stage reads; for ``fit``, also for a missing test
-        set the download does not fetch, or predict file (see
-        :func:`~seq2seq.data.checks.check_inputs`)."""
-        check_inputs(
-            stage,
-            self._stage_splits(stage),
-            self.test_set_names,
-            self._locate,
-            self._fetched,
-            self.predict_file,
-        )
-
     def _fetched(self, split: str) -> bool:
         """Whether the Multi30k download fetches the missing ``split`` when ``test`` runs."""
         langs = (self.src_lang, self.tgt_lang)
@@ -324,26 +287,12 @@ class TranslationDataModule(L.LightningDataModule):
             chunk_size=ENCODE_CHUNK,
         )
 
-    def _fingerprint(self, corpus: CorpusSplit) -> str:
-        """Content digest; for Hub datasets while streaming, one that downloads nothing."""
-        if self.streaming and corpus.format == "hf_hub":
-            return corpus.stream_fingerprint()
-        return corpus.fingerprint()
-
     # ------------------------------------------------------------------ tokenised cache
     def _tokenized(self, corpus: CorpusSplit, tokenizer: Tokenizer) -> datasets.Dataset:
         """The split as an Arrow table of ids, from the cache or freshly tokenised (see
-        :func:`seq2seq.data.token_cache.tokenized_split`)."""
-        kind = "training split" if corpus.split == self.train_split else "held-out split"
-        table, written = tokenized_split(
-            corpus,
-            tokenizer,
-            self.cache_dir / "tokenized",
-            f"{self.src_lang}{self.tgt_lang}",
-            self._fingerprint(corpus),
-            streaming=self.streaming,
-            kind=kind,
-        )
+        :func:`seq2seq.data.token_cache.cached_split`)."""
+        training = corpus.split == self.train_split
+        table, written = cached_split(corpus, tokenizer, self.cache_dir, self.streaming, training)
         if written:
             self.tokenized_splits.append(corpus.split)
         return table
@@ -354,13 +303,12 @@ class TranslationDataModule(L.LightningDataModule):
 
         Held-out splits whose files are absent are skipped, except those the trainer's stage
         reads (the validation split for ``fit`` and ``validate``, the test sets for ``test``)
-        and, for ``fit``, every test set (one the Multi30k download would fetch excepted) and
-        the predict file: these are reported here, before SentencePiece is trained or any
-        split tokenised.
+        and, for ``fit``, the test sets and predict file of
+        :func:`~seq2seq.data.checks.check_inputs`: these are reported here, before
+        SentencePiece is trained or any split tokenised.
 
         Raises:
-            FileNotFoundError: If the training split, a held-out split the stage reads or, for
-                ``fit``, a test set or the predict file cannot be found.
+            FileNotFoundError: If the training split or an input the stage needs is missing.
             ValueError: If the training split is empty or SentencePiece cannot reach
                 ``vocab_size`` (see :meth:`Tokenizer.train`).
             ConnectionError: If a download fails.
@@ -371,7 +319,10 @@ class TranslationDataModule(L.LightningDataModule):
             return  # only the predict file is read, in setup()
         training = stage in ("fit", None) or self.tokenizer is None
         self._download_missing(training, stage)
-        self._check_inputs(stage)  # a missing split is named before long work
+        check_inputs(  # a missing split is named before long work
+            stage, self._stage_splits(stage), self.test_set_names, self._locate, self._fetched,
+            self.predict_file,
+        )  # fmt: skip
         tokenizer = self._prepare_tokenizer() if self.tokenizer is None else self.tokenizer
         for split in self._all_splits():
             if split == self.train_split and not training:
@@ -488,13 +439,15 @@ class TranslationDataModule(L.LightningDataModule):
         )
 
     def _sampler(self, split: str, train: bool) -> TokenBudgetBatchSampler:
-        src_len, tgt_len = self._lengths[split]
-        src_len = np.minimum(src_len, self.max_positions)
-        tgt_len = np.minimum(tgt_len, self.max_positions)
+        costs, tie_breaker = split_costs(*self._lengths[split], self.max_positions)
         world_size, rank = self._replicas()
-        costs = np.maximum(src_len, tgt_len)
         budget = self.max_tokens if train else self.eval_max_tokens
-        self._warn_over_budget(split, costs, budget, train)
+        if split not in self._over_budget_warned:  # once per split
+            self._over_budget_warned.add(split)
+            option = "max_tokens" if train else self._eval_budget_option
+            warning = split_over_budget(costs, budget, option, split, train, self.predict_file)
+            if warning:
+                rank_zero_warn(warning)
         return TokenBudgetBatchSampler(
             costs,
             budget,
@@ -504,39 +457,8 @@ class TranslationDataModule(L.LightningDataModule):
             rank=rank,
             bucket_size=self.bucket_size if train else None,
             even_batches=train,
-            tie_breaker=tgt_len * (self.max_positions + 1) + src_len,
+            tie_breaker=tie_breaker,
         )
-
-    def _warn_over_budget(self, split: str, costs: np.ndarray, budget: int, train: bool) -> None:
-        """Warns, once per split, about examples that exceed the token budget on their own.
-
-        Args:
-            split: The split (``"predict"`` for ``predict_file``).
-            costs: (N,) padded positions each example needs, as the sampler counts them.
-            budget: The split's token budget (``max_tokens`` or ``eval_max_tokens``).
-            train: Whether ``split`` is the training split.
-        """
-        if split in self._over_budget_warned:
-            return
-        self._over_budget_warned.add(split)
-        count, longest = over_budget(costs, budget)
-        if not count:
-            return
-        if train:
-            option = "max_tokens"
-            advice = training_budget_advice(longest)
-        else:
-            option = self._eval_budget_option
-            unset = " (unset, it follows max_tokens)" if option == "max_tokens" else ""
-            advice = (
-                f"Raise --data.eval_max_tokens{unset} to at least {longest} (held-out "
-                "sentences are never dropped)."
-            )
-        if split == "predict":
-            what, counted = f"sentences of {str(self.predict_file)!r}", "source + EOS"
-        else:
-            what, counted = f"sentence pairs of {split!r}", None
-        rank_zero_warn(describe_over_budget(count, longest, option, budget, what, advice, counted))
 
     def _require(self, dataset, stage: str):
         if dataset is None:
@@ -588,116 +510,54 @@ class TranslationDataModule(L.LightningDataModule):
         return self._loader(dataset, self._sampler("predict", train=False))
 
     # ------------------------------------------------------------------ resume
-    def _batching(self) -> dict[str, Any]:
-        """The settings that decide which training batches are built, by ``data.*`` option.
-
-        Returns:
-            ``{"streaming", "max_tokens", "bucket_size", "max_positions",
-            "max_length_ratio", "seed"}``, and ``"stream_pool_size"`` with ``streaming``.
-        """
-        settings = {
-            "streaming": self.streaming,
-            "max_tokens": self.max_tokens,
-            "bucket_size": self.bucket_size,
-            "max_positions": self.max_positions,
-            "max_length_ratio": self.max_length_ratio,
-            "seed": self.seed,
-        }
-        if self.streaming:
-            settings["stream_pool_size"] = self.stream_pool_size
-        return settings
-
     def state_dict(self) -> dict[str, Any]:
-        """The training position, so a run resumed mid-epoch skips the batches it has seen.
-
-        While fitting, the position after the batches the training loop has processed (not
-        those the loader has prefetched, nor one under way at Ctrl-C, trained again). Without
-        streaming the sampler's state (``"train_sampler"``); with it, the stream position
-        (``"train_stream"``, see :meth:`StreamingPairs.state_dict`); and the settings that
-        decide the batches (``"batching"``).
+        """The training position, so a run resumed mid-epoch skips the batches it has seen
+        (see :mod:`seq2seq.data.resume`).
 
         Returns:
-            ``{"batching": {...}}`` plus ``"train_sampler"`` or ``"train_stream"`` once a
-            position is known.
+            ``{"batching": {...}}`` (:func:`~seq2seq.data.resume.batching_settings`) plus,
+            once a position is known, ``"train_sampler"`` (the sampler's state) or, with
+            streaming, ``"train_stream"`` (:meth:`StreamingPairs.state_dict`).
         """
-        position = self._position()
-        return {**position, "batching": self._batching()}
-
-    def _position(self) -> dict[str, Any]:
-        """``{"train_sampler": ...}``, ``{"train_stream": ...}`` or ``{}``: see
-        :meth:`state_dict`."""
-        trainer = self.trainer
-        processed = None
-        if trainer is not None and self._fitting():
-            processed = trainer.fit_loop.epoch_loop.batch_progress.current.processed
+        progress = self.trainer.fit_loop.epoch_loop.batch_progress if self._fitting() else None
         if self.streaming:
-            if not isinstance(self.train_set, StreamingPairs):
-                pending = self._pending_stream_state
-                return {"train_stream": pending} if pending else {}
-            if processed is None:
-                state = self.train_set.state_dict()
-            else:
-                # The batches trained since the pass started, counted by the trainer (not the
-                # loader's count less what the trainer holds: a batch in neither place when
-                # Ctrl-C stopped a fetch would be lost). The trainer's epoch is one ahead of
-                # the pass after a stop (max_steps, a stop request) that cut the epoch short;
-                # the pass's position still applies then.
-                plan = self.train_set.current_pass
-                trained = None if plan is None else plan.trained(self._fit_processed())
-                state = self.train_set.state_dict(
-                    processed if trained is None else trained, trainer.current_epoch
-                )
-            return {"train_stream": state} if state else {}
-        if self._train_sampler is None:
-            pending = self._pending_sampler_state
-            return {"train_sampler": pending} if pending else {}
-        state = self._train_sampler.state_dict()  # its own epoch: the batches' epoch
-        if processed is not None:
-            # Lightning's current_epoch is one ahead once an epoch has ended (e.g. a checkpoint
-            # written at SIGTERM during the validation at the end of an epoch).
-            state["batches_yielded"] = processed
-        return {"train_sampler": state}
+            pairs = self.train_set if isinstance(self.train_set, StreamingPairs) else None
+            pending = self._pending_stream_state
+            position = stream_position(pairs, pending, progress, self._fit_epoch())
+        else:
+            position = sampler_position(self._train_sampler, self._pending_sampler_state, progress)
+        return {**position, "batching": batching_settings(vars(self))}
 
     resume_refusal = staticmethod(resume_refusal)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restores the training position saved by :meth:`state_dict` (the rules: "Resuming"
-        in the class docstring); Lightning's warning that the loader "is not resumable" is
-        silenced, as this position makes the epoch continue with the unseen batches.
-
-        When fitting (or without a trainer), the batching settings are compared with the
-        checkpoint's (``seed`` and ``stream_pool_size`` are only warned about when no position
-        was saved).
+        """Restores the training position saved by :meth:`state_dict`; Lightning's warning
+        that the loader "is not resumable" is silenced, as the epoch continues with the unseen
+        batches. When fitting (or without a trainer), the batching settings are first checked
+        against the checkpoint's (the rules: :mod:`seq2seq.data.resume`).
 
         Raises:
-            ValueError: If the saved position (``"train_sampler"``, or with ``streaming``
-                ``"train_stream"``) was saved with another ``data.seed`` or (streaming)
-                ``data.stream_pool_size``, naming the option and both values: the batches
-                that follow cannot be reproduced then.
+            ValueError: If :func:`~seq2seq.data.resume.resume_refusal` refuses them (another
+                ``data.seed`` or, streaming, ``data.stream_pool_size`` than the saved
+                position's), naming the option and both values.
         """
         if self.trainer is None or self._fitting():
-            self._check_batching(state_dict)
-        if state_dict.get("train_stream") or state_dict.get("train_sampler"):
+            settings = batching_settings(vars(self))
+            refusal = resume_refusal(state_dict, settings)
+            if refusal:
+                raise ValueError(refusal)
+            for warning in batching_differences(state_dict, settings, self.streaming):
+                rank_zero_warn(warning)
+        stream, position = state_dict.get("train_stream"), state_dict.get("train_sampler")
+        if stream or position:
             warnings.filterwarnings("ignore", message=NOT_RESUMABLE, category=PossibleUserWarning)
-        stream = state_dict.get("train_stream")
         if stream:
             if isinstance(self.train_set, StreamingPairs):
                 self.train_set.load_state_dict(stream)
             else:
                 self._pending_stream_state = dict(stream)
-        state = state_dict.get("train_sampler")
-        if not state:
-            return
-        if self._train_sampler is not None:
-            self._train_sampler.load_state_dict(state)
-        else:
-            self._pending_sampler_state = dict(state)
-
-    def _check_batching(self, state_dict: dict[str, Any]) -> None:
-        """Warns about (or refuses) batching settings that differ from the checkpoint's; see
-        :meth:`load_state_dict`."""
-        refusal = resume_refusal(state_dict, self._batching())
-        if refusal:
-            raise ValueError(refusal)
-        for warning in batching_differences(state_dict, self._batching(), self.streaming):
-            rank_zero_warn(warning)
+        if position:
+            if self._train_sampler is not None:
+                self._train_sampler.load_state_dict(position)
+            else:
+                self._pending_sampler_state = dict(position)

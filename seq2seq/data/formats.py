@@ -201,33 +201,27 @@ def iter_parallel(src_path: str | Path, tgt_path: str | Path) -> Iterator[tuple[
 def read_tsv(
     path: str | Path, src_lang: str | None = None, tgt_lang: str | None = None
 ) -> tuple[list[str], list[str]]:
-    """Reads a two-column TSV file of sentence pairs, plain or gzip-compressed.
+    """Reads a two-column TSV file of pairs, plain or gzip, into ``(src_lines, tgt_lines)``.
 
-    Blank lines (no tab, nothing but white space) hold no record and are skipped, as in JSON lines
-    (and pandas' ``read_csv``); a pair with both sides empty is a line holding just the tab.
+    Blank lines (no tab, nothing but white space) hold no record and are skipped, as in JSON
+    lines (and pandas' ``read_csv``); a pair with both sides empty is a line holding just the tab.
 
-    Which column is the source: with ``src_lang`` and ``tgt_lang`` given, the first non-blank
-    line may be a header naming the two languages, e.g. ``de<TAB>en``, in either order: it is
-    not a pair, and the column headed ``src_lang`` is the source (so ``en<TAB>de`` read with
-    ``src_lang="de"`` swaps the columns). Without a header, or with ``src_lang`` and
-    ``tgt_lang`` left None (no header detection: a header line is read as a pair), column 1 is
-    the source and column 2 the target, whatever the languages.
+    Column 1 is the source and column 2 the target, unless ``src_lang`` and ``tgt_lang`` are
+    given and the first non-blank line is a header naming them in either order, e.g.
+    ``de<TAB>en``: it is not a pair, and the column headed ``src_lang`` is the source (so
+    ``en<TAB>de`` read with ``src_lang="de"`` swaps the columns). With both None a header line
+    is read as a pair.
 
     Args:
         path: The file.
         src_lang: Source language code, for the header; None reads no header.
         tgt_lang: Target language code, for the header; None reads no header.
 
-    Returns:
-        ``(src_lines, tgt_lines)``, of equal length, without the header.
-
     Raises:
         FileNotFoundError: If ``path`` is missing.
         ValueError: If a non-blank line has other than two tab-separated fields (naming the
             file and line), on invalid UTF-8, if only one of ``src_lang`` and ``tgt_lang`` is
-            given, or if the first line looks like a header (two codes as ``_LANG_CODE``, one
-            of them ``src_lang`` or ``tgt_lang`` in any case) but does not name exactly those
-            two; two short words naming neither (``die<TAB>the``) are a sentence pair.
+            given, or for a header of other languages (see :func:`_tsv_header`).
     """
     return unzip_pairs(iter_tsv(path, src_lang, tgt_lang))
 
@@ -279,8 +273,13 @@ def iter_tsv(
 
 def _tsv_header(fields: list[str], src_lang: str, tgt_lang: str, where: str) -> bool | None:
     """Whether the first line ``fields`` is a header with the columns (target, source) (True)
-    or (source, target) (False); None if it is a sentence pair. Raises ValueError for a header
-    of other languages."""
+    or (source, target) (False); None if it is a sentence pair.
+
+    Raises:
+        ValueError: If ``fields`` look like a header (two codes as ``_LANG_CODE``, one of them
+            ``src_lang`` or ``tgt_lang`` in any case) but do not name exactly those two; two
+            short words naming neither (``die<TAB>the``) are a sentence pair.
+    """
     codes = [field.strip() for field in fields]
     if codes == [src_lang, tgt_lang]:
         return False

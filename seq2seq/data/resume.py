@@ -1,10 +1,25 @@
-"""Resuming mid-epoch: the batching settings a training position needs, checked against the
-run's before any data is read."""
+"""Resuming mid-epoch, with or without streaming: the epoch continues with exactly the
+batches not yet trained on (one that Ctrl-C cut short included; streaming: with
+``num_workers`` unchanged).
+
+A data module's state holds the training position (:func:`sampler_position`,
+:func:`stream_position`) and the settings that decide the batches
+(:func:`batching_settings`). Other ``max_tokens``, ``bucket_size``, ``max_positions``,
+``max_length_ratio`` or ``streaming`` than the checkpoint's give other batches and are warned
+about (:func:`batching_differences`), each in one line naming the option and both values;
+another ``seed`` or ``stream_pool_size`` is refused once a position is saved (and only warned
+about otherwise), and so is another ``num_workers`` with a stream position mid-epoch
+(:func:`resume_refusal`; it needs no data, so it is checked before any is read).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from seq2seq.data.batching import TokenBudgetBatchSampler
+    from seq2seq.data.streaming import StreamingPairs
 
 #: Start of Lightning's warning on resuming mid-epoch; see TranslationDataModule.load_state_dict.
 NOT_RESUMABLE = "You're resuming from a checkpoint that ended before the epoch ended"
@@ -78,7 +93,7 @@ def batching_differences(
     state_dict: dict[str, Any], current: Mapping[str, Any], streaming: bool
 ) -> list[str]:
     """One warning per batching setting in ``current`` (the run's, see
-    ``TranslationDataModule._batching``) that differs from the one the saved state
+    :func:`batching_settings`) that differs from the one the saved state
     ``state_dict`` was written with: the resumed run trains on other batches."""
     saved, position = saved_batching(state_dict, streaming)
     mid_epoch = bool(position) and not position.get("complete")
@@ -94,3 +109,65 @@ def batching_differences(
             f"interrupted run would have had{_MID_EPOCH if mid_epoch else ''}."
         )
     return warnings
+
+
+#: The ``data.*`` settings that decide which training batches are built (and
+#: ``stream_pool_size`` with ``streaming``), in the order they are saved.
+BATCHING = ("streaming", "max_tokens", "bucket_size", "max_positions", "max_length_ratio", "seed")
+
+
+def batching_settings(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The :data:`BATCHING` settings (and ``stream_pool_size`` with ``streaming``) of
+    ``values``, the run's ``data.*`` values by name."""
+    names = (*BATCHING, "stream_pool_size") if values["streaming"] else BATCHING
+    return {name: values[name] for name in names}
+
+
+def sampler_position(
+    sampler: TokenBudgetBatchSampler | None, pending: dict[str, int] | None, progress: Any
+) -> dict[str, Any]:
+    """``{"train_sampler": state}``, or ``{}`` before there is a position.
+
+    Args:
+        sampler: the training sampler, ``None`` before the first training loader.
+        pending: the state loaded before there was a sampler, if any.
+        progress: while fitting, the training loop's batch progress (else ``None``): the
+            position is then after the batches the loop has processed, not those the loader
+            has prefetched, nor one under way at Ctrl-C (trained again).
+    """
+    if sampler is None:
+        return {"train_sampler": pending} if pending else {}
+    state = sampler.state_dict()  # its own epoch: the batches' epoch
+    if progress is not None:
+        # Lightning's current_epoch is one ahead once an epoch has ended (e.g. a checkpoint
+        # written at SIGTERM during the validation at the end of an epoch).
+        state["batches_yielded"] = progress.current.processed
+    return {"train_sampler": state}
+
+
+def stream_position(
+    pairs: StreamingPairs | None, pending: dict[str, Any] | None, progress: Any, epoch: int | None
+) -> dict[str, Any]:
+    """``{"train_stream": state}`` (see :meth:`StreamingPairs.state_dict`), or ``{}``.
+
+    Args:
+        pairs: the streamed training split, ``None`` before ``setup("fit")``.
+        pending: the state loaded before there was a stream, if any.
+        progress: as for :func:`sampler_position`.
+        epoch: the trainer's current epoch while fitting.
+    """
+    if pairs is None:
+        return {"train_stream": pending} if pending else {}
+    if progress is None:
+        state = pairs.state_dict()
+    else:
+        # The batches trained since the pass started, counted by the trainer (not the
+        # loader's count less what the trainer holds: a batch in neither place when Ctrl-C
+        # stopped a fetch would be lost). The trainer's epoch is one ahead of the pass after
+        # a stop (max_steps, a stop request) that cut the epoch short; the pass's position
+        # still applies then.
+        plan = pairs.current_pass
+        trained = None if plan is None else plan.trained(progress.total.processed)
+        processed = progress.current.processed
+        state = pairs.state_dict(processed if trained is None else trained, epoch)
+    return {"train_stream": state} if state else {}

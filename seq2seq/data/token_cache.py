@@ -39,13 +39,9 @@ def tokenized_split(
     kind: str = "split",
 ) -> tuple[datasets.Dataset, bool]:
     """The split ``corpus`` as an Arrow table of ids, from the cache in ``folder`` or freshly
-    tokenised into it.
-
-    The table is written to a temporary folder beside its place and renamed into it, so a
-    reader never sees a partial table; where another process wrote it meanwhile, its table is
-    used. The folder follows the umask, as the files in it do. Temporary folders that killed
-    runs left in ``folder`` (of any split) are removed first (see
-    :func:`seq2seq.temporaries.remove_abandoned`).
+    tokenised into it (in a :func:`~seq2seq.temporaries.make_temporary_folder` renamed into
+    place, or another process's table where it wrote one meanwhile); temporaries of any split
+    that killed runs left in ``folder`` are removed first (see :mod:`seq2seq.temporaries`).
 
     Args:
         corpus: the split to read.
@@ -57,8 +53,7 @@ def tokenized_split(
         kind: what the split is, for the error of an empty one (``"held-out split"``).
 
     Returns:
-        The table (columns ``index``, ``src_text``, ``tgt_text``, ``src``, ``tgt``) and whether
-        it was tokenised now.
+        The table (``index``, ``src_text``, ``tgt_text``, ``src``, ``tgt``), whether made now.
 
     Raises:
         ValueError: if the split holds no pairs.
@@ -93,6 +88,22 @@ def tokenized_split(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return datasets.Dataset.from_file(str(table_file)), True
+
+
+def cached_split(
+    corpus: CorpusSplit, tokenizer: Tokenizer, cache_dir: Path, streaming: bool, training: bool
+) -> tuple[datasets.Dataset, bool]:
+    """:func:`tokenized_split` into ``<cache_dir>/tokenized``, keyed by the corpus content's
+    digest (for a Hub dataset read as a stream, one that downloads nothing); ``training``:
+    whether ``corpus`` is the training split, for the error of an empty one."""
+    if streaming and corpus.format == "hf_hub":
+        fingerprint = corpus.stream_fingerprint()
+    else:
+        fingerprint = corpus.fingerprint()
+    kind = "training split" if training else "held-out split"
+    pair = f"{corpus.src_lang}{corpus.tgt_lang}"
+    folder = Path(cache_dir) / "tokenized"
+    return tokenized_split(corpus, tokenizer, folder, pair, fingerprint, streaming, kind)
 
 
 def write_tokenized(

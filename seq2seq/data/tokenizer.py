@@ -118,32 +118,24 @@ class Tokenizer:
         num_threads: int = 1,
     ) -> Tokenizer:
         """Trains a SentencePiece model with exactly ``vocab_size`` pieces (a hard limit, so
-        the embedding size is known before training; ``nmt_nfkc`` normalisation) and saves it.
+        the embedding size is known before training), saves it and returns its tokenizer.
 
         Args:
-            sentences: Training sentences, one per item (for a joint vocabulary, source and
-                target sentences together). Empty items are skipped.
-            model_path: Where the ``.model`` file is written (atomically: a partial file never
-                appears under this name). The folder is created if needed.
+            sentences: Training sentences (both sides for a joint vocabulary); empty ones skipped.
+            model_path: Where the ``.model`` file is written, atomically (folder made if needed).
             vocab_size: Number of pieces, special pieces included (>= :data:`MIN_VOCAB_SIZE`).
             model_type: ``"unigram"``, ``"bpe"``, ``"char"`` or ``"word"``.
-            character_coverage: Fraction of characters covered by the model; rarer characters
-                map to ``<unk>`` (or bytes with ``byte_fallback``).
-            byte_fallback: Decompose unknown characters into UTF-8 byte pieces instead of
-                ``<unk>`` (needs 256 byte pieces of the vocabulary).
+            character_coverage: Fraction of characters covered; rarer ones map to ``<unk>``.
+            byte_fallback: Spell those as UTF-8 byte pieces instead (256 of the vocabulary).
             input_sentence_size: Train on a random sample of this many sentences (0: all),
                 drawn here from ``seed`` (SentencePiece's own sampling differs between
                 processes even with a fixed seed), so every process builds the same model.
             seed: Seed of the sentence sample and of SentencePiece's random generator.
             num_threads: Threads used by the trainer.
 
-        Returns:
-            The trained tokenizer.
-
         Raises:
-            ValueError: If ``vocab_size`` is below :data:`MIN_VOCAB_SIZE` (before reading),
-                or SentencePiece cannot build that many pieces from the corpus, naming the
-                bound it reported (if any) and what to change.
+            ValueError: If ``vocab_size`` < :data:`MIN_VOCAB_SIZE` (before reading) or the
+                corpus cannot give that many pieces (naming SentencePiece's bound and the fix).
             WriteError: (an ``OSError``) naming ``model_path`` if the machine refuses to
                 write it (a full disk, ...); no partial model file is left.
         """
