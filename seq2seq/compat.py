@@ -85,8 +85,8 @@ def val_check_time_interval(trainer: Any) -> Any:
     """The time-based ``val_check_interval`` (a ``timedelta``-like value), else ``None``.
 
     Lightning keeps a ``val_check_interval`` given as a time in the private
-    ``Trainer._val_check_time_interval``; the module's mirror of Lightning's "is a validation
-    due" check needs it.
+    ``Trainer._val_check_time_interval``; the mirror of Lightning's "is a validation due" check
+    in :mod:`seq2seq.callbacks.resume` needs it.
     """
     return getattr(trainer, "_val_check_time_interval", None)
 

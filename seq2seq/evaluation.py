@@ -1,4 +1,5 @@
-"""Corpus-level scores through sacreBLEU, and DDP-safe gathering of hypotheses.
+"""Corpus-level scores through sacreBLEU, DDP-safe gathering of hypotheses, and the held-out
+sets' losses, score lines and hypothesis files of an evaluation.
 
 Scores are always computed by :mod:`sacrebleu` on detokenized hypotheses against the raw
 reference lines of the held-out set, so the figures equal what the ``sacrebleu`` command
@@ -7,10 +8,12 @@ prints for the same files (Post, 2018, "A Call for Clarity in Reporting BLEU Sco
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import torch
 import torch.distributed as dist
 from sacrebleu.metrics import BLEU, CHRF, TER
 
@@ -118,3 +121,141 @@ def write_lines(path: str | Path, lines: Sequence[str]) -> Path:
         for line in lines:
             f.write(line.replace("\n", " ").replace("\r", " ") + "\n")
     return path
+
+
+class HeldOutScores:
+    """One evaluation's held-out sets (``val``, ``test/<name>``): per set, the summed losses
+    and real target tokens, and each sentence's (index, hypothesis, reference)."""
+
+    def __init__(self) -> None:
+        self._outputs: dict[str, list[tuple[int, str, str]]] = {}
+        self._sums: dict[str, torch.Tensor] = {}
+
+    def reset(self) -> None:
+        """Forgets every set (at the start of an evaluation and once it is scored)."""
+        self._outputs, self._sums = {}, {}
+
+    def add(
+        self,
+        key: str,
+        sums: Sequence[torch.Tensor],
+        indices: Sequence[int],
+        hypotheses: Sequence[str],
+        references: Sequence[str],
+    ) -> None:
+        """Adds a batch of set ``key``: ``sums`` = (loss sum, NLL sum, real target tokens),
+        0-dim tensors, and one index, hypothesis and reference per sentence."""
+        # Summed here and reduced once per set in loss(): the loss is exactly sum / tokens over
+        # the whole set, on any number of processes.
+        total = torch.stack([s.detach() for s in sums]).double()
+        self._sums[key] = self._sums.get(key, 0) + total
+        self._outputs.setdefault(key, []).extend(zip(indices, hypotheses, references, strict=True))
+
+    def gathered(
+        self, set_names: Sequence[str]
+    ) -> Iterator[tuple[str, list[tuple[int, str, str]]]]:
+        """Each set's triples from every process in corpus order (:func:`gather_in_order`),
+        ``val`` first, then the test sets in the order of ``set_names`` (``data.test_splits``):
+        the same order on every process, whichever set's batches came first."""
+        order = {f"test/{name}": i for i, name in enumerate(set_names)}
+        for key, items in sorted(
+            self._outputs.items(), key=lambda kv: (order.get(kv[0], -1), kv[0])
+        ):
+            yield key, gather_in_order(items)
+
+    def loss(
+        self, key: str, reduce: Callable[[torch.Tensor], torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The label-smoothed loss and the NLL per real target token of set ``key`` over all
+        processes (float64); ``reduce`` sums a tensor over them (``trainer.strategy.reduce``)."""
+        sums = reduce(self._sums[key])
+        return sums[0] / sums[2].clamp(min=1), sums[1] / sums[2].clamp(min=1)
+
+
+def write_report(
+    trainer: Any,
+    key: str,
+    hypotheses: Sequence[str],
+    scores: dict[str, Score],
+    checkpoint_step: int | None,
+    print_fn: Callable[[str], None],
+) -> None:
+    """On global rank 0, prints the score lines of held-out set ``key`` and writes its
+    hypotheses to ``<log_dir>/hypotheses/<key>.step<N>.txt`` and the score lines beside them
+    (``.scores``); in a ``fast_dev_run``, which writes no files, prints only.
+
+    Args:
+        trainer: the Lightning trainer; its logger's ``log_dir`` (else ``default_root_dir``)
+            holds the files, and its data module's ``val_set`` / ``test_sets`` tell whether
+            ``limit_*_batches`` left sentences out.
+        checkpoint_step: outside ``fit``, the global step of the checkpoint evaluated, which
+            names the files (else the trainer's).
+        print_fn: prints through the progress bar (``LightningModule.print``), on lines of
+            their own.
+    """
+    if trainer.global_rank != 0:
+        return
+    lines = [f"{key}: {score.text}\n  signature: {score.signature}" for score in scores.values()]
+    total = _heldout_size(trainer, key)
+    if total is not None and len(hypotheses) < total:
+        limit = "limit_val_batches" if key == "val" else "limit_test_batches"
+        lines.append(
+            f"  scored on {len(hypotheses)} of the {total} sentences (--trainer.{limit}): not "
+            "the whole set's score"
+        )
+    if trainer.fast_dev_run:  # a smoke run writes no files (no logs, no checkpoints)
+        print_fn("\n".join(lines))
+        return
+    logger = trainer.logger
+    directory = getattr(logger, "log_dir", None) if logger is not None else None
+    log_dir = Path(directory or trainer.default_root_dir)
+    name = key.replace("/", ".")  # val, test.<set>
+    step = trainer.global_step
+    if trainer.state.fn != "fit" and checkpoint_step is not None:
+        step = checkpoint_step
+    hyp_path = write_lines(log_dir / "hypotheses" / f"{name}.step{step}.txt", hypotheses)
+    print_fn("\n".join(lines) + f"\n  hypotheses: {hyp_path}")
+    write_lines(
+        hyp_path.with_suffix(".scores"), [f"{s.text}\t{s.signature}" for s in scores.values()]
+    )
+
+
+def _heldout_size(trainer: Any, key: str) -> int | None:
+    """Sentences in the held-out set ``key`` of the trainer's data module, if it says."""
+    datamodule = getattr(trainer, "datamodule", None)
+    if key == "val":
+        dataset = getattr(datamodule, "val_set", None)
+    else:
+        dataset = (getattr(datamodule, "test_sets", None) or {}).get(key.partition("/")[2])
+    try:
+        return len(dataset) if dataset is not None else None
+    except TypeError:
+        return None
+
+
+def score_table(scores: dict[str, dict[str, Score]]) -> str:
+    """One row per test set (keys ``test/<name>``, in ``data.test_splits`` order), one column
+    per metric::
+
+    set               BLEU  chrF2    TER
+    newstest2013     26.41  54.12  58.30
+    newstest2014     27.02  55.60  57.11
+    (test/bleu, test/chrf, test/ter: newstest2013's)
+    """
+    names = [key.removeprefix("test/") for key in scores]
+    first = next(iter(scores.values()))
+    rows = [["set", *(score.text.split(" = ")[0] for score in first.values())]]
+    rows += [
+        [name, *(f"{score.value:.2f}" for score in sets.values())]
+        for name, sets in zip(names, scores.values(), strict=True)
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = [
+        "  ".join(
+            cell.ljust(w) if i == 0 else cell.rjust(w)
+            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+        )
+        for row in rows
+    ]
+    lines.append(f"({', '.join(f'test/{m}' for m in first)}: {names[0]}'s)")
+    return "\n".join(lines)

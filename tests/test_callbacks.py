@@ -1,6 +1,7 @@
 """Tests of seq2seq.callbacks: the class paths the configs name, and TranslationWriter's
-output order and formats (the TensorBoard callbacks and TextProgress: test_monitoring.py;
-LastCheckpoint's stops and resumes: test_resume.py)."""
+output order and formats, ExactResume's presence and generator states (the TensorBoard
+callbacks and TextProgress: test_monitoring.py; LastCheckpoint's and ExactResume's stops and
+resumes: test_resume.py)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import torch
 import yaml
-from conftest import CONFIGS
+from conftest import CONFIGS, quiet_cpu_trainer, tiny_model
 
 import seq2seq.callbacks
-from seq2seq.callbacks import TranslationWriter
+from seq2seq.callbacks import ExactResume, TranslationWriter
 
 
 def _config_class_paths() -> set[str]:
@@ -79,3 +81,37 @@ def test_other_ranks_write_nothing(tmp_path):
     trainer = SimpleNamespace(global_rank=1, is_global_zero=False)
     writer.write_on_epoch_end(trainer, None, [[(0, [("a", 0.0)])]], None)
     assert not writer.output_path.exists()
+
+
+def test_the_module_adds_exact_resume_once_to_a_trainer_without_it(tmp_path, caplog):
+    """A config that names no ExactResume still resumes exactly: the module adds it
+    (``configure_callbacks``), once however often the trainer runs it."""
+    import logging
+
+    from seq2seq.data.batching import collate
+
+    module = tiny_model()
+    batch = collate([{"index": 0, "src": [5, 6, 3], "tgt": [7, 8]}], pad_id=0)
+    trainer = quiet_cpu_trainer(tmp_path, max_steps=1, enable_checkpointing=False)
+    assert not any(isinstance(c, ExactResume) for c in trainer.callbacks)
+    loader = torch.utils.data.DataLoader([batch], batch_size=None)
+    with caplog.at_level(logging.INFO):
+        trainer.fit(module, train_dataloaders=loader)
+        trainer.fit(module, train_dataloaders=loader)  # max_steps reached: returns at once
+    assert sum(isinstance(c, ExactResume) for c in trainer.callbacks) == 1
+    assert "override" not in caplog.text
+
+
+def test_exact_resume_restores_the_generators_at_the_first_training_batch_only():
+    from seq2seq.checkpoint.training import capture_rng_state
+
+    callback = ExactResume()
+    state = capture_rng_state()
+    expected = float(torch.rand(()))
+    callback.on_load_checkpoint(None, None, {"seq2seq": {"rng": state}})
+    float(torch.rand(()))  # e.g. the data loaders' set-up
+    callback.on_train_batch_start(None, None, {}, 0)
+    assert float(torch.rand(())) == expected
+    again = capture_rng_state()
+    callback.on_train_batch_start(None, None, {}, 1)
+    assert callback._step_rng["torch"].equal(again["torch"])  # the states at this batch's start

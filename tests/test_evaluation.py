@@ -1,7 +1,17 @@
+from types import SimpleNamespace
+
 import pytest
 import sacrebleu
+import torch
 
-from seq2seq.evaluation import corpus_scores, gather_in_order, write_lines
+from seq2seq.evaluation import (
+    HeldOutScores,
+    corpus_scores,
+    gather_in_order,
+    score_table,
+    write_lines,
+    write_report,
+)
 
 HYPS = ["A man rides a bike .", "Two dogs play in the snow.", "A woman sings"]
 REFS = ["A man is riding a bike.", "Two dogs are playing in the snow.", "A woman is singing."]
@@ -55,3 +65,92 @@ def test_write_lines_goes_through_a_temporary_file_of_its_own(tmp_path):
     assert path.read_text() == "one\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["folder", "hyps.txt", "hyps.txt.tmp"]
     assert list((tmp_path / "folder").iterdir()) == []
+
+
+def _held_out(sets: dict) -> HeldOutScores:
+    """``{key: [(index, hyp, ref, loss, nll, tokens), ...]}`` added one batch per row."""
+    held_out = HeldOutScores()
+    for key, rows in sets.items():
+        for index, hyp, ref, loss, nll, tokens in rows:
+            sums = (torch.tensor(loss), torch.tensor(nll), torch.tensor(tokens))
+            held_out.add(key, sums, [index], [hyp], [ref])
+    return held_out
+
+
+def test_held_out_sets_come_in_test_split_order_and_corpus_order():
+    held_out = _held_out(
+        {
+            "test/b": [(1, "y", "Y", 1.0, 1.0, 1), (0, "x", "X", 1.0, 1.0, 1)],
+            "test/a": [(0, "p", "P", 1.0, 1.0, 1)],
+            "val": [(0, "v", "V", 1.0, 1.0, 1)],
+        }
+    )
+    gathered = list(held_out.gathered(["b", "a"]))
+    assert [key for key, _ in gathered] == ["val", "test/b", "test/a"]
+    assert gathered[1][1] == [(0, "x", "X"), (1, "y", "Y")]
+    held_out.reset()
+    assert list(held_out.gathered(["b", "a"])) == []
+
+
+def test_held_out_loss_is_the_sum_over_the_set_per_token_after_the_reduction():
+    held_out = _held_out({"val": [(0, "a", "A", 6.0, 3.0, 2), (1, "b", "B", 4.0, 2.0, 3)]})
+    seen = []
+
+    def reduce(tensor):  # two processes holding the same share
+        seen.append(tensor.dtype)
+        return tensor * 2
+
+    loss, nll = held_out.loss("val", reduce)
+    assert seen == [torch.float64]
+    assert float(loss) == pytest.approx(10.0 / 5) and float(nll) == pytest.approx(5.0 / 5)
+
+
+def _report_trainer(tmp_path, **overrides):
+    datamodule = SimpleNamespace(val_set=[0] * 4, test_sets={"newstest": [0] * 3})
+    trainer = SimpleNamespace(
+        global_rank=0, datamodule=datamodule, fast_dev_run=False, logger=None,
+        default_root_dir=str(tmp_path), global_step=12, state=SimpleNamespace(fn="fit"),
+    )  # fmt: skip
+    vars(trainer).update(overrides)
+    return trainer
+
+
+def test_report_prints_the_scores_and_writes_hypotheses_and_scores(tmp_path):
+    scores = corpus_scores(HYPS, REFS, ["bleu", "chrf"])
+    printed = []
+    write_report(_report_trainer(tmp_path), "val", HYPS, scores, None, printed.append)
+    hyp_path = tmp_path / "hypotheses" / "val.step12.txt"
+    assert hyp_path.read_text(encoding="utf-8").splitlines() == HYPS
+    lines = hyp_path.with_suffix(".scores").read_text(encoding="utf-8").splitlines()
+    assert lines == [f"{s.text}\t{s.signature}" for s in scores.values()]
+    assert printed == [
+        f"val: {scores['bleu'].text}\n  signature: {scores['bleu'].signature}\n"
+        f"val: {scores['chrf'].text}\n  signature: {scores['chrf'].signature}\n"
+        "  scored on 3 of the 4 sentences (--trainer.limit_val_batches): not the whole set's "
+        f"score\n  hypotheses: {hyp_path}"
+    ]
+
+
+def test_report_outside_fit_names_the_checkpoints_step_and_other_ranks_stay_quiet(tmp_path):
+    scores = corpus_scores(HYPS, REFS, ["bleu"])
+    printed = []
+    logger = SimpleNamespace(log_dir=str(tmp_path / "logs"))
+    trainer = _report_trainer(tmp_path, state=SimpleNamespace(fn="test"), logger=logger)
+    write_report(trainer, "test/newstest", HYPS, scores, 40, printed.append)
+    assert (tmp_path / "logs" / "hypotheses" / "test.newstest.step40.txt").is_file()
+    assert "scored on" not in printed[0]  # all 3 sentences
+    write_report(_report_trainer(tmp_path, global_rank=1), "val", HYPS, scores, None, print)
+    write_report(_report_trainer(tmp_path, fast_dev_run=True), "val", HYPS, scores, None, print)
+    assert not (tmp_path / "hypotheses").exists()
+
+
+def test_score_table_has_a_row_per_set_and_names_the_first():
+    scores = {
+        "test/newstest2013": corpus_scores(HYPS, REFS, ["bleu", "ter"]),
+        "test/newstest2014": corpus_scores(HYPS[:2], REFS[:2], ["bleu", "ter"]),
+    }
+    lines = score_table(scores).splitlines()
+    assert lines[0].split() == ["set", "BLEU", "TER"]
+    assert lines[1].split()[0] == "newstest2013" and lines[2].split()[0] == "newstest2014"
+    assert lines[1].split()[1] == f"{scores['test/newstest2013']['bleu'].value:.2f}"
+    assert lines[-1] == "(test/bleu, test/ter: newstest2013's)"
