@@ -25,7 +25,7 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
-from conftest import multi30k_slice
+from conftest import ddp_env, multi30k_slice
 from torch.utils.data import DataLoader
 
 from seq2seq.checkpoint import load_checkpoint
@@ -89,13 +89,11 @@ class Recorder(L.Callback):
 # ---------------------------------------------------------------------- helpers
 def _seq2seq(args: list[str], cwd: Path) -> None:
     """Run ``python -m seq2seq.cli ARGS`` in ``cwd``; kill its whole process group on timeout."""
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parent), env.get("PYTHONPATH", "")])
     cwd.mkdir(parents=True, exist_ok=True)
     proc = subprocess.Popen(
         [sys.executable, "-m", "seq2seq.cli", *args],
         cwd=cwd,
-        env=env,
+        env=ddp_env(Path(__file__).parent),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
