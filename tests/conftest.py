@@ -39,14 +39,13 @@ def _multi30k_hint() -> str:
     )
 
 
-def _xdist_workers() -> int:
-    """The number of pytest-xdist workers of this run (0 without xdist, in its controller too)."""
-    return int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0")) if _xdist_worker() else 0
+_XDIST = {"worker": None, "workers": 0}  # this process as a pytest-xdist worker
 
 
 def _xdist_worker() -> str | None:
-    """This process's pytest-xdist worker name (``gw0``, ``gw1`` ...), None outside a worker."""
-    return os.environ.get("PYTEST_XDIST_WORKER")
+    """This process's pytest-xdist worker name (``gw0``, ``gw1`` ...), None outside a worker
+    (in xdist's controller, and in a pytest that a test starts)."""
+    return _XDIST["worker"]
 
 
 def pytest_configure(config):
@@ -58,10 +57,13 @@ def pytest_configure(config):
     the stop of :func:`pytest_collection_finish` in a worker is reported as a crash instead
     of with its hint.
     """
-    if not _xdist_worker() and not (MULTI30K / "train.de.gz").is_file():
+    workerinput = getattr(config, "workerinput", None)  # set by pytest-xdist in its workers
+    if workerinput:
+        _XDIST.update(worker=workerinput["workerid"], workers=int(workerinput["workercount"]))
+    elif not (MULTI30K / "train.de.gz").is_file():
         if getattr(config.option, "dist", "no") != "no":  # runs before xdist's own hook
             config.option.dist, config.option.tx, config.option.numprocesses = "no", [], 0
-    workers = _xdist_workers()
+    workers = _XDIST["workers"]
     if workers and "OMP_NUM_THREADS" not in os.environ:  # a thread count of one's own wins
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
         threads = max(1, (cores or 1) // workers)
