@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import io
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -38,12 +40,68 @@ def _multi30k_hint() -> str:
     )
 
 
+_XDIST = {"worker": None, "workers": 0}  # this process as a pytest-xdist worker
+
+
+def _xdist_worker() -> str | None:
+    """This process's pytest-xdist worker name (``gw0``, ``gw1`` ...), None outside a worker
+    (in xdist's controller, and in a pytest that a test starts)."""
+    return _XDIST["worker"]
+
+
+def pytest_configure(config):
+    """Under pytest-xdist, the cores are shared among the workers: each worker's torch (and
+    every process a test starts, through ``OMP_NUM_THREADS``) uses its share of them instead
+    of all of them, so the workers do not slow each other down by oversubscription.
+
+    Without Multi30k the run stays in one process: xdist's workers collect the tests, and
+    the stop of :func:`pytest_collection_finish` in a worker is reported as a crash instead
+    of with its hint.
+    """
+    workerinput = getattr(config, "workerinput", None)  # set by pytest-xdist in its workers
+    if workerinput:
+        _XDIST.update(worker=workerinput["workerid"], workers=int(workerinput["workercount"]))
+    elif not (MULTI30K / "train.de.gz").is_file():
+        if getattr(config.option, "dist", "no") != "no":  # runs before xdist's own hook
+            config.option.dist, config.option.tx, config.option.numprocesses = "no", [], 0
+    workers = _XDIST["workers"]
+    if workers and "OMP_NUM_THREADS" not in os.environ:  # a thread count of one's own wins
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        threads = max(1, (cores or 1) // workers)
+        torch.set_num_threads(threads)
+        os.environ["OMP_NUM_THREADS"] = str(threads)
+
+
 def pytest_collection_modifyitems(config, items):
     if not torch.cuda.is_available():
         skip = pytest.mark.skip(reason="needs a CUDA device")
         for item in items:
             if "gpu" in item.keywords:
                 item.add_marker(skip)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadgroup`` (``addopts``): pytest-xdist's load scheduling, each test sent on
+    its own to the next free worker, except that the tests of a module defining a
+    module-scoped fixture go to one worker together, which builds that fixture once, as a
+    run without xdist does. (``xdist_group`` marks cannot do it here: pytest-xdist 3.8 groups
+    by renaming the tests, which pytest 9.2 no longer allows.)"""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleFixtureScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::")[0]
+            return path if _defines_module_fixture(config.rootpath / path) else nodeid
+
+    return ModuleFixtureScheduling(config, log)
+
+
+@functools.cache
+def _defines_module_fixture(path: Path) -> bool:
+    return path.suffix == ".py" and 'scope="module"' in path.read_text(encoding="utf-8")
 
 
 def _needs_multi30k(item) -> bool:
@@ -101,16 +159,32 @@ def multi30k_dir() -> Path:
     return MULTI30K
 
 
-@pytest.fixture(scope="session")
-def tiny_run(tmp_path_factory, multi30k_dir) -> Path:
-    """Run ``seq2seq fit`` with configs/tiny.yaml once; returns the run's working folder.
+def built_once(tmp_path_factory, name: str, build) -> Path:
+    """The folder ``name`` that ``build(folder)`` fills, built once per test run: in a run
+    without pytest-xdist a new temporary folder; under xdist one folder for all workers,
+    built by the first worker that asks for it while the others wait on a file lock (the
+    pattern of pytest-xdist's documentation), then read by all. Callers that change what is
+    in it copy it first."""
+    if not _xdist_worker():
+        folder = tmp_path_factory.mktemp(name)
+        build(folder)
+        return folder
+    from filelock import FileLock
 
-    The folder holds ``checkpoints/tiny/last.ckpt``, ``lightning_logs/tiny/version_0`` and
-    ``data/cache`` (the SentencePiece model).
-    """
+    root = tmp_path_factory.getbasetemp().parent  # the run's folder, shared by its workers
+    folder, done = root / name, root / f"{name}.done"
+    with FileLock(str(root / f"{name}.lock")):
+        if not done.is_file():
+            shutil.rmtree(folder, ignore_errors=True)  # left by a build that failed
+            folder.mkdir(parents=True)
+            build(folder)
+            done.write_text("", encoding="utf-8")
+    return folder
+
+
+def _fit_tiny(workdir: Path, multi30k_dir: Path) -> None:
     from seq2seq.cli import cli_main
 
-    workdir = tmp_path_factory.mktemp("tiny_run")
     previous = Path.cwd()
     os.chdir(workdir)
     try:
@@ -119,7 +193,30 @@ def tiny_run(tmp_path_factory, multi30k_dir) -> Path:
         )
     finally:
         os.chdir(previous)
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory, multi30k_dir) -> Path:
+    """Run ``seq2seq fit`` with configs/tiny.yaml once; returns the run's working folder.
+
+    The folder holds ``checkpoints/tiny/last.ckpt``, ``lightning_logs/tiny/version_0`` and
+    ``data/cache`` (the SentencePiece model). Tests write into it (evaluation logs, caches):
+    under pytest-xdist the run is trained once and each worker works in its own copy.
+    """
+    built = built_once(tmp_path_factory, "tiny_run", lambda folder: _fit_tiny(folder, multi30k_dir))
+    if not _xdist_worker():
+        return built
+    workdir = tmp_path_factory.mktemp("tiny_run")
+    shutil.copytree(built, workdir, dirs_exist_ok=True)
     return workdir
+
+
+@pytest.fixture
+def tiny_cache(tiny_run) -> Path:
+    """The tiny run's data cache: its SentencePiece model and tokenised Multi30k. A fit or
+    evaluation with configs/tiny.yaml's data settings that reads it (``--data.cache_dir``)
+    neither trains a SentencePiece model nor tokenises the corpus again."""
+    return tiny_run / "data" / "cache"
 
 
 @pytest.fixture(autouse=True)
@@ -179,6 +276,22 @@ def refuse_new_files(monkeypatch, folder_name: str) -> None:
 
 
 # ---------------------------------------------------------------------- shared test helpers
+def ddp_env(tests_dir: Path) -> dict[str, str]:
+    """The environment of a ``python -m seq2seq.cli`` run with DDP on CPU processes: one
+    thread each, unbuffered output, this test folder importable (for the test's callbacks) and
+    a ``MASTER_PORT`` the system has just handed out as free (as Lightning picks one), named
+    explicitly so that a ``MASTER_PORT`` of the caller's environment cannot make two runs at
+    once (pytest-xdist workers) meet on one port."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", MASTER_PORT=str(port))
+    env["PYTHONPATH"] = os.pathsep.join([str(tests_dir), env.get("PYTHONPATH", "")])
+    return env
+
+
 def multi30k_lines(split: str, lang: str, n: int | None = None, folder: Path = MULTI30K):
     """The first ``n`` lines (all for ``None``) of Multi30k's ``split.lang.gz``, without
     their newlines."""
@@ -260,9 +373,15 @@ def train_spm(tmp_path_factory):
         sentences = list(sentences)
         key = (hashlib.sha256("\n".join(sentences).encode()).hexdigest(), vocab_size)
         if key not in _SPM_MODELS:
-            path = tmp_path_factory.mktemp("spm") / f"spm_{vocab_size}.model"
-            Tokenizer.train(sentences, path, vocab_size)
-            _SPM_MODELS[key] = path
+            name = f"spm-{key[0][:16]}-{vocab_size}"  # one model for every xdist worker
+            folder = built_once(
+                tmp_path_factory,
+                name,
+                lambda folder: Tokenizer.train(
+                    sentences, folder / f"spm_{vocab_size}.model", vocab_size
+                ),
+            )
+            _SPM_MODELS[key] = folder / f"spm_{vocab_size}.model"
         return _SPM_MODELS[key]
 
     return train

@@ -191,12 +191,13 @@ def test_top_level_and_translate_help_name_every_command_and_default(monkeypatch
     assert '"hpc"' not in text and "Resume the run of this checkpoint" in text
 
 
-def test_fit_fast_dev_run(in_tmp, multi30k_dir, capsys):
+def test_fit_fast_dev_run(in_tmp, multi30k_dir, tiny_cache, capsys):
     cli = cli_main(
         [
             "fit",
             "--config", str(CONFIGS / "tiny.yaml"),
             "--data.data_dir", str(multi30k_dir),
+            "--data.cache_dir", str(tiny_cache),
             "--trainer.fast_dev_run", "true",
             "--ckpt_path", "last",  # nothing to resume: says so and starts from scratch
         ]
@@ -292,7 +293,7 @@ class _Terminal(io.StringIO):
 
 
 def test_evaluation_has_no_progress_bar_when_stdout_is_not_a_terminal(
-    tiny_run, multi30k_dir, monkeypatch, capsys, tmp_path
+    tiny_run, multi30k_dir, tiny_cache, monkeypatch, capsys, tmp_path
 ):
     """validate/test/predict into a log or pipe: score lines without progress-bar redraws
     (Lightning's bar is tqdm when rich is not installed; it writes carriage returns); fit:
@@ -313,7 +314,8 @@ def test_evaluation_has_no_progress_bar_when_stdout_is_not_a_terminal(
     assert "val: BLEU = " in out and "\r" not in out
     # fit prints plain progress lines instead (TextProgress, every log_every_n_steps steps).
     monkeypatch.chdir(tmp_path)  # a run of its own, beside the shared tiny_run
-    fit_argv = ["fit", *common, "--trainer.enable_progress_bar", "null"]
+    fit_argv = ["fit", *common, "--data.cache_dir", str(tiny_cache)]
+    fit_argv += ["--trainer.enable_progress_bar", "null"]
     fit = cli_main([*fit_argv, "--trainer.max_steps", "10", "--trainer.log_every_n_steps", "5"])
     assert fit.trainer.progress_bar_callback is None
     out = capsys.readouterr().out
@@ -570,12 +572,13 @@ def test_malicious_checkpoint_is_refused(tmp_path, capsys):
     assert "this ran during unpickling" not in capsys.readouterr().out
 
 
-def test_console_script_exits_zero_after_a_run(tmp_path, multi30k_dir):
+def test_console_script_exits_zero_after_a_run(tmp_path, multi30k_dir, tiny_cache):
     """`seq2seq fit ... && seq2seq test ...` in README needs exit status 0 on success."""
     script = Path(sys.executable).parent / "seq2seq"
     result = subprocess.run(
         [str(script), "fit", "--config", str(CONFIGS / "tiny.yaml"),
-         "--data.data_dir", str(multi30k_dir), "--trainer.fast_dev_run", "true"],
+         "--data.data_dir", str(multi30k_dir), "--data.cache_dir", str(tiny_cache),
+         "--trainer.fast_dev_run", "true"],
         cwd=tmp_path, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
@@ -784,13 +787,14 @@ def test_yaml_syntax_error_names_the_config_file_and_line(monkeypatch, capsys, t
 
 
 def test_resuming_a_run_whose_max_time_is_spent_says_why_nothing_trains(
-    tmp_path, multi30k_dir, monkeypatch, capsys
+    tmp_path, multi30k_dir, tiny_cache, monkeypatch, capsys
 ):
     monkeypatch.chdir(tmp_path)
     argv = [
         "fit",
         "--config", str(CONFIGS / "tiny.yaml"),
         "--data.data_dir", str(multi30k_dir),
+        "--data.cache_dir", str(tiny_cache),
         "--trainer.max_steps", "-1",
         "--trainer.max_time", "00:00:00:02",
         "--trainer.limit_val_batches", "0",
@@ -804,7 +808,7 @@ def test_resuming_a_run_whose_max_time_is_spent_says_why_nothing_trains(
 
 
 def test_lightnings_val_check_interval_advice_is_given_as_a_flag(
-    tiny_run, multi30k_dir, tmp_path, monkeypatch, capsys
+    tiny_cache, multi30k_dir, tmp_path, monkeypatch, capsys
 ):
     """val_check_interval above the batches of an epoch: Lightning's error, with its advice
     (check_val_every_n_epoch=None) written as the command-line flag that does it."""
@@ -812,7 +816,7 @@ def test_lightnings_val_check_interval_advice_is_given_as_a_flag(
     monkeypatch.delenv("SEQ2SEQ_TRACEBACK", raising=False)
     code, _, err = run_main(
         monkeypatch, capsys, "fit", "--config", str(CONFIGS / "tiny.yaml"),
-        "--data.data_dir", str(multi30k_dir), "--data.cache_dir", str(tiny_run / "data_cache"),
+        "--data.data_dir", str(multi30k_dir), "--data.cache_dir", str(tiny_cache),
         "--trainer.limit_train_batches", "3", "--trainer.val_check_interval", "5",
     )  # fmt: skip
     assert code == 1 and err[-1].startswith("seq2seq: error: "), err
@@ -821,7 +825,7 @@ def test_lightnings_val_check_interval_advice_is_given_as_a_flag(
 
 
 def test_resuming_a_run_at_its_max_steps_says_why_nothing_trains(
-    tiny_run, multi30k_dir, tmp_path, monkeypatch, capsys
+    tiny_run, tiny_cache, multi30k_dir, tmp_path, monkeypatch, capsys
 ):
     """tiny_run's last.ckpt is at step 20, tiny.yaml's max_steps: resuming it trains nothing
     and says which limit to raise."""
@@ -829,7 +833,7 @@ def test_resuming_a_run_at_its_max_steps_says_why_nothing_trains(
     last = tiny_run / "checkpoints/tiny/last.ckpt"
     argv = [
         "fit", "--config", str(CONFIGS / "tiny.yaml"), "--data.data_dir", str(multi30k_dir),
-        "--data.cache_dir", str(tiny_run / "data_cache"), "--ckpt_path", str(last),
+        "--data.cache_dir", str(tiny_cache), "--ckpt_path", str(last),
     ]  # fmt: skip
     code, _, err = run_main(monkeypatch, capsys, *argv)
     assert code == 0, err
@@ -894,7 +898,7 @@ class InterruptAtStep(L.Callback):
 
 
 def test_ctrl_c_during_fit_saves_last_checkpoint_and_exits_130(
-    tmp_path, multi30k_dir, monkeypatch, capsys
+    tmp_path, multi30k_dir, tiny_cache, monkeypatch, capsys
 ):
     from seq2seq.cli import main
 
@@ -905,6 +909,7 @@ def test_ctrl_c_during_fit_saves_last_checkpoint_and_exits_130(
             "seq2seq", "fit",
             "--config", str(CONFIGS / "tiny.yaml"),
             "--data.data_dir", str(multi30k_dir),
+            "--data.cache_dir", str(tiny_cache),
             "--trainer.callbacks+", "test_cli.InterruptAtStep",
             "--trainer.callbacks.step", "3",
         ],
@@ -953,7 +958,7 @@ def test_evaluation_takes_max_positions_from_the_checkpoint(
 
 
 def test_last_checkpoint_holds_the_final_step_when_max_steps_ends_between_validations(
-    tmp_path, multi30k_dir, monkeypatch
+    tmp_path, multi30k_dir, tiny_cache, monkeypatch
 ):
     """Training that stops at max_steps after its last validation still writes those steps to
     last.ckpt (LastCheckpoint.on_train_end), so resuming or testing `last` does not go back."""
@@ -962,6 +967,7 @@ def test_last_checkpoint_holds_the_final_step_when_max_steps_ends_between_valida
         "fit",
         "--config", str(CONFIGS / "tiny.yaml"),
         "--data.data_dir", str(multi30k_dir),
+        "--data.cache_dir", str(tiny_cache),
         "--trainer.max_steps", "7",
         "--trainer.val_check_interval", "5",
         "--trainer.limit_val_batches", "1",
@@ -977,11 +983,14 @@ def test_last_checkpoint_holds_the_final_step_when_max_steps_ends_between_valida
     ]
 
 
-def test_fast_dev_run_writes_no_checkpoint_or_hypotheses(tmp_path, multi30k_dir, monkeypatch):
+def test_fast_dev_run_writes_no_checkpoint_or_hypotheses(
+    tmp_path, multi30k_dir, tiny_cache, monkeypatch
+):
     """A smoke run (--trainer.fast_dev_run) in a folder that holds a real run leaves its
     last.ckpt alone (so `best` and `last` still resolve) and writes no hypothesis files."""
     monkeypatch.chdir(tmp_path)
     base = ["fit", "--config", str(CONFIGS / "tiny.yaml"), "--data.data_dir", str(multi30k_dir)]
+    base += ["--data.cache_dir", str(tiny_cache)]
     cli_main([*base, "--trainer.max_steps", "5", "--trainer.val_check_interval", "5"])
     last = tmp_path / "checkpoints/tiny/last.ckpt"
     before = last.read_bytes()
@@ -1252,7 +1261,7 @@ def test_cpu_bfloat16_instructions_are_read_from_cpuinfo(tmp_path):
 
 @pytest.mark.parametrize(("has", "warned"), [(False, True), (True, False), (None, False)])
 def test_bfloat16_on_a_cpu_without_its_instructions_is_warned_about(
-    tiny_run, multi30k_dir, tmp_path, monkeypatch, capsys, has, warned
+    tiny_cache, multi30k_dir, tmp_path, monkeypatch, capsys, has, warned
 ):
     """bf16-mixed where the CPU emulates bfloat16 (no AVX512-BF16 or AMX): one warning line;
     none where it has them or where /proc/cpuinfo cannot tell."""
@@ -1262,7 +1271,7 @@ def test_bfloat16_on_a_cpu_without_its_instructions_is_warned_about(
     monkeypatch.setattr(environment, "cpu_has_bfloat16_instructions", lambda: has)
     code, _, err = run_main(
         monkeypatch, capsys, "validate", "--config", str(CONFIGS / "tiny.yaml"),
-        "--data.data_dir", str(multi30k_dir), "--data.cache_dir", str(tiny_run / "data_cache"),
+        "--data.data_dir", str(multi30k_dir), "--data.cache_dir", str(tiny_cache),
         "--ckpt_path", "untrained", "--trainer.limit_val_batches", "1",
         "--trainer.precision", "bf16-mixed",
     )  # fmt: skip
@@ -1295,14 +1304,14 @@ def test_batch_counts_parse_as_integers_whatever_order_typing_cached():
             assert value == expected and type(value) is type(expected), (name, given, value)
 
 
-def test_a_resumed_fit_continues_its_tensorboard_folder(tiny_run, multi30k_dir, in_tmp):
+def test_a_resumed_fit_continues_its_tensorboard_folder(tiny_cache, multi30k_dir, in_tmp):
     """fit --ckpt_path last logs into the version folder of the run it resumes, its steps
     continuing there (fairseq's TensorBoard folder continues too), not into version_1."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     argv = [
         "fit", "--config", str(CONFIGS / "tiny.yaml"), "--data.data_dir", str(multi30k_dir),
-        "--data.cache_dir", str(tiny_run / "data_cache"),
+        "--data.cache_dir", str(tiny_cache),
     ]  # fmt: skip
     cli_main([*argv, "--trainer.max_steps", "10"])
     cli_main([*argv, "--trainer.max_steps", "20", "--ckpt_path", "last"])

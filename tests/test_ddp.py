@@ -1,9 +1,10 @@
 """Data-parallel training and evaluation: DDP on CPU (gloo) against a single process.
 
 The DDP runs start ``python -m seq2seq.cli`` in a subprocess (Lightning's ``ddp`` strategy then
-starts the second process itself), on 200 Multi30k training lines and 7 validation lines. The
-:class:`Recorder` callback below is loaded by those runs from this file
-(``--trainer.callbacks+=test_ddp.Recorder``) and writes what each rank saw to ``records/``.
+starts the second process itself); the single-process run runs in the test's own process. All
+train on 200 Multi30k training lines and 7 validation lines. The :class:`Recorder` callback
+below is loaded by those runs from this file (``--trainer.callbacks+=test_ddp.Recorder``) and
+writes what each rank saw to ``records/``.
 
 Why the runs are comparable: :class:`~seq2seq.data.batching.TokenBudgetBatchSampler` cuts the
 same batch list for 1 and 2 processes when that list has an even length (checked below), and
@@ -25,7 +26,7 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
-from conftest import multi30k_slice
+from conftest import ddp_env, multi30k_slice
 from torch.utils.data import DataLoader
 
 from seq2seq.checkpoint import load_checkpoint
@@ -89,13 +90,11 @@ class Recorder(L.Callback):
 # ---------------------------------------------------------------------- helpers
 def _seq2seq(args: list[str], cwd: Path) -> None:
     """Run ``python -m seq2seq.cli ARGS`` in ``cwd``; kill its whole process group on timeout."""
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parent), env.get("PYTHONPATH", "")])
     cwd.mkdir(parents=True, exist_ok=True)
     proc = subprocess.Popen(
         [sys.executable, "-m", "seq2seq.cli", *args],
         cwd=cwd,
-        env=env,
+        env=ddp_env(Path(__file__).parent),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -109,6 +108,22 @@ def _seq2seq(args: list[str], cwd: Path) -> None:
         pytest.fail(f"seq2seq {args[0]} hung (> {TIMEOUT_S} s):\n{output[-4000:]}")
     if proc.returncode != 0:
         pytest.fail(f"seq2seq {args[0]} failed ({proc.returncode}):\n{output[-4000:]}")
+
+
+def _seq2seq_in_process(args: list[str], cwd: Path) -> None:
+    """``seq2seq ARGS`` in ``cwd``, in this process (a run without DDP needs no process of
+    its own), on one thread as each DDP process."""
+    from seq2seq.cli import cli_main
+
+    cwd.mkdir(parents=True, exist_ok=True)
+    previous, threads = Path.cwd(), torch.get_num_threads()
+    os.chdir(cwd)
+    torch.set_num_threads(1)
+    try:
+        cli_main(args)
+    finally:
+        os.chdir(previous)
+        torch.set_num_threads(threads)
 
 
 def _records(run: Path, world_size: int) -> list[dict]:
@@ -162,7 +177,9 @@ def _fit(corpus: Path, name: str, devices: int) -> Path:
     args += ["--trainer.callbacks+=seq2seq.callbacks.EMA", "--trainer.callbacks.decay", "0.5"]
     if devices > 1:
         args += ["--trainer.strategy", "ddp", "--trainer.devices", str(devices)]
-    _seq2seq(args, run)
+        _seq2seq(args, run)
+    else:
+        _seq2seq_in_process(args, run)
     return run
 
 

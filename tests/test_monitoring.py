@@ -226,7 +226,7 @@ def _fields(line: str) -> dict[str, str]:
 
 
 def test_first_progress_line_after_a_resume_is_complete(
-    tmp_path, multi30k_dir, monkeypatch, capsys
+    tmp_path, multi30k_dir, tiny_cache, monkeypatch, capsys
 ):
     """``fit --ckpt_path last`` into a log (stdout not a terminal): the first line the resumed
     process prints, here right after its first batch (stopped at step 9, a line every 5
@@ -235,7 +235,7 @@ def test_first_progress_line_after_a_resume_is_complete(
     uninterrupted run logged it to TensorBoard (whose line at step 10 averages steps 6 to 10)."""
     base = [
         "fit", "--config", str(CONFIGS / "tiny.yaml"), "--data.data_dir", str(multi30k_dir),
-        "--data.cache_dir", str(tmp_path / "cache"), "--trainer.enable_progress_bar", "null",
+        "--data.cache_dir", str(tiny_cache), "--trainer.enable_progress_bar", "null",
     ]  # fmt: skip
 
     def fit(folder: str, *argv: str) -> list[dict[str, str]]:

@@ -253,6 +253,7 @@ def test_sigkill_mid_epoch_then_resume_matches_uninterrupted_run(tmp_path, multi
     assert not torch.equal(final["state_dict"][name], final["training_state_dict"][name])
 
 
+@pytest.mark.slow  # 4 runs of 3 processes each; CI runs the slow tier too (.ci/run)
 @pytest.mark.parametrize("stop", ["sigterm", "sigint", "sigint_twice", "max_steps"])
 def test_resume_after_a_stop_logs_at_the_uninterrupted_steps(tmp_path, multi30k_dir, stop):
     """last.ckpt written when fit stops between batches (SIGTERM, max_steps after the last

@@ -18,7 +18,13 @@ import lightning as L
 import numpy as np
 import pytest
 import torch
-from conftest import multi30k_lines, other_batching_warning, quiet_cpu_trainer, write_corpus
+from conftest import (
+    ddp_env,
+    multi30k_lines,
+    other_batching_warning,
+    quiet_cpu_trainer,
+    write_corpus,
+)
 from test_datamodule import _Recorder
 
 from seq2seq.checkpoint import load_checkpoint
@@ -607,8 +613,7 @@ class StreamRecorder(L.Callback):
 @pytest.mark.slow
 def test_ddp_ranks_share_each_epoch_and_finish_together(corpora, spm_file, kept, tmp_path):
     """Two CPU processes (gloo) stream two whole epochs: no hang, disjoint complete shares."""
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parent), env.get("PYTHONPATH", "")])
+    env = ddp_env(Path(__file__).parent)
     args = [
         sys.executable, "-m", "seq2seq.cli", "fit",
         "--config", str(CONFIGS / "tiny.yaml"),
