@@ -2,24 +2,21 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import lightning as L
 import torch
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
-from lightning.pytorch.utilities import rank_zero_warn
 
-from seq2seq import compat
 from seq2seq.callbacks.resume import ExactResume
-from seq2seq.checkpoint.format import (
-    CHECKPOINT_KEY,
-    EMA_KEY,
-    TRAINING_WEIGHTS,
-    differing_settings,
-    model_config,
-    tokenizer_blob,
-    tokenizer_tensor,
+from seq2seq.callbacks.throughput import TokenThroughput
+from seq2seq.checkpoint.format import CHECKPOINT_KEY, TRAINING_WEIGHTS, tokenizer_tensor
+from seq2seq.checkpoint.restore import (
+    check_model_settings,
+    check_same_tokenizer,
+    check_vocab_size,
+    tokenizer_from_checkpoint,
+    train_on_training_weights,
 )
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.evaluation import (
@@ -45,13 +42,6 @@ from seq2seq.train_step import StepWindow
 __all__ = ["TranslationModule", "tokenizer_from_checkpoint"]
 
 
-def tokenizer_from_checkpoint(checkpoint: dict[str, Any]) -> Tokenizer | None:
-    """The SentencePiece model stored in ``checkpoint["seq2seq"]["tokenizer"]`` (a uint8
-    tensor of the serialized model), or ``None`` if the checkpoint carries none."""
-    blob = tokenizer_blob(checkpoint)
-    return None if blob is None else Tokenizer.from_bytes(blob)
-
-
 def _default_optimizer(params) -> torch.optim.Optimizer:
     return torch.optim.AdamW(params, lr=5e-4, betas=(0.9, 0.98), eps=1e-8, weight_decay=0.0)
 
@@ -68,8 +58,9 @@ class TranslationModule(L.LightningModule):
     Gradients are per-token means over each optimizer step on all processes, and a non-finite
     loss stops training before the update (:class:`~seq2seq.train_step.StepWindow`). Every
     checkpoint carries what :mod:`seq2seq.checkpoint.format` lists, so a checkpoint alone can
-    translate and a resumed run continues exactly (:class:`~seq2seq.callbacks.ExactResume`,
-    which this module adds to its trainer).
+    translate and a resumed run continues exactly (:class:`~seq2seq.callbacks.ExactResume`).
+    That callback and :class:`~seq2seq.callbacks.TokenThroughput` (``train/tokens_per_s``) are
+    added to every trainer of this module.
 
     Args:
         label_smoothing: epsilon of label smoothing, in [0, 1).
@@ -92,11 +83,9 @@ class TranslationModule(L.LightningModule):
             (LightningCLI reads them, with their documentation, from the config class).
 
     Raises:
-        ValueError: at construction, naming the setting, for a ``label_smoothing`` outside
-            [0, 1), a ``val_beam_size`` below 1, a decoding setting out of range
-            (``model.decoding.max_len_a must be >= 0, got -1.0``), an unknown metric, or
-            sizes the Transformer
-            refuses (e.g. ``d_model`` not divisible by ``n_heads``); from
+        ValueError: at construction, naming the setting, for one out of its range
+            (``model.decoding.max_len_a must be >= 0, got -1.0``), an unknown metric or sizes
+            the Transformer refuses (``d_model`` not divisible by ``n_heads``); from
             :meth:`on_load_checkpoint`, for a checkpoint of another architecture or
             SentencePiece model.
     """
@@ -106,8 +95,7 @@ class TranslationModule(L.LightningModule):
         label_smoothing: float = 0.1,
         optimizer: OptimizerCallable = _default_optimizer,
         lr_scheduler: LRSchedulerCallable = _default_scheduler,
-        # A frozen (immutable) default, so that LightningCLI lists every field under
-        # --model.decoding.*; None and a dict of fields (a checkpoint's) are taken too.
+        # Frozen, so that LightningCLI lists every field under --model.decoding.*.
         decoding: DecodingConfig = DecodingConfig(),  # noqa: B008
         val_beam_size: int | None = None,
         metrics: list[str] | None = None,
@@ -151,8 +139,7 @@ class TranslationModule(L.LightningModule):
         self._held_out = HeldOutScores()
         self._window = StepWindow()
         self._resume = ExactResume()
-        self._last_batch_time: float | None = None
-        self._rate_tokens, self._rate_seconds = 0, 0.0  # train/tokens_per_s window
+        self._throughput = TokenThroughput()
         # A bound method, not a module attribute, so the state dict keeps one copy of weights.
         forward = self.model.forward
         self._forward = torch.compile(forward, dynamic=False) if compile else forward
@@ -172,75 +159,40 @@ class TranslationModule(L.LightningModule):
         if self.tokenizer is None and getattr(datamodule, "tokenizer", None) is not None:
             self.tokenizer = datamodule.tokenizer
         if self.tokenizer is not None:
-            self._check_vocab(self.tokenizer.vocab_size, "the tokenizer")
-
-    def _check_vocab(self, size: int, where: str) -> None:
-        if size != self.config.vocab_size:
-            raise ValueError(
-                f"{where} has {size} pieces but model.vocab_size is "
-                f"{self.config.vocab_size}: set data.vocab_size/model.vocab_size to the "
-                "size the tokenizer was trained with, or retrain the tokenizer"
-            )
+            check_vocab_size(self.tokenizer, self.config.vocab_size, "the tokenizer")
 
     def configure_callbacks(self) -> list[L.Callback]:
-        # Exact resume belongs to training this module, not to a config's choice of callbacks:
-        # added here, a config or user YAML without it still resumes exactly. Once per trainer
-        # (a second fit or test on it would otherwise replace it, with a message).
-        trainer = self._trainer
-        attached = trainer is not None and any(c is self._resume for c in trainer.callbacks)
-        return [] if attached else [self._resume]
+        # Exact resume and train/tokens_per_s belong to training this module, not to a config:
+        # added here, once per trainer (a second fit or test would replace them, with a message).
+        attached = self._trainer.callbacks if self._trainer is not None else []
+        ours = (self._resume, self._throughput)
+        return [c for c in ours if not any(a is c for a in attached)]
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         # After ExactResume's hook, whose "rng" entry it keeps (seq2seq.checkpoint.format).
         rng = checkpoint.pop(CHECKPOINT_KEY, {}).get("rng")
-        extra: dict[str, Any] = {"model_config": self.config.to_dict()}
+        extra: dict[str, Any] = {"model_config": self.model_config}
         if rng is not None:
             extra["rng"] = rng
         if self.tokenizer is not None:
-            data = self.tokenizer.to_bytes()
-            extra["tokenizer"] = tokenizer_tensor(data)
+            extra["tokenizer"] = tokenizer_tensor(self.tokenizer.to_bytes())
         checkpoint[CHECKPOINT_KEY] = extra
         logger = self._trainer.logger if self._trainer is not None else None
         if logger is not None and isinstance(getattr(logger, "version", None), int):
             # Where this run logs: a resumed fit continues the same folder (seq2seq.cli).
             extra["log"] = {"name": logger.name, "version": logger.version}
 
-    def _fitting(self) -> bool:
-        return self._trainer is not None and self.trainer.state.fn == "fit"
-
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self._checkpoint_step = checkpoint.get("global_step")  # names validate/test outputs
-        differing = [
-            f"{key}: checkpoint {old!r} vs config {new!r}"
-            for key, old, new in differing_settings(model_config(checkpoint), self.model_config)
-        ]
-        if differing:
-            raise ValueError(
-                "checkpoint was built with other model settings: " + "; ".join(differing)
-            )
+        check_model_settings(checkpoint, self.model_config)
         tokenizer = tokenizer_from_checkpoint(checkpoint)
         if tokenizer is not None:
-            self._check_vocab(tokenizer.vocab_size, "the checkpoint's tokenizer")
-            if self.tokenizer is not None and self.tokenizer.to_bytes() != tokenizer.to_bytes():
-                raise ValueError(
-                    f"the checkpoint's SentencePiece model differs from the data module's "
-                    f"({self.tokenizer.name}) although both have {tokenizer.vocab_size} pieces: "
-                    "the checkpoint was trained on other text or with other data.* tokenizer "
-                    "settings; use the data settings it was trained with"
-                )
+            check_vocab_size(tokenizer, self.config.vocab_size, "the checkpoint's tokenizer")
+            check_same_tokenizer(tokenizer, self.tokenizer)
             self.tokenizer = tokenizer
-        if TRAINING_WEIGHTS in checkpoint and self._fitting():
-            # Written with seq2seq.callbacks.EMA: state_dict holds the average, which the
-            # callback takes back; training goes on from the training weights.
-            ema = checkpoint.setdefault(EMA_KEY, {})
-            ema["state_dict"] = checkpoint["state_dict"]
-            checkpoint["state_dict"] = checkpoint.pop(TRAINING_WEIGHTS)
-            if not any(type(c).__name__ == "EMA" for c in self.trainer.callbacks):
-                rank_zero_warn(
-                    "the checkpoint holds an exponential moving average of the weights, but "
-                    "no seq2seq.callbacks.EMA is configured: training goes on from its "
-                    "training weights and the average is dropped"
-                )
+        fitting = self._trainer is not None and self.trainer.state.fn == "fit"
+        if TRAINING_WEIGHTS in checkpoint and fitting:  # written with seq2seq.callbacks.EMA
+            train_on_training_weights(checkpoint, self.trainer.callbacks)
 
     # ------------------------------------------------------------------ training
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor, src_mask=None) -> torch.Tensor:
@@ -251,9 +203,12 @@ class TranslationModule(L.LightningModule):
         # collate's non-padding target positions; not under compile, where their varying number
         # would mean varying shapes.
         index = None if self.hparams.compile else batch.get("tgt_index")
-        target = batch["tgt_out"]
+        target, smoothing, pad = batch["tgt_out"], self.hparams.label_smoothing, self.model.pad_id
         if index is None or not fast.is_enabled("fused_loss"):
             logits = self._forward(batch["src"], batch["tgt_in"], batch["src_mask"])
+            loss_sum, nll_sum = label_smoothed_cross_entropy(
+                logits, target, smoothing, ignore_index=pad
+            )
         else:
             # Eager path (seq2seq.nn.fast): decoder states at the real target positions only,
             # and the output projection fused with the loss (the (N, V) logits are never
@@ -267,20 +222,11 @@ class TranslationModule(L.LightningModule):
                 src_index=batch.get("src_index") if rows else None,
                 tgt_index=index if rows else None,
             )
+            real_targets = target.reshape(-1).index_select(0, index)
             loss_sum, nll_sum = linear_label_smoothed_cross_entropy(
-                hidden,
-                self.model.output_weight,
-                target.reshape(-1).index_select(0, index),
-                self.hparams.label_smoothing,
-                ignore_index=self.model.pad_id,
+                hidden, self.model.output_weight, real_targets, smoothing, ignore_index=pad
             )
-            n_tokens = (batch["tgt_out"] != self.model.pad_id).sum()
-            return loss_sum, nll_sum, n_tokens
-        loss_sum, nll_sum = label_smoothed_cross_entropy(
-            logits, target, self.hparams.label_smoothing, ignore_index=self.model.pad_id
-        )
-        n_tokens = (batch["tgt_out"] != self.model.pad_id).sum()
-        return loss_sum, nll_sum, n_tokens
+        return loss_sum, nll_sum, (target != pad).sum()
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
         loss_sum, nll_sum, n_tokens = self._loss_sums(batch)
@@ -302,28 +248,6 @@ class TranslationModule(L.LightningModule):
         for name, value in values.items():  # train/grad_norm
             self.log(name, value)
 
-    def on_train_batch_start(self, batch: dict[str, Any], batch_idx: int) -> None:
-        self._batch_tokens = int(batch.get("n_tokens", 0))
-
-    def on_train_batch_end(self, outputs, batch: dict[str, Any], batch_idx: int) -> None:
-        # train/tokens_per_s: this process's real target tokens over the time of the batches
-        # since the value last went to the logger (every log_every_n_steps optimizer steps), as
-        # fairseq's wps; a batch right after a validation or an epoch's start, whose time since
-        # the previous batch is unknown, is left out.
-        now = time.perf_counter()
-        if self._last_batch_time is not None and self._batch_tokens:
-            self._rate_tokens += self._batch_tokens
-            self._rate_seconds += now - self._last_batch_time
-        self._last_batch_time = now
-        if self._rate_seconds > 0:
-            rate = self._rate_tokens / self._rate_seconds
-            self.log("train/tokens_per_s", rate, prog_bar=True)
-            if compat.logs_written_now(self.trainer):
-                self._rate_tokens, self._rate_seconds = 0, 0.0
-
-    def on_train_epoch_start(self) -> None:
-        self._last_batch_time = None
-
     def configure_optimizers(self):
         optimizer = self.optimizer_factory(self.parameters())
         scheduler = self.scheduler_factory(optimizer)
@@ -341,17 +265,15 @@ class TranslationModule(L.LightningModule):
         **decoding: Any,
     ) -> list[list[tuple[str, float]]]:
         """Decode a batch of sources into detokenized text
-        (:func:`seq2seq.text_decoding.decode_batch`) with :attr:`decoding`, overridden by
-        this call's ``beam_size`` and ``decoding`` (:class:`~seq2seq.nn.DecodingConfig`
-        fields). Its ``sampling`` applies outside a ``Trainer`` and in ``predict``; validation
-        and test score the search's output.
+        (:func:`seq2seq.text_decoding.decode_batch`) with :attr:`decoding`, overridden by this
+        call's settings; ``sampling`` applies outside a ``Trainer`` and in ``predict`` only.
 
         Args:
             batch: a collated batch with ``src`` ``(B, S)`` long and ``src_mask``
                 ``(B, 1, 1, S)`` bool.
             beam_size: ``None``: that of :attr:`decoding`; 1 is greedy.
             n_best: hypotheses returned per sentence (at most the beam size).
-            **decoding: this call's decoding fields.
+            **decoding: other :class:`~seq2seq.nn.DecodingConfig` fields.
 
         Returns:
             As :func:`~seq2seq.text_decoding.decode_batch`.
@@ -397,7 +319,6 @@ class TranslationModule(L.LightningModule):
     # ------------------------------------------------------------------ scoring
     def on_validation_epoch_start(self) -> None:
         self._held_out.reset()
-        self._last_batch_time = None  # train/tokens_per_s: not over a validation's time
 
     def on_test_epoch_start(self) -> None:
         self._held_out.reset()

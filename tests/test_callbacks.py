@@ -15,7 +15,7 @@ import yaml
 from conftest import CONFIGS, quiet_cpu_trainer, tiny_model
 
 import seq2seq.callbacks
-from seq2seq.callbacks import ExactResume, TranslationWriter
+from seq2seq.callbacks import ExactResume, TokenThroughput, TranslationWriter
 
 
 def _config_class_paths() -> set[str]:
@@ -83,9 +83,10 @@ def test_other_ranks_write_nothing(tmp_path):
     assert not writer.output_path.exists()
 
 
-def test_the_module_adds_exact_resume_once_to_a_trainer_without_it(tmp_path, caplog):
-    """A config that names no ExactResume still resumes exactly: the module adds it
-    (``configure_callbacks``), once however often the trainer runs it."""
+def test_the_module_adds_its_callbacks_once_to_a_trainer_without_them(tmp_path, caplog):
+    """A config that names neither ExactResume nor TokenThroughput still resumes exactly and
+    logs train/tokens_per_s: the module adds them (``configure_callbacks``), once however often
+    the trainer runs it."""
     import logging
 
     from seq2seq.data.batching import collate
@@ -93,12 +94,14 @@ def test_the_module_adds_exact_resume_once_to_a_trainer_without_it(tmp_path, cap
     module = tiny_model()
     batch = collate([{"index": 0, "src": [5, 6, 3], "tgt": [7, 8]}], pad_id=0)
     trainer = quiet_cpu_trainer(tmp_path, max_steps=1, enable_checkpointing=False)
-    assert not any(isinstance(c, ExactResume) for c in trainer.callbacks)
+    ours = (ExactResume, TokenThroughput)
+    assert not any(isinstance(c, ours) for c in trainer.callbacks)
     loader = torch.utils.data.DataLoader([batch], batch_size=None)
     with caplog.at_level(logging.INFO):
         trainer.fit(module, train_dataloaders=loader)
         trainer.fit(module, train_dataloaders=loader)  # max_steps reached: returns at once
-    assert sum(isinstance(c, ExactResume) for c in trainer.callbacks) == 1
+    for kind in ours:
+        assert sum(isinstance(c, kind) for c in trainer.callbacks) == 1, kind
     assert "override" not in caplog.text
 
 

@@ -20,6 +20,7 @@ from seq2seq.callbacks import (
     AttentionHeatmaps,
     BestScoreHparams,
     TextProgress,
+    TokenThroughput,
     ValidationSamples,
     plot_attention,
 )
@@ -74,31 +75,45 @@ def test_logged_learning_rate_is_the_one_of_the_step(events):
         assert event.value == pytest.approx(expected, rel=1e-6), (event.step, event.value)
 
 
+class _Throughput:
+    """A :class:`TokenThroughput` driven by hand: a clock, batches of 100 tokens, and the values
+    it logs through the module."""
+
+    def __init__(self, monkeypatch) -> None:
+        from seq2seq.callbacks import throughput
+
+        self.callback = TokenThroughput()
+        self.module = tiny_model()
+        self.connector = SimpleNamespace(should_update_logs=False)
+        self.trainer = SimpleNamespace(_logger_connector=self.connector)
+        self.logged: list[tuple[str, float, dict]] = []
+        log = lambda name, value, **kw: self.logged.append((name, value, kw))  # noqa: E731
+        monkeypatch.setattr(self.module, "log", log)
+        self.clock = 0.0
+        monkeypatch.setattr(throughput.time, "perf_counter", lambda: self.clock)
+
+    def batch(self, ends_at: float, written: bool = False) -> None:
+        """A training batch of 100 tokens that ends at ``ends_at`` seconds; ``written``: its
+        logged values go to the logger."""
+        self.clock, self.connector.should_update_logs = ends_at, written
+        self.callback.on_train_batch_end(self.trainer, self.module, None, {"n_tokens": 100}, 0)
+
+    def values(self) -> list[float]:
+        assert {name for name, _, _ in self.logged} == {"train/tokens_per_s"}
+        assert all(kw == {"prog_bar": True} for _, _, kw in self.logged)
+        return [value for _, value, _ in self.logged]
+
+
 def test_tokens_per_s_averages_the_batches_since_the_last_logged_value(monkeypatch):
     """train/tokens_per_s: the tokens of the batches since the value last went to the logger,
     over their time (a slow batch between two logged steps is not lost), as fairseq's wps."""
-    from seq2seq import module as module_file
-
-    module = tiny_model()
-    connector = SimpleNamespace(should_update_logs=False)
-    module._trainer = SimpleNamespace(_logger_connector=connector)
-    logged = []
-    monkeypatch.setattr(module, "log", lambda name, value, **kw: logged.append((name, value)))
-    clock = [0.0]
-    monkeypatch.setattr(module_file.time, "perf_counter", lambda: clock[0])
-
-    def batch(ends_at: float, written: bool) -> None:
-        module.on_train_batch_start({"n_tokens": 100}, 0)
-        clock[0], connector.should_update_logs = ends_at, written
-        module.on_train_batch_end(None, {"n_tokens": 100}, 0)
-
-    batch(0.0, False)  # the first batch: no time since a previous one, no rate
-    assert logged == []
-    batch(1.0, False)  # 100 tokens in 1 s
-    batch(4.0, True)  # 100 more in 3 s: logged over both batches, then a new window
-    batch(5.0, False)  # 100 tokens in 1 s
-    assert [value for _, value in logged] == pytest.approx([100.0, 50.0, 100.0])
-    assert {name for name, _ in logged} == {"train/tokens_per_s"}
+    run = _Throughput(monkeypatch)
+    run.batch(0.0)  # the first batch: no time since a previous one, no rate
+    assert run.logged == []
+    run.batch(1.0)  # 100 tokens in 1 s
+    run.batch(4.0, written=True)  # 100 more in 3 s: logged over both batches, then a new window
+    run.batch(5.0)  # 100 tokens in 1 s
+    assert run.values() == pytest.approx([100.0, 50.0, 100.0])
 
 
 def test_validation_scalars_every_validation(events):
@@ -208,14 +223,20 @@ def test_invalid_settings():
         BestScoreHparams(mode="largest")
 
 
-def test_tokens_per_s_does_not_count_validation_time():
+def test_tokens_per_s_does_not_count_validation_or_epoch_start_time(monkeypatch):
     """train/tokens_per_s divides a batch's tokens by the time since the previous batch ended;
-    after a validation that previous batch is unknown, so the next batch logs no rate."""
-
-    module = tiny_model()
-    module._last_batch_time = 123.0  # set by on_train_batch_end
-    module.on_validation_epoch_start()
-    assert module._last_batch_time is None
+    after a validation or an epoch's start that previous batch is unknown, so the next batch
+    adds nothing to the rate."""
+    run = _Throughput(monkeypatch)
+    run.batch(0.0)
+    run.batch(1.0)  # 100 tokens in 1 s
+    run.callback.on_validation_epoch_start(run.trainer, run.module)
+    run.batch(7.0)  # 6 s after the previous batch, a validation between: left out
+    run.batch(9.0)  # 100 tokens in 2 s
+    run.callback.on_train_epoch_start(run.trainer, run.module)
+    run.batch(20.0)  # left out
+    run.batch(21.0)  # 100 tokens in 1 s
+    assert run.values() == pytest.approx([100.0, 100.0, 200 / 3, 200 / 3, 300 / 4])
 
 
 # ---------------------------------------------------------------------- plain progress lines
