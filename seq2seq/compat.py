@@ -74,8 +74,8 @@ def logs_written_now(trainer: Any) -> bool:
     """Whether the values logged in this training batch go to the loggers at its end.
 
     Lightning's private ``_LoggerConnector.should_update_logs`` (``log_every_n_steps``); the
-    ``train/tokens_per_s`` window of :class:`~seq2seq.module.TranslationModule` restarts at
-    each written value, as fairseq's ``wps`` does. ``True`` where it cannot tell.
+    ``train/tokens_per_s`` window of :class:`~seq2seq.callbacks.throughput.TokenThroughput`
+    restarts at each written value, as fairseq's ``wps`` does. ``True`` where it cannot tell.
     """
     connector = getattr(trainer, "_logger_connector", None)
     return bool(getattr(connector, "should_update_logs", True))

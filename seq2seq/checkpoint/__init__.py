@@ -1,7 +1,8 @@
 """Checkpoints: the format (:mod:`.format`, a leaf), loading and averaging (:mod:`.load`,
 no Lightning), the models they hold built for translation, alone or as an ensemble
-(:mod:`.models`, imported where used) and the training side (:mod:`.training`: atomic writing
-for Lightning, random generator and loop states for an exact resume).
+(:mod:`.models`, imported where used), the checks of a checkpoint loaded into a
+``TranslationModule`` (:mod:`.restore`) and the training side (:mod:`.training`: atomic
+writing for Lightning, random generator and loop states for an exact resume).
 
 The training-side names are imported on first use, so that ``import seq2seq.checkpoint``
 (e.g. by :class:`~seq2seq.translator.Translator`) does not import Lightning.

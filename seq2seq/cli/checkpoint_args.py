@@ -21,12 +21,12 @@ from seq2seq.checkpoint import (
     resolve_ckpt_path,
 )
 from seq2seq.checkpoint.format import CHECKPOINT_KEY, differing_settings, weights_name
+from seq2seq.checkpoint.restore import tokenizer_from_checkpoint
 from seq2seq.cli.messages import UNTRAINED, USES, cli_value
 from seq2seq.cli.run_folder import refuse_earlier_checkpoints
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.files import check_output_file
-from seq2seq.module import tokenizer_from_checkpoint
 
 
 class CheckpointReader:
