@@ -34,6 +34,7 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]  # common.py; seq2seq from this che
 from common import Row, format_table, time_interleaved, write_json  # noqa: E402
 
 from seq2seq.nn import (  # noqa: E402
+    DecodingConfig,
     Transformer,
     beam_search,
     greedy_search,
@@ -281,11 +282,13 @@ def decode_ours(model, src, dtype, new_tokens, beam, greedy_scores=False):
     model.eval()
     mask = padding_mask(src, PAD)
     # max_len = a * src_len + b tokens (EOS included); min_len forbids EOS before N tokens.
-    forced = dict(max_len_a=0.0, max_len_b=new_tokens, min_len=new_tokens)
+    forced = DecodingConfig(
+        beam_size=beam, length_penalty=1.0, max_len_a=0.0, max_len_b=new_tokens, min_len=new_tokens
+    )
     with torch.inference_mode(), autocast(dtype):
         if beam == 1:
-            return greedy_search(model, src, mask, BOS, EOS, scores=greedy_scores, **forced)
-        return beam_search(model, src, mask, BOS, EOS, beam_size=beam, length_penalty=1.0, **forced)
+            return greedy_search(model, src, mask, BOS, EOS, forced, scores=greedy_scores)
+        return beam_search(model, src, mask, BOS, EOS, forced)
 
 
 def decode_marian(model, src, dtype, new_tokens, beam):

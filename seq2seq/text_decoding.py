@@ -155,30 +155,13 @@ def _search(
     model: Transformer, batch: Mapping[str, Any], bos: int, eos: int, config: DecodingConfig, n_best
 ):
     """The search (or sampling) that ``config`` asks for: the one call of
-    :mod:`seq2seq.nn.search` and :mod:`seq2seq.nn.sampling` with a config's fields."""
-    # Not offered by the searches yet: refused here rather than ignored.
-    if config.repetition_penalty != 1.0:
-        raise ValueError(
-            f"repetition_penalty {config.repetition_penalty} is not supported yet (1 = off)"
-        )
+    :mod:`seq2seq.nn.search` and :mod:`seq2seq.nn.sampling`."""
     src, src_mask, prefix = batch["src"], batch["src_mask"], batch.get("prefix")
-    limits = dict(
-        length_penalty=config.length_penalty,
-        length_penalty_form=config.length_penalty_form,
-        max_len_a=config.max_len_a,
-        max_len_b=config.max_len_b,
-        min_len=config.min_len,
-        no_repeat_ngram_size=config.no_repeat_ngram_size,
-        prefix=prefix,
-    )
     if config.sampling:
-        drawn = dict(sampling_topk=config.sampling_topk, sampling_topp=config.sampling_topp)
-        drawn |= dict(temperature=config.temperature, n_samples=config.n_samples)
-        return sample(model, src, src_mask, bos, eos, seed=config.sampling_seed, **drawn, **limits)
+        return sample(model, src, src_mask, bos, eos, config, prefix=prefix)
     if config.beam_size == 1:
-        return greedy_search(model, src, src_mask, bos, eos, **limits)
-    beam = dict(beam_size=config.beam_size, n_best=n_best)
-    return beam_search(model, src, src_mask, bos, eos, **beam, **limits)
+        return greedy_search(model, src, src_mask, bos, eos, config, prefix=prefix)
+    return beam_search(model, src, src_mask, bos, eos, config, n_best=n_best, prefix=prefix)
 
 
 @torch.no_grad()

@@ -8,7 +8,15 @@ import torch
 from conftest import copy_batch, multi30k_lines, run_main, tiny_model
 
 from seq2seq.checkpoint import IncompatibleCheckpointsError
-from seq2seq.nn import Ensemble, Transformer, beam_search, greedy_search, padding_mask
+from seq2seq.nn import (
+    DecodingConfig,
+    Ensemble,
+    Transformer,
+    beam_search,
+    greedy_search,
+    padding_mask,
+    sample,
+)
 from seq2seq.translator import Translator
 
 PAD, BOS, EOS = 0, 2, 3
@@ -69,9 +77,10 @@ def test_an_ensemble_of_a_model_with_itself_is_that_model(models, sources):
         got = ensemble(src, dec_in, mask)
     assert got.dtype == torch.float32 and got.shape == expected.shape
     torch.testing.assert_close(got, expected, atol=1e-6, rtol=0)
-    for search, kwargs in ((greedy_search, {}), (beam_search, {"beam_size": 5, "n_best": 5})):
-        alone = search(model, src, mask, BOS, EOS, **kwargs)
-        together = search(ensemble, src, mask, BOS, EOS, **kwargs)
+    beam = DecodingConfig(beam_size=5)
+    for search, args, kwargs in ((greedy_search, (), {}), (beam_search, (beam,), {"n_best": 5})):
+        alone = search(model, src, mask, BOS, EOS, *args, **kwargs)
+        together = search(ensemble, src, mask, BOS, EOS, *args, **kwargs)
         assert [[h.tokens for h in hyps] for hyps in together] == [
             [h.tokens for h in hyps] for hyps in alone
         ]
@@ -110,7 +119,7 @@ def test_two_models_decode_with_the_renormalised_mean_of_their_log_probs(models,
     models64 = [_float64_copy(m) for m in models]
     src, mask = sources
     a, b = 1.2, 10
-    hyps = greedy_search(ensemble, src, mask, BOS, EOS, max_len_a=a, max_len_b=b)
+    hyps = greedy_search(ensemble, src, mask, BOS, EOS, DecodingConfig(max_len_a=a, max_len_b=b))
     for row in range(src.size(0)):
         src_row = src[row][mask[row, 0, 0]]
         max_len = int(a * src_row.numel() + b)
@@ -147,6 +156,62 @@ def test_two_models_decode_with_the_renormalised_mean_of_their_log_probs(models,
         assert (other - geometric).abs().max() > 1e-3
 
 
+def test_with_a_repetition_penalty_an_ensemble_of_one_model_is_that_model(models, sources):
+    """The penalty acts on each model's logits before its log-softmax: an ensemble of a model
+    (alone, or with itself) decodes as the model, in every search."""
+    model = models[0]
+    src, mask = sources
+    config = DecodingConfig(beam_size=4, n_samples=3, temperature=1.5, repetition_penalty=1.6)
+    searches = {
+        "greedy": lambda m: greedy_search(m, src, mask, BOS, EOS, config),
+        "beam": lambda m: beam_search(m, src, mask, BOS, EOS, config, n_best=4),
+        "sample": lambda m: sample(m, src, mask, BOS, EOS, config, prefix=[[5], [], [7, 7], []]),
+    }
+    for name, search in searches.items():
+        alone = search(model)
+        for ensemble in (Ensemble([model]), Ensemble([model, model])):
+            together = search(ensemble)
+            assert [[h.tokens for h in hyps] for hyps in together] == [
+                [h.tokens for h in hyps] for hyps in alone
+            ], name
+            assert [h.score for hyps in together for h in hyps] == pytest.approx(
+                [h.score for hyps in alone for h in hyps], abs=1e-5
+            ), name
+    unpenalised = greedy_search(model, src, mask, BOS, EOS, config.replace(repetition_penalty=1.0))
+    assert [h[0].tokens for h in unpenalised] != [h[0].tokens for h in searches["greedy"](model)]
+
+
+def test_two_models_with_a_repetition_penalty_mean_their_penalised_log_probs(models, sources):
+    """Greedy over two models equals a float64 step-by-step decode in which each model's logits
+    are penalised by the tokens so far before its own log-softmax."""
+    ensemble = Ensemble(models)
+    models64 = [_float64_copy(m) for m in models]
+    src, mask = sources
+    penalty = 2.0
+    hyps = greedy_search(ensemble, src, mask, BOS, EOS, DecodingConfig(repetition_penalty=penalty))
+    for row in range(src.size(0)):
+        src_row = src[row][mask[row, 0, 0]][None]
+        max_len = int(1.2 * src_row.size(1) + 10)
+        seq: list[int] = []
+        total = 0.0
+        while len(seq) < max_len:
+            each = []
+            for m in models64:
+                with torch.no_grad():
+                    logits = m(src_row, torch.tensor([[BOS, *seq]]))[0, -1]
+                for t in set(seq):
+                    logits[t] = logits[t] / penalty if logits[t] > 0 else logits[t] * penalty
+                each.append(torch.log_softmax(logits, dim=-1))
+            lprobs = torch.log_softmax(torch.stack(each).mean(0), dim=-1)
+            lprobs[PAD] = float("-inf")
+            seq.append(int(lprobs.argmax()))
+            total += float(lprobs[seq[-1]])
+            if seq[-1] == EOS:
+                break
+        assert hyps[row][0].tokens == [t for t in seq if t != EOS]
+        assert hyps[row][0].score == pytest.approx(total / len(seq), abs=1e-5)
+
+
 def test_beam_search_over_an_ensemble_drops_finished_sentences_of_a_padded_batch(
     models, sources, monkeypatch
 ):
@@ -167,13 +232,13 @@ def test_beam_search_over_an_ensemble_drops_finished_sentences_of_a_padded_batch
 
     monkeypatch.setattr(EnsembleCache, "reorder", recording)
     k = 3
-    settings = dict(beam_size=k, n_best=k, max_len_a=1.0, max_len_b=2, length_penalty=0.6)
-    batched = beam_search(ensemble, src, mask, BOS, EOS, **settings)
+    config = DecodingConfig(beam_size=k, max_len_a=1.0, max_len_b=2, length_penalty=0.6)
+    batched = beam_search(ensemble, src, mask, BOS, EOS, config, n_best=k)
     assert any(cross and 0 < rows < src.size(0) * k for rows, cross in reorders), reorders
     assert all(len(hyps) == k for hyps in batched)
     for row, hyps in enumerate(batched):
         src_row = src[row][mask[row, 0, 0]][None]
-        alone = beam_search(ensemble, src_row, None, BOS, EOS, **settings)[0]
+        alone = beam_search(ensemble, src_row, None, BOS, EOS, config, n_best=k)[0]
         assert [h.tokens for h in hyps] == [h.tokens for h in alone]
         assert [h.score for h in hyps] == pytest.approx([h.score for h in alone], abs=1e-5)
         assert all(len(h.tokens) <= src_row.size(1) + 2 for h in hyps)

@@ -464,3 +464,165 @@ def test_ctranslate2_prefixes_and_ngram_blocking_are_ours_and_sampling_is_refuse
         theirs.translate(lines, sampling_topk=5)
     with pytest.raises(ValueError, match="^sampling: sampling is not offered through CTranslate2"):
         Translator.from_checkpoint(ct2_dir, device="cpu", sampling=True)
+
+
+# ------------------------------------------------------------------------ repetition penalty
+def _our_search(translator: Translator, lines: list[str], config):
+    """Our greedy (``beam_size`` 1) or beam search over the checkpoint's model, all ``lines``
+    in one batch: the best hypothesis of each."""
+    from seq2seq.nn import beam_search, greedy_search
+    from seq2seq.text_decoding import source_batch
+
+    tok = translator.module.tokenizer
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # lines cut at max_positions
+        batch = source_batch(translator.encode(lines), tok.pad_id)
+    search = greedy_search if config.beam_size == 1 else beam_search
+    hyps = search(
+        translator.module.model, batch["src"], batch["src_mask"], tok.bos_id, tok.eos_id, config
+    )
+    return [h[0] for h in hyps]
+
+
+def _hf_ids(model, tokenizer, lines: list[str], config) -> list[list[int]]:
+    """``generate`` with the settings of ``config`` (whose lengths must not depend on the
+    source: ``max_len_a=0``), one batch: the generated ids without BOS, EOS and padding."""
+    batch = tokenizer(lines, truncation=True, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        out = model.generate(
+            **batch,
+            num_beams=config.beam_size,
+            length_penalty=config.length_penalty,
+            max_new_tokens=config.max_len_b,
+            min_new_tokens=config.min_len or None,
+            repetition_penalty=config.repetition_penalty,
+            do_sample=False,
+        )
+    eos, pad = model.generation_config.eos_token_id, model.generation_config.pad_token_id
+    ids = []
+    for row in out[:, 1:].tolist():
+        row = row[: row.index(eos)] if eos in row else row
+        ids.append([t for t in row if t != pad])
+    return ids
+
+
+def _penalise_as_hugging_face_beam_search(monkeypatch, bos_id: int) -> None:
+    """Our searches with the penalty where ``generate``'s beam search applies it: after the
+    log-softmax (to log-probabilities, not renormalised), counting the decoder's start token."""
+    from seq2seq.nn import rules
+
+    original = rules.StepRules.log_probs
+
+    def log_probs(
+        self, model, tokens, memory, mask, cache, step, sentence, history, normalise=True
+    ):
+        penalty, self.penalty = self.penalty, 1.0
+        try:
+            scores = original(
+                self, model, tokens, memory, mask, cache, step, sentence, None, normalise
+            )
+        finally:
+            self.penalty = penalty
+        start = torch.full((scores.size(0), 1), bos_id)
+        seen = start if history is None else torch.cat([start, history], dim=1)
+        return rules.penalise_repetitions(scores, seen, penalty)
+
+    monkeypatch.setattr(rules.StepRules, "log_probs", log_probs)
+
+
+def test_ctranslate2_repetition_penalty_is_ours(ours, ct2_dir):
+    """Greedy with the checkpoint's settings and beam 5 with ``length_penalty=0`` (see
+    test_ctranslate2_greedy_and_beam_output_is_ours): the same texts and scores with a
+    penalty, which changes them."""
+
+    lines = _lines(60)
+    theirs = Translator.from_checkpoint(ct2_dir, device="cpu")
+    tok = ours.module.tokenizer
+    checkpoint = ours.decoding
+    for beam, decoding in ((1, {}), (5, {"length_penalty": 0.0})):
+        plain = None
+        for penalty in (1.0, 1.3, 2.5):
+            config = checkpoint.replace(beam_size=beam, repetition_penalty=penalty, **decoding)
+            expected = _our_search(ours, lines, config)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)
+                got = theirs.translate(
+                    lines, beam_size=beam, return_scores=True, repetition_penalty=penalty,
+                    **decoding,
+                )  # fmt: skip
+            assert [h[0][0] for h in got] == tok.decode([h.tokens for h in expected])
+            assert [h[0][1] for h in got] == pytest.approx([h.score for h in expected], abs=1e-4)
+            if penalty == 1.0:
+                plain = [h.tokens for h in expected]
+            else:  # the penalty changes the outputs, so the agreement says something
+                assert [h.tokens for h in expected] != plain
+    with pytest.raises(ValueError, match=r"^repetition_penalty must be a finite number > 0"):
+        theirs.translate(lines[:2], repetition_penalty=0.0)
+    with pytest.raises(ValueError, match=r"^repetition_penalty must be a finite number > 0"):
+        Translator.from_checkpoint(ct2_dir, device="cpu", repetition_penalty=-1.0)
+
+
+def test_huggingface_generate_with_a_repetition_penalty(ours, hf_dir, monkeypatch):
+    """Greedy: ``generate`` is our search, token for token. Beam search: ``generate`` applies the
+    penalty after its log-softmax (and counts the start token), where we apply it to the logits;
+    its beams are ours with the penalty moved there, and differ from ours with our own rule."""
+    from seq2seq.nn import DecodingConfig
+
+    model, tokenizer = _hf(hf_dir)
+    lines = _lines(24)
+    fixed = DecodingConfig(max_len_a=0.0, max_len_b=30, length_penalty=1.0)
+    differ = False
+    for penalty in (1.3, 2.0):
+        greedy = fixed.replace(beam_size=1, repetition_penalty=penalty)
+        assert _hf_ids(model, tokenizer, lines, greedy) == [
+            h.tokens for h in _our_search(ours, lines, greedy)
+        ]
+        beam = fixed.replace(beam_size=5, repetition_penalty=penalty)
+        hf_beams = _hf_ids(model, tokenizer, lines, beam)
+        differ |= hf_beams != [h.tokens for h in _our_search(ours, lines, beam)]
+        with monkeypatch.context() as patched:
+            _penalise_as_hugging_face_beam_search(patched, ours.module.tokenizer.bos_id)
+            assert hf_beams == [h.tokens for h in _our_search(ours, lines, beam)]
+    assert differ  # the two rules do give other beams here
+
+
+def test_exports_carry_the_checkpoints_repetition_penalty(ours, tiny_ckpt, tmp_path):
+    """A checkpoint's ``repetition_penalty`` (nested ``decoding`` hyperparameters) becomes the
+    Hugging Face generation config's and the CTranslate2 folder's default."""
+    from seq2seq.checkpoint import load_checkpoint
+    from seq2seq.export.common import read_marker
+    from seq2seq.export.ctranslate2 import export_ctranslate2
+    from seq2seq.export.huggingface import export_huggingface
+    from seq2seq.nn import DecodingConfig
+
+    checkpoint = load_checkpoint(tiny_ckpt)
+    hparams = dict(checkpoint["hyper_parameters"])
+    hparams["decoding"] = (
+        DecodingConfig.from_dict(hparams).replace(repetition_penalty=1.7).to_dict()
+    )
+    checkpoint["hyper_parameters"] = hparams
+    ckpt = tmp_path / "penalised.ckpt"
+    torch.save(checkpoint, ckpt)
+
+    hf_folder = export_huggingface(ckpt, tmp_path / "hf")
+    model, tokenizer = _hf(hf_folder)
+    assert model.generation_config.repetition_penalty == 1.7
+    assert "repetition_penalty" in read_marker(hf_folder)["note"]  # beam_size 5 here
+    batch = tokenizer(_lines(4), truncation=True, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        default = model.generate(**batch, num_beams=1, max_new_tokens=20)
+        asked = model.generate(**batch, num_beams=1, max_new_tokens=20, repetition_penalty=1.7)
+        unpenalised = model.generate(
+            **batch, num_beams=1, max_new_tokens=20, repetition_penalty=1.0
+        )
+    assert torch.equal(default, asked) and not torch.equal(default, unpenalised)
+
+    ct2_folder = export_ctranslate2(ckpt, tmp_path / "ct2")
+    assert read_marker(ct2_folder)["decoding"]["repetition_penalty"] == 1.7
+    theirs = Translator.from_checkpoint(ct2_folder, device="cpu")
+    lines = _lines(8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        default = theirs.translate(lines, beam_size=1)
+        assert default == theirs.translate(lines, beam_size=1, repetition_penalty=1.7)
+        assert default != theirs.translate(lines, beam_size=1, repetition_penalty=1.0)

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from seq2seq.nn import Transformer, beam_search, fast, greedy_search, padding_mask
+from seq2seq.nn import DecodingConfig, Transformer, beam_search, fast, greedy_search, padding_mask
 from seq2seq.nn.fast import PackedWeight, linear
 
 
@@ -128,17 +128,17 @@ def test_search_gives_the_same_hypotheses_with_and_without_the_tricks(beam):
     src = torch.randint(4, 1024, (6, 9))
     src[1, 5:] = 0
     mask = padding_mask(src, 0)
-    kwargs = dict(max_len_a=0.0, max_len_b=7)
+    config = DecodingConfig(beam_size=beam, max_len_a=0.0, max_len_b=7)
     with torch.inference_mode():
         if beam == 1:
-            on = greedy_search(model, src, mask, 2, 3, **kwargs)
+            on = greedy_search(model, src, mask, 2, 3, config)
         else:
-            on = beam_search(model, src, mask, 2, 3, beam_size=beam, n_best=beam, **kwargs)
+            on = beam_search(model, src, mask, 2, 3, config, n_best=beam)
         with fast.enabled(False):
             if beam == 1:
-                off = greedy_search(model, src, mask, 2, 3, **kwargs)
+                off = greedy_search(model, src, mask, 2, 3, config)
             else:
-                off = beam_search(model, src, mask, 2, 3, beam_size=beam, n_best=beam, **kwargs)
+                off = beam_search(model, src, mask, 2, 3, config, n_best=beam)
     assert [[h.tokens for h in hyps] for hyps in on] == [[h.tokens for h in hyps] for hyps in off]
     on_scores = [h.score for hyps in on for h in hyps]
     assert on_scores == pytest.approx([h.score for hyps in off for h in hyps], abs=1e-5)

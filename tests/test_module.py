@@ -111,8 +111,8 @@ def test_min_len_above_the_maximum_length_is_allowed_and_the_maximum_wins():
     )  # fmt: skip
     hp = module.decoding
     src = torch.randint(4, 40, (2, 5), generator=torch.Generator().manual_seed(0))
-    limits = dict(max_len_a=hp.max_len_a, max_len_b=hp.max_len_b, min_len=hp.min_len)
-    for hyps in greedy_search(module.model.eval(), src, None, 2, 3, **limits):
+    limits = DecodingConfig(max_len_a=hp.max_len_a, max_len_b=hp.max_len_b, min_len=hp.min_len)
+    for hyps in greedy_search(module.model.eval(), src, None, 2, 3, limits):
         assert len(hyps[0].tokens) == 3
 
 

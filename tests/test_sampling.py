@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from seq2seq.nn import Transformer, beam_search, greedy_search, padding_mask, sample
-from seq2seq.nn.search import length_penalty_value
+from seq2seq.nn import DecodingConfig, Transformer, beam_search, greedy_search, padding_mask, sample
+from seq2seq.nn.rules import length_penalty_value
 
 PAD, BOS, EOS = 0, 2, 3
 V = 14
@@ -48,12 +48,18 @@ def sources() -> torch.Tensor:
 
 
 @torch.no_grad()
-def _lprobs(model, src_row, seq) -> torch.Tensor:
+def _lprobs(model, src_row, seq, penalty: float = 1.0) -> torch.Tensor:
     """Plain forward (no cache): float64 ``(len(seq) + 1, V)`` log-probabilities after BOS and
-    each token of ``seq``, the padding token banned after the softmax as the search does."""
+    each token of ``seq``, the padding token banned after the softmax as the search does; with
+    ``penalty``, position ``j``'s logits of the ids in ``seq[:j]`` are divided by it where
+    positive and multiplied where negative, each id once, before the softmax."""
     src = src_row[src_row != PAD][None]
-    logits = model(src, torch.tensor([[BOS, *seq]]), padding_mask(src, PAD))[0]
-    lprobs = torch.log_softmax(logits.double(), dim=-1)
+    logits = model(src, torch.tensor([[BOS, *seq]]), padding_mask(src, PAD))[0].double()
+    for j in range(len(seq) + 1):
+        for t in set(seq[:j]):
+            value = logits[j, t]
+            logits[j, t] = value / penalty if value > 0 else value * penalty
+    lprobs = torch.log_softmax(logits, dim=-1)
     lprobs[:, PAD] = float("-inf")
     return lprobs
 
@@ -65,12 +71,15 @@ def _repeats(tokens: list[int], n: int) -> bool:
 
 def test_top_k_one_equals_greedy(model, sources):
     mask = padding_mask(sources, PAD)
-    for kwargs in ({}, {"min_len": 4}, {"prefix": [[9], [], [4, 4]], "no_repeat_ngram_size": 2}):
-        greedy = greedy_search(model, sources, mask, BOS, EOS, **kwargs)
-        sampled = sample(
-            model, sources, mask, BOS, EOS, n_samples=3, sampling_topk=1, seed=5,
-            temperature=2.0, **kwargs,
-        )  # fmt: skip
+    cases = [
+        ({}, None), ({"min_len": 4}, None), ({"no_repeat_ngram_size": 2}, [[9], [], [4, 4]]),
+        ({"repetition_penalty": 1.5, "no_repeat_ngram_size": 3}, [[9], [], [4, 4]]),
+    ]  # fmt: skip
+    for settings, prefix in cases:
+        config = DecodingConfig(**settings)
+        greedy = greedy_search(model, sources, mask, BOS, EOS, config, prefix=prefix)
+        drawn = config.replace(n_samples=3, sampling_topk=1, sampling_seed=5, temperature=2.0)
+        sampled = sample(model, sources, mask, BOS, EOS, drawn, prefix=prefix)
         for (g,), draws in zip(greedy, sampled, strict=True):
             assert [h.tokens for h in draws] == [g.tokens] * 3
             assert draws[0].score == pytest.approx(g.score, abs=1e-5)
@@ -80,7 +89,8 @@ def test_samples_are_reproducible_and_do_not_depend_on_the_batch(model, sources)
     mask = padding_mask(sources, PAD)
 
     def draw(src, m, seed=7):
-        return sample(model, src, m, BOS, EOS, n_samples=6, temperature=1.5, seed=seed)
+        config = DecodingConfig(n_samples=6, temperature=1.5, sampling_seed=seed)
+        return sample(model, src, m, BOS, EOS, config)
 
     together = draw(sources, mask)
     assert draw(sources, mask) == together
@@ -98,17 +108,19 @@ def test_samples_are_reproducible_and_do_not_depend_on_the_batch(model, sources)
             assert [h.tokens for h in hyps] == texts[i]
             assert [h.score for h in hyps] == pytest.approx([h.score for h in together[i]])
     # sample i is the same whatever n_samples
-    fewer = sample(model, sources, mask, BOS, EOS, n_samples=2, temperature=1.5, seed=7)
+    config = DecodingConfig(n_samples=2, temperature=1.5, sampling_seed=7)
+    fewer = sample(model, sources, mask, BOS, EOS, config)
     assert [[h.tokens for h in hyps] for hyps in fewer] == [row[:2] for row in texts]
 
 
 @pytest.mark.parametrize(("alpha", "form"), [(1.0, "fairseq"), (0.6, "gnmt")])
 def test_sample_scores_are_the_models_log_probs(model, sources, alpha, form):
     mask = padding_mask(sources, PAD)
-    results = sample(
-        model, sources, mask, BOS, EOS, n_samples=4, sampling_topp=0.8, temperature=1.7,
-        length_penalty=alpha, length_penalty_form=form,
+    config = DecodingConfig(
+        n_samples=4, sampling_topp=0.8, temperature=1.7, length_penalty=alpha,
+        length_penalty_form=form,
     )  # fmt: skip
+    results = sample(model, sources, mask, BOS, EOS, config)
     for i, hyps in enumerate(results):
         max_len = int(1.2 * int(mask[i].sum()) + 10)
         for hyp in hyps:
@@ -142,10 +154,11 @@ def _expected(probs: torch.Tensor, topk: int, topp: float) -> torch.Tensor:
 def test_token_frequencies_follow_the_filtered_distribution(model, topk, topp, temperature):
     src = torch.tensor([[9, 5, 12, 6]])
     n = 20_000
-    draws = sample(
-        model, src, None, BOS, EOS, n_samples=n, sampling_topk=topk, sampling_topp=topp,
-        temperature=temperature, max_len_a=0.0, max_len_b=1, seed=3,
-    )[0]  # fmt: skip
+    config = DecodingConfig(
+        n_samples=n, sampling_topk=topk, sampling_topp=topp, temperature=temperature,
+        max_len_a=0.0, max_len_b=1, sampling_seed=3,
+    )  # fmt: skip
+    draws = sample(model, src, None, BOS, EOS, config)[0]
     counts = torch.bincount(
         torch.tensor([h.tokens[0] if h.tokens else EOS for h in draws]), None, V
     )
@@ -167,11 +180,11 @@ def test_token_frequencies_follow_the_filtered_distribution(model, topk, topp, t
         assert float(((observed - plain) ** 2 / plain).sum()) > 10 * (dof + 6 * math.sqrt(2 * dof))
 
 
-def _plain_greedy(model, src_row, prefix, max_len, ngram=0):
+def _plain_greedy(model, src_row, prefix, max_len, ngram=0, penalty=1.0):
     """Greedy decoding by full recomputation (no cache): the prefix forced, then arg-max."""
     seq: list[int] = []
     while len(seq) < max_len:
-        lprobs = _lprobs(model, src_row, seq)[-1]
+        lprobs = _lprobs(model, src_row, seq, penalty)[-1]
         if len(seq) < len(prefix):
             seq.append(prefix[len(seq)])
             continue
@@ -188,9 +201,8 @@ def _plain_greedy(model, src_row, prefix, max_len, ngram=0):
 def test_a_forced_prefix_is_kept_and_greedy_continues_as_plain_decoding(model, sources):
     mask = padding_mask(sources, PAD)
     prefix = [[13, 13, 4], [], [6]]
-    results = greedy_search(
-        model, sources, mask, BOS, EOS, prefix=prefix, max_len_a=0.0, max_len_b=2
-    )
+    short = DecodingConfig(max_len_a=0.0, max_len_b=2)
+    results = greedy_search(model, sources, mask, BOS, EOS, short, prefix=prefix)
     for i, ((hyp,), forced) in enumerate(zip(results, prefix, strict=True)):
         assert hyp.tokens[: len(forced)] == forced
         assert len(hyp.tokens) >= len(forced)  # max_len is at least len(prefix) + 1
@@ -214,15 +226,18 @@ def test_a_forced_prefix_is_kept_and_greedy_continues_as_plain_decoding(model, s
 def test_beam_and_sampling_with_a_prefix_start_with_it(model, sources):
     mask = padding_mask(sources, PAD)
     prefix = [[13, 13, 4], [], [6, 12]]
-    beams = beam_search(model, sources, mask, BOS, EOS, beam_size=4, n_best=4, prefix=prefix)
-    draws = sample(model, sources, mask, BOS, EOS, n_samples=5, temperature=2.0, prefix=prefix)
+    beams = beam_search(
+        model, sources, mask, BOS, EOS, DecodingConfig(beam_size=4), n_best=4, prefix=prefix
+    )
+    config = DecodingConfig(n_samples=5, temperature=2.0)
+    draws = sample(model, sources, mask, BOS, EOS, config, prefix=prefix)
     for hyps_b, hyps_s, forced in zip(beams, draws, prefix, strict=True):
         assert len(hyps_b) == 4 and len(hyps_s) == 5
         for hyp in hyps_b + hyps_s:
             assert hyp.tokens[: len(forced)] == forced
         assert len({tuple(h.tokens) for h in hyps_b}) == 4
     # beam size 1 with a prefix is greedy with that prefix
-    one = beam_search(model, sources, mask, BOS, EOS, beam_size=1, prefix=prefix)
+    one = beam_search(model, sources, mask, BOS, EOS, DecodingConfig(beam_size=1), prefix=prefix)
     greedy = greedy_search(model, sources, mask, BOS, EOS, prefix=prefix)
     assert [h[0].tokens for h in one] == [h[0].tokens for h in greedy]
 
@@ -232,51 +247,144 @@ def test_no_repeat_ngram_size_blocks_every_repeated_ngram(model):
     src = torch.tensor([[7, 8, 7, 8, 7, 8, 7, 8], [5, 5, 5, 5, 5, 5, 0, 0]])
     mask = padding_mask(src, PAD)
     searches = {
-        "greedy": lambda **kw: greedy_search(model, src, mask, BOS, EOS, **kw),
-        "beam": lambda **kw: beam_search(model, src, mask, BOS, EOS, beam_size=3, n_best=3, **kw),
-        "sample": lambda **kw: sample(
-            model, src, mask, BOS, EOS, n_samples=4, sampling_topk=3, **kw
+        "greedy": lambda c, **kw: greedy_search(model, src, mask, BOS, EOS, c, **kw),
+        "beam": lambda c, **kw: beam_search(
+            model, src, mask, BOS, EOS, c.replace(beam_size=3), n_best=3, **kw
+        ),
+        "sample": lambda c, **kw: sample(
+            model, src, mask, BOS, EOS, c.replace(n_samples=4, sampling_topk=3), **kw
         ),
     }
     for name, search in searches.items():
         for n in (2, 3):
-            plain = [h.tokens for hyps in search() for h in hyps]
+            plain = [h.tokens for hyps in search(DecodingConfig()) for h in hyps]
             assert any(_repeats(t, n) for t in plain), (name, n, plain)
-            blocked = [h.tokens for hyps in search(no_repeat_ngram_size=n) for h in hyps]
+            ban = DecodingConfig(no_repeat_ngram_size=n)
+            blocked = [h.tokens for hyps in search(ban) for h in hyps]
             assert not any(_repeats(t, n) for t in blocked), (name, n, blocked)
             # a prefix that repeats is still forced; the ban applies after it
-            forced = search(no_repeat_ngram_size=n, prefix=[[7, 7, 7, 7], [4]])
+            forced = search(ban, prefix=[[7, 7, 7, 7], [4]])
             assert all(h.tokens[:4] == [7, 7, 7, 7] for h in forced[0])
             assert not any(_repeats(h.tokens[3:], n) for h in forced[0])
     # greedy with the ban equals plain decoding with the ban
     for i in range(src.size(0)):
         (hyp,) = greedy_search(
-            model, src[i : i + 1], mask[i : i + 1], BOS, EOS, no_repeat_ngram_size=2
+            model, src[i : i + 1], mask[i : i + 1], BOS, EOS, DecodingConfig(no_repeat_ngram_size=2)
         )[0:1][0]
         max_len = int(1.2 * int(mask[i].sum()) + 10)
         expected = _plain_greedy(model, src[i], [], max_len, ngram=2)
         assert hyp.tokens == [t for t in expected if t != EOS]
 
 
-def test_invalid_sampling_prefix_and_ngram_arguments(model, sources):
+def _repeated(hyps) -> int:
+    """Tokens that repeat an earlier token of their hypothesis, over all hypotheses."""
+    return sum(len(h.tokens) - len(set(h.tokens)) for row in hyps for h in row)
+
+
+def test_a_repetition_penalty_makes_a_repeating_model_repeat_less(model):
+    src = torch.tensor(
+        [[7, 8, 7, 8, 7, 8, 7, 8], [5, 5, 5, 5, 5, 5, 0, 0], [6, 6, 9, 9, 6, 6, 9, 0]]
+    )
+    mask = padding_mask(src, PAD)
+    searches = {
+        "greedy": lambda c: greedy_search(model, src, mask, BOS, EOS, c),
+        "beam": lambda c: beam_search(model, src, mask, BOS, EOS, c.replace(beam_size=3)),
+        "sample": lambda c: sample(model, src, mask, BOS, EOS, c.replace(n_samples=8)),
+    }
+    for name, search in searches.items():
+        counts = [_repeated(search(DecodingConfig(repetition_penalty=p))) for p in (1.0, 1.5, 4.0)]
+        assert counts[0] > counts[1] > counts[2], (name, counts)
+        rewarded = _repeated(search(DecodingConfig(repetition_penalty=0.5)))
+        assert rewarded >= counts[0], (name, rewarded, counts)  # below 1 it rewards repeats
+
+
+def test_prefix_tokens_count_as_generated_for_the_repetition_penalty(model, sources):
+    """Greedy with a prefix and a penalty equals plain decoding that penalises the prefix's
+    tokens too, scores included; the prefix changes what follows it only through the penalty
+    (the same search without it continues otherwise)."""
     mask = padding_mask(sources, PAD)
-    bad = [
+    prefix = [[9, 9, 10], [], [6, 6]]
+    config = DecodingConfig(repetition_penalty=2.0)
+    results = greedy_search(model, sources, mask, BOS, EOS, config, prefix=prefix)
+    for i, ((hyp,), forced) in enumerate(zip(results, prefix, strict=True)):
+        max_len = int(1.2 * int(mask[i].sum()) + 10)
+        seq = _plain_greedy(model, sources[i], forced, max_len, penalty=2.0)
+        assert hyp.tokens == [t for t in seq if t != EOS]
+        lprobs = _lprobs(model, sources[i], seq[:-1], penalty=2.0)
+        total = lprobs[torch.arange(len(seq)), torch.tensor(seq)].sum().item()
+        assert hyp.score == pytest.approx(total / len(seq), abs=1e-5)
+    unforced = greedy_search(model, sources, mask, BOS, EOS, DecodingConfig(), prefix=prefix)
+    assert [h[0].tokens for h in results] != [h[0].tokens for h in unforced]
+
+
+def test_sample_scores_with_a_repetition_penalty_are_the_penalised_log_probs(model, sources):
+    mask = padding_mask(sources, PAD)
+    config = DecodingConfig(n_samples=4, temperature=1.5, sampling_topk=6, repetition_penalty=1.8)
+    for i, hyps in enumerate(sample(model, sources, mask, BOS, EOS, config)):
+        max_len = int(1.2 * int(mask[i].sum()) + 10)
+        for hyp in hyps:
+            seq = hyp.tokens + ([EOS] if len(hyp.tokens) < max_len else [])
+            lprobs = _lprobs(model, sources[i], seq[:-1], penalty=1.8)
+            total = lprobs[torch.arange(len(seq)), torch.tensor(seq)].sum().item()
+            assert hyp.score == pytest.approx(total / len(seq), abs=1e-4)
+
+
+@pytest.mark.parametrize(("penalty", "topk", "temperature"), [(3.0, 0, 1.0), (0.4, 4, 1.5)])
+def test_sampling_draws_from_the_penalised_distribution(model, penalty, topk, temperature):
+    """After a forced first token, the second token's frequencies follow the penalised
+    distribution, at ``temperature`` and cut to the top ``k`` (the penalty comes first)."""
+    src = torch.tensor([[9, 5, 12, 6]])
+    n = 20_000
+    first = 12
+    config = DecodingConfig(
+        n_samples=n, sampling_topk=topk, temperature=temperature, repetition_penalty=penalty,
+        max_len_a=0.0, max_len_b=2, sampling_seed=4,
+    )  # fmt: skip
+    draws = sample(model, src, None, BOS, EOS, config, prefix=[[first]])[0]
+    counts = torch.bincount(
+        torch.tensor([h.tokens[1] if len(h.tokens) > 1 else EOS for h in draws]), None, V
+    )
+    lprobs = _lprobs(model, src[0], [first], penalty)[1]
+    expected = _expected(torch.softmax(lprobs / temperature, dim=-1), topk, 1.0)
+    plain = _expected(
+        torch.softmax(_lprobs(model, src[0], [first])[1] / temperature, -1), topk, 1.0
+    )
+    assert (expected[first] - plain[first]).abs() > 0.02  # the penalty moves token 12
+    support = expected > 0
+    assert int(counts[~support].sum()) == 0
+    observed, exp = counts[support].double(), expected[support] * n
+    chi2 = float(((observed - exp) ** 2 / exp).sum())
+    dof = int(support.sum()) - 1
+    assert chi2 < dof + 6 * math.sqrt(2 * dof), (chi2, dof)
+
+
+def test_invalid_sampling_prefix_and_ngram_arguments(model, sources):
+    """Settings out of range are refused by DecodingConfig (its message), before any search;
+    what depends on the model (the prefix ids) by the search."""
+    mask = padding_mask(sources, PAD)
+    bad_settings = [
         ({"n_samples": 0}, "n_samples must be >= 1, got 0"),
         ({"sampling_topk": -1}, "sampling_topk must be >= 0"),
         ({"sampling_topp": 0.0}, r"sampling_topp must lie in \(0, 1\]"),
         ({"sampling_topp": 1.5}, r"sampling_topp must lie in \(0, 1\]"),
-        ({"temperature": 0.0}, "temperature must be > 0, got 0.0"),
+        ({"temperature": 0.0}, r"temperature must be a finite number > 0, got 0.0"),
         ({"no_repeat_ngram_size": -1}, "no_repeat_ngram_size must be >= 0"),
-        ({"prefix": [[4]]}, r"one token list per sentence \(3\), got 1"),
-        ({"prefix": [[4, EOS], [], []]}, r"prefix\[0\] holds id 3"),
-        ({"prefix": [[], [PAD], []]}, r"prefix\[1\] holds id 0"),
-        ({"prefix": [[], [], [V]]}, rf"prefix\[2\] holds id {V}"),
-        ({"prefix": [[], [], [4] * 40]}, r"prefix\[2\] has 40 tokens"),
+        ({"no_repeat_ngram_size": -2}, "no_repeat_ngram_size must be >= 0"),
     ]
-    for kwargs, message in bad:
+    for settings, message in bad_settings:
         with pytest.raises(ValueError, match=message):
-            sample(model, sources, mask, BOS, EOS, **kwargs)
+            sample(model, sources, mask, BOS, EOS, DecodingConfig(**settings))
+    bad_prefixes = [
+        ([[4]], r"one token list per sentence \(3\), got 1"),
+        ([[4, EOS], [], []], r"prefix\[0\] holds id 3"),
+        ([[], [PAD], []], r"prefix\[1\] holds id 0"),
+        ([[], [], [V]], rf"prefix\[2\] holds id {V}"),
+        ([[], [], [4] * 40], r"prefix\[2\] has 40 tokens"),
+    ]
+    for prefix, message in bad_prefixes:
+        with pytest.raises(ValueError, match=message):
+            sample(model, sources, mask, BOS, EOS, prefix=prefix)
     with pytest.raises(ValueError, match=r"prefix\[0\] holds id 3"):
-        beam_search(model, sources, mask, BOS, EOS, beam_size=2, prefix=[[EOS], [], []])
-    with pytest.raises(ValueError, match="no_repeat_ngram_size must be >= 0"):
-        greedy_search(model, sources, mask, BOS, EOS, no_repeat_ngram_size=-2)
+        beam_search(
+            model, sources, mask, BOS, EOS, DecodingConfig(beam_size=2), prefix=[[EOS], [], []]
+        )

@@ -6,8 +6,8 @@ import pytest
 import torch
 from conftest import copy_batch
 
-from seq2seq.nn import Transformer, beam_search, greedy_search, padding_mask
-from seq2seq.nn.search import length_penalty_value
+from seq2seq.nn import DecodingConfig, Transformer, beam_search, greedy_search, padding_mask
+from seq2seq.nn.rules import length_penalty_value
 
 PAD, BOS, EOS = 0, 2, 3
 V = 14
@@ -67,9 +67,9 @@ def _rescore(model, src_row, hyp, with_eos: bool, alpha: float, form: str) -> fl
 @pytest.mark.parametrize("min_len", [0, 3])
 def test_beam_size_one_equals_greedy(model, sources, alpha, form, min_len):
     mask = padding_mask(sources, PAD)
-    kwargs = dict(length_penalty=alpha, length_penalty_form=form, min_len=min_len)
-    greedy = greedy_search(model, sources, mask, BOS, EOS, **kwargs)
-    beam = beam_search(model, sources, mask, BOS, EOS, beam_size=1, **kwargs)
+    config = DecodingConfig(length_penalty=alpha, length_penalty_form=form, min_len=min_len)
+    greedy = greedy_search(model, sources, mask, BOS, EOS, config)
+    beam = beam_search(model, sources, mask, BOS, EOS, config.replace(beam_size=1))
     for (g,), (b,) in zip(greedy, beam, strict=True):
         assert g.tokens == b.tokens
         assert g.score == pytest.approx(b.score, abs=1e-5)
@@ -81,7 +81,9 @@ def test_output_does_not_depend_on_batch_or_padding(model, sources, beam_size):
         mask = padding_mask(src, PAD)
         if beam_size == 1:
             return greedy_search(model, src, mask, BOS, EOS)
-        return beam_search(model, src, mask, BOS, EOS, beam_size=beam_size, n_best=3)
+        return beam_search(
+            model, src, mask, BOS, EOS, DecodingConfig(beam_size=beam_size), n_best=3
+        )
 
     together = decode(sources)
     for i in range(sources.size(0)):
@@ -102,10 +104,8 @@ def test_scores_are_length_penalised_log_probs(model, sources, alpha, form):
         mask,
         BOS,
         EOS,
-        beam_size=4,
+        DecodingConfig(beam_size=4, length_penalty=alpha, length_penalty_form=form),
         n_best=4,
-        length_penalty=alpha,
-        length_penalty_form=form,
     )
     for i, hyps in enumerate(results):
         src_len = int(mask[i].sum())
@@ -125,7 +125,7 @@ def test_length_penalty_forms():
 
 def test_n_best_sorted_and_distinct(model, sources):
     results = beam_search(
-        model, sources, padding_mask(sources, PAD), BOS, EOS, beam_size=5, n_best=3
+        model, sources, padding_mask(sources, PAD), BOS, EOS, DecodingConfig(beam_size=5), n_best=3
     )
     for hyps in results:
         assert len(hyps) == 3
@@ -137,7 +137,8 @@ def test_n_best_sorted_and_distinct(model, sources):
 @pytest.mark.parametrize("beam_size", [1, 3])
 def test_eos_ends_hypotheses_and_lengths_are_bounded(model, sources, beam_size):
     mask = padding_mask(sources, PAD)
-    results = beam_search(model, sources, mask, BOS, EOS, beam_size=beam_size, n_best=beam_size)
+    config = DecodingConfig(beam_size=beam_size)
+    results = beam_search(model, sources, mask, BOS, EOS, config, n_best=beam_size)
     stopped_early = False
     for i, hyps in enumerate(results):
         max_len = int(1.2 * int(mask[i].sum()) + 10)
@@ -154,8 +155,9 @@ def test_min_len_and_max_len(model, sources, search):
 
     def run(**kwargs):
         if search == "greedy":
-            return greedy_search(model, sources, mask, BOS, EOS, **kwargs)
-        return beam_search(model, sources, mask, BOS, EOS, beam_size=3, n_best=3, **kwargs)
+            return greedy_search(model, sources, mask, BOS, EOS, DecodingConfig(**kwargs))
+        config = DecodingConfig(beam_size=3, **kwargs)
+        return beam_search(model, sources, mask, BOS, EOS, config, n_best=3)
 
     for hyps in run(min_len=12):
         assert all(len(h.tokens) >= 12 for h in hyps)
@@ -166,13 +168,17 @@ def test_min_len_and_max_len(model, sources, search):
 def test_invalid_arguments(model, sources):
     mask = padding_mask(sources, PAD)
     with pytest.raises(ValueError, match="beam_size"):
-        beam_search(model, sources, mask, BOS, EOS, beam_size=0)
+        beam_search(model, sources, mask, BOS, EOS, DecodingConfig(beam_size=0))
     with pytest.raises(ValueError, match="n_best"):
-        beam_search(model, sources, mask, BOS, EOS, beam_size=2, n_best=3)
+        beam_search(model, sources, mask, BOS, EOS, DecodingConfig(beam_size=2), n_best=3)
     with pytest.raises(ValueError, match="length_penalty_form"):
-        beam_search(model, sources, mask, BOS, EOS, length_penalty_form="wu")
+        beam_search(model, sources, mask, BOS, EOS, DecodingConfig(length_penalty_form="wu"))
     with pytest.raises(ValueError, match="src_mask"):
         greedy_search(model, sources, mask[:, 0], BOS, EOS)
+    with pytest.raises(ValueError, match=r"beam_size \(8\) must be at most half of vocab_size"):
+        beam_search(model, sources, mask, BOS, EOS, DecodingConfig(beam_size=8))
+    with pytest.raises(TypeError, match="config must be a seq2seq.nn.DecodingConfig"):
+        greedy_search(model, sources, mask, BOS, EOS, {"beam_size": 1})
 
 
 @torch.no_grad()
@@ -223,9 +229,18 @@ def test_beams_sharing_cross_attention_equal_expanded_copies():
     torch.testing.assert_close(a, b)
 
 
-def _reference_beam(model, src_row, k, alpha, form, min_len, a=1.2, b=10):
+def _penalised(logits: torch.Tensor, tokens: list[int], penalty: float) -> torch.Tensor:
+    """``logits`` ``(V,)`` with each id of ``tokens`` penalised once, one id at a time."""
+    logits = logits.clone()
+    for t in set(tokens):
+        logits[t] = logits[t] / penalty if logits[t] > 0 else logits[t] * penalty
+    return logits
+
+
+def _reference_beam(model, src_row, k, alpha, form, min_len, a=1.2, b=10, penalty=1.0):
     """Beam search written out per sentence and per beam, with a full forward pass per step and
-    no cache: the rules of :func:`beam_search`'s docstring, nothing shared with it."""
+    no cache: the rules of :func:`beam_search`'s docstring, nothing shared with it (each beam's
+    logits penalised by its own tokens)."""
     src = src_row[None, : int((src_row != PAD).sum())]
     max_len = min(int(a * src.size(1) + b), model.max_positions)
     beams = [([], 0.0)]
@@ -236,7 +251,7 @@ def _reference_beam(model, src_row, k, alpha, form, min_len, a=1.2, b=10):
             if score == float("-inf"):
                 continue
             logits = model(src, torch.tensor([[BOS, *toks]]))[0, -1]
-            lprobs = torch.log_softmax(logits.double(), dim=-1)
+            lprobs = torch.log_softmax(_penalised(logits.double(), toks, penalty), dim=-1)
             lprobs[PAD] = float("-inf")
             if step < min_len:
                 lprobs[EOS] = float("-inf")
@@ -275,11 +290,10 @@ def test_beam_search_equals_a_plain_reference(model, sources, k, alpha, form, mi
         padding_mask(sources, PAD),
         BOS,
         EOS,
-        beam_size=k,
+        DecodingConfig(
+            beam_size=k, length_penalty=alpha, length_penalty_form=form, min_len=min_len
+        ),
         n_best=k,
-        length_penalty=alpha,
-        length_penalty_form=form,
-        min_len=min_len,
     )
     for i, hyps in enumerate(results):
         expected = _reference_beam(model, sources[i], k, alpha, form, min_len)
@@ -290,8 +304,9 @@ def test_beam_search_equals_a_plain_reference(model, sources, k, alpha, form, mi
 @pytest.mark.parametrize("min_len", [0, 4])
 def test_greedy_without_scores_gives_the_same_tokens(model, sources, min_len):
     mask = padding_mask(sources, PAD)
-    with_scores = greedy_search(model, sources, mask, BOS, EOS, min_len=min_len)
-    without = greedy_search(model, sources, mask, BOS, EOS, min_len=min_len, scores=False)
+    config = DecodingConfig(min_len=min_len)
+    with_scores = greedy_search(model, sources, mask, BOS, EOS, config)
+    without = greedy_search(model, sources, mask, BOS, EOS, config, scores=False)
     for (a,), (b,) in zip(with_scores, without, strict=True):
         assert a.tokens == b.tokens
         assert b.score != b.score  # nan
@@ -312,8 +327,104 @@ def test_beam_search_over_a_wide_vocabulary_equals_the_reference(sources, k):
     )
     wide = wide.double().eval()
     src = sources[:2]
-    results = beam_search(wide, src, padding_mask(src, PAD), BOS, EOS, beam_size=k, n_best=k)
+    config = DecodingConfig(beam_size=k)
+    results = beam_search(wide, src, padding_mask(src, PAD), BOS, EOS, config, n_best=k)
     for i, hyps in enumerate(results):
         expected = _reference_beam(wide, src[i], k, 1.0, "fairseq", 0)
         assert [h.tokens for h in hyps] == [toks for toks, _ in expected]
         assert [h.score for h in hyps] == pytest.approx([s for _, s in expected], abs=1e-6)
+
+
+# ------------------------------------------------------------------------ repetition penalty
+@torch.no_grad()
+def _reference_greedy(model, src_row, penalty, min_len=0, a=1.2, b=10):
+    """Greedy decoding by float64 recomputation (no cache): each step's logits penalised by the
+    tokens so far, then log-softmax and the bans. Returns the tokens (EOS included) and the
+    summed log-probability."""
+    src = src_row[None, : int((src_row != PAD).sum())]
+    max_len = min(int(a * src.size(1) + b), model.max_positions)
+    seq: list[int] = []
+    total = 0.0
+    while len(seq) < max_len:
+        logits = model(src, torch.tensor([[BOS, *seq]]))[0, -1].double()
+        lprobs = torch.log_softmax(_penalised(logits, seq, penalty), dim=-1)
+        lprobs[PAD] = float("-inf")
+        if len(seq) < min_len:
+            lprobs[EOS] = float("-inf")
+        seq.append(int(lprobs.argmax()))
+        total += float(lprobs[seq[-1]])
+        if seq[-1] == EOS:
+            break
+    return seq, total
+
+
+@pytest.mark.parametrize(("penalty", "min_len"), [(1.5, 0), (3.0, 2), (0.7, 0)])
+def test_greedy_with_a_repetition_penalty_equals_a_plain_reference(
+    model, sources, penalty, min_len
+):
+    config = DecodingConfig(repetition_penalty=penalty, min_len=min_len, length_penalty=1.0)
+    results = greedy_search(model, sources, padding_mask(sources, PAD), BOS, EOS, config)
+    plain = greedy_search(model, sources, padding_mask(sources, PAD), BOS, EOS)
+    for i, (hyp,) in enumerate(results):
+        seq, total = _reference_greedy(model, sources[i], penalty, min_len)
+        assert hyp.tokens == [t for t in seq if t != EOS]
+        assert hyp.score == pytest.approx(total / len(seq), abs=1e-5)
+    # the penalty changes the outputs, so the agreement says something
+    assert [h[0].tokens for h in results] != [h[0].tokens for h in plain]
+
+
+@pytest.mark.parametrize(
+    ("k", "alpha", "form", "min_len", "penalty"),
+    [(2, 1.0, "fairseq", 0, 1.5), (4, 0.6, "gnmt", 2, 1.3), (3, 0.0, "fairseq", 0, 0.7)],
+)
+def test_beam_search_with_a_repetition_penalty_equals_the_reference(
+    model, sources, k, alpha, form, min_len, penalty
+):
+    """Each beam is penalised by its own history (beams are reordered, copied and dropped)."""
+    config = DecodingConfig(
+        beam_size=k, length_penalty=alpha, length_penalty_form=form, min_len=min_len,
+        repetition_penalty=penalty,
+    )  # fmt: skip
+    results = beam_search(model, sources, padding_mask(sources, PAD), BOS, EOS, config, n_best=k)
+    plain = config.replace(repetition_penalty=1.0)
+    unpenalised = beam_search(model, sources, padding_mask(sources, PAD), BOS, EOS, plain, n_best=k)
+    assert [[h.tokens for h in hyps] for hyps in results] != [
+        [h.tokens for h in hyps] for hyps in unpenalised
+    ]
+    for i, hyps in enumerate(results):
+        expected = _reference_beam(model, sources[i], k, alpha, form, min_len, penalty=penalty)
+        assert [h.tokens for h in hyps] == [toks for toks, _ in expected]
+        assert [h.score for h in hyps] == pytest.approx([s for _, s in expected], abs=1e-6)
+
+
+def test_repetition_penalty_one_is_the_plain_path(model, sources, monkeypatch):
+    """1.0 (the default) never reaches the penalty's code, and that code would change nothing
+    at 1.0 either: outputs stay exactly those of the search without the option."""
+    from seq2seq.nn import rules, sample
+
+    values = torch.randn(4, V, dtype=torch.float64)
+    history = torch.tensor([[5, 5, 6], [4, 7, 8], [9, 9, 9], [13, 4, 5]])
+    assert torch.equal(rules.penalise_repetitions(values.clone(), history, 1.0), values)
+
+    mask = padding_mask(sources, PAD)
+    runs = {
+        "greedy": lambda c: greedy_search(model, sources, mask, BOS, EOS, c),
+        "beam": lambda c: beam_search(model, sources, mask, BOS, EOS, c, n_best=3),
+        "sample": lambda c: sample(model, sources, mask, BOS, EOS, c.replace(n_samples=3)),
+    }
+    before = {name: run(DecodingConfig(beam_size=3)) for name, run in runs.items()}
+
+    def unreachable(*args, **kwargs):
+        raise AssertionError("penalise_repetitions called with repetition_penalty=1.0")
+
+    monkeypatch.setattr(rules, "penalise_repetitions", unreachable)
+    for name, run in runs.items():
+        assert run(DecodingConfig(beam_size=3, repetition_penalty=1.0)) == before[name], name
+
+
+@pytest.mark.parametrize("value", [0.0, -1.2, float("inf"), float("nan")])
+def test_invalid_repetition_penalty_is_refused_with_decoding_configs_message(value):
+    with pytest.raises(
+        ValueError, match=r"^repetition_penalty must be a finite number > 0 \(1 = off\)"
+    ):
+        DecodingConfig(repetition_penalty=value)

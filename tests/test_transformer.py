@@ -8,7 +8,13 @@ import math
 import pytest
 import torch
 
-from seq2seq.nn import Transformer, greedy_search, label_smoothed_cross_entropy, padding_mask
+from seq2seq.nn import (
+    DecodingConfig,
+    Transformer,
+    greedy_search,
+    label_smoothed_cross_entropy,
+    padding_mask,
+)
 
 PAD, BOS, EOS = 0, 2, 3
 V = 29  # not a multiple of 8: exercises the internal vocabulary padding
@@ -271,7 +277,8 @@ def test_learns_to_copy():
         sched.step()
     model.eval()
     src, _, _, lens = _copy_batch(200, vocab, torch.Generator().manual_seed(1))
-    hyps = greedy_search(model, src, padding_mask(src, PAD), BOS, EOS, max_len_a=1.0, max_len_b=2)
+    limits = DecodingConfig(max_len_a=1.0, max_len_b=2)
+    hyps = greedy_search(model, src, padding_mask(src, PAD), BOS, EOS, limits)
     correct = total = 0
     for (hyp,), row, n in zip(hyps, src.tolist(), lens.tolist(), strict=True):
         ref = row[:n]

@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 
 from seq2seq import compat
 from seq2seq.data.batching import collate
-from seq2seq.nn import greedy_search
+from seq2seq.nn import DecodingConfig, greedy_search
 
 
 # ---------------------------------------------------------------------- TensorBoard monitoring
@@ -199,9 +199,8 @@ class AttentionHeatmaps(L.Callback):
         src = torch.tensor([src_ids], dtype=torch.long, device=pl_module.device)
         mask = torch.ones(1, 1, 1, src.size(1), dtype=torch.bool, device=src.device)
         bos, eos = tokenizer.bos_id, tokenizer.eos_id
-        hyp = greedy_search(
-            model, src, mask, bos, eos, max_len_a=hp.max_len_a, max_len_b=hp.max_len_b, scores=False
-        )[0][0]
+        limits = DecodingConfig(max_len_a=hp.max_len_a, max_len_b=hp.max_len_b)
+        hyp = greedy_search(model, src, mask, bos, eos, limits, scores=False)[0][0]
         out_ids = [*hyp.tokens, eos][: model.max_positions]
         tgt = torch.tensor([[bos, *out_ids[:-1]]], dtype=torch.long, device=src.device)
         return model.attention_maps(src, tgt, mask), list(src_ids), out_ids

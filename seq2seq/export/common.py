@@ -22,9 +22,9 @@ from typing import Any
 import torch
 
 from seq2seq.checkpoint import check_model_checkpoint, language_pair, load_checkpoint
-from seq2seq.checkpoint.format import DECODING_DEFAULTS
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.files import disk_error, write_error
+from seq2seq.nn.decoding import DecodingConfig
 from seq2seq.temporaries import remove_abandoned, temporary_prefix
 
 #: File that ``seq2seq export`` writes into every folder it produces: which format, from which
@@ -72,7 +72,8 @@ class ExportSource:
             LightningModule (``encoder.layers.0.self_attn.qkv.weight`` ...), float32 on CPU.
         config: the architecture (``vocab_size``, ``d_model``, ``n_heads``, ``norm_first``,
             ``positional``, ``tie_embeddings``, ...), as ``seq2seq.nn.Transformer`` takes it.
-        decoding: the checkpoint's decoding settings (:data:`DECODING_DEFAULTS` keys).
+        decoding: the checkpoint's decoding settings (those it does not record take their
+            defaults).
         tokenizer: the SentencePiece model the checkpoint carries.
         languages: ``(src_lang, tgt_lang)`` when the checkpoint records them.
     """
@@ -80,7 +81,7 @@ class ExportSource:
     path: Path
     weights: dict[str, torch.Tensor]
     config: dict[str, Any]
-    decoding: dict[str, Any]
+    decoding: DecodingConfig
     tokenizer: Tokenizer
     languages: tuple[str, str] | None
 
@@ -115,7 +116,8 @@ def read_checkpoint(path: str | Path) -> ExportSource:
     Raises:
         FileNotFoundError: if the file does not exist.
         seq2seq.checkpoint.CheckpointError: if it is not a checkpoint or holds no weights.
-        ValueError: if it carries no model settings or SentencePiece model.
+        ValueError: if it carries no model settings or SentencePiece model, or a decoding
+            setting out of range (DecodingConfig's message).
     """
     path = Path(path)
     checkpoint = load_checkpoint(path)
@@ -132,7 +134,7 @@ def read_checkpoint(path: str | Path) -> ExportSource:
         if key.startswith("model.")
     }
     hparams = checkpoint.get("hyper_parameters", {}) or {}
-    decoding = {key: hparams.get(key, default) for key, default in DECODING_DEFAULTS.items()}
+    decoding = DecodingConfig.from_dict(hparams)  # nested "decoding", or older flat keys
     blob = extra["tokenizer"]
     tokenizer = Tokenizer.from_bytes(bytes(blob.numpy().tobytes()), name=f"{path} (tokenizer)")
     languages = language_pair(checkpoint)
@@ -161,8 +163,8 @@ def refuse(source: ExportSource, engine: str, problems: Iterable[tuple[str, str]
 
 def max_len(src_len: int, max_len_a: float, max_len_b: int, max_positions: int) -> int:
     """The longest hypothesis (tokens, EOS included) for a source of ``src_len`` tokens (EOS
-    included), as :mod:`seq2seq.nn.search` computes it: ``int(a * src_len + b)`` in
-    ``[1, max_positions]``."""
+    included), as :func:`seq2seq.nn.rules.max_lengths` computes it: ``int(a * src_len + b)``
+    in ``[1, max_positions]``."""
     return max(1, min(math.trunc(max_len_a * float(src_len) + max_len_b), max_positions))
 
 
@@ -288,7 +290,7 @@ def source_record(source: ExportSource, fmt: str) -> dict[str, Any]:
         "format": fmt,
         "checkpoint": str(source.path),
         "model_config": source.config,
-        "decoding": source.decoding,
+        "decoding": source.decoding.to_dict(),
         "languages": list(source.languages) if source.languages else None,
         "seq2seq_version": __version__,
     }

@@ -22,7 +22,6 @@ from typing import Any
 
 import numpy as np
 
-from seq2seq.checkpoint.format import DECODING_DEFAULTS, SAMPLING_SETTINGS
 from seq2seq.data.tokenizer import Tokenizer, source_ids
 from seq2seq.export.common import (
     SENTENCEPIECE_FILE,
@@ -35,6 +34,7 @@ from seq2seq.export.common import (
     source_record,
     write_folder,
 )
+from seq2seq.nn.decoding import DecodingConfig
 
 #: ``--quantization`` values: CTranslate2's weight types (``none`` keeps float32).
 QUANTIZATIONS = (
@@ -225,9 +225,11 @@ class CTranslate2Translator:
     changes the reported scores by its probability, and the padding token is banned only in a
     batch where CTranslate2 chose it (run again), so that other scores stay exact.
 
-    Target prefixes and ``no_repeat_ngram_size`` go to CTranslate2's own ``target_prefix``
-    and ``no_repeat_ngram_size``. Sampling is refused: CTranslate2 draws from one random
-    generator per process, so its samples would depend on the batch and could not repeat ours.
+    Target prefixes, ``no_repeat_ngram_size`` and ``repetition_penalty`` go to CTranslate2's
+    own ``target_prefix``, ``no_repeat_ngram_size`` and ``repetition_penalty`` (which penalises
+    the generated tokens, prefix included, on the logits: ours). Sampling is refused:
+    CTranslate2 draws from one random generator per process, so its samples would depend on the
+    batch and could not repeat ours.
 
     Args:
         folder: a folder written by ``seq2seq export --format ctranslate2``.
@@ -239,14 +241,17 @@ class CTranslate2Translator:
             is 1) lets a beam run on until ``2 * beam_size`` hypotheses have finished, closer
             to our rule: on test_2016_flickr it gave 996 of 1,000 beam-5 outputs identical to
             ours, 1 gave 989 (``benchmarks/README.md``), at about the same speed.
-        **decoding: overrides of the folder's ``beam_size``, ``length_penalty``,
-            ``length_penalty_form``, ``max_len_a``, ``max_len_b``, ``min_len``,
-            ``no_repeat_ngram_size``.
+        **decoding: overrides of the folder's decoding settings (fields of
+            :class:`~seq2seq.nn.DecodingConfig`).
+
+    Attributes:
+        decoding: the folder's decoding settings with the overrides.
 
     Raises:
         FileNotFoundError: if ``folder`` was not written by ``seq2seq export``.
-        ValueError: for another export format, an unknown decoding setting, or one CTranslate2
-            has no equivalent of (``length_penalty_form="gnmt"``, sampling).
+        ValueError: for another export format, an unknown decoding setting, a value out of
+            range (DecodingConfig's message), or one CTranslate2 has no equivalent of
+            (``length_penalty_form="gnmt"``, sampling).
         ModuleNotFoundError: without the ``export`` extra.
     """
 
@@ -268,12 +273,10 @@ class CTranslate2Translator:
                 "CTranslate2 folder (seq2seq export --format ctranslate2)"
             )
         ct2 = require("ctranslate2", "translating with a CTranslate2 folder")
-        unknown = sorted(set(decoding) - set(DECODING_DEFAULTS))
-        if unknown:
-            raise ValueError(f"unknown decoding settings: {unknown}")
+        _check_known(decoding, DecodingConfig.field_names())
         # Folders exported before a setting existed take its default.
-        self.settings = {**DECODING_DEFAULTS, **marker["decoding"], **decoding}
-        _check_form(self.settings["length_penalty_form"])
+        self.decoding = DecodingConfig.from_dict(marker["decoding"]).replace(**decoding)
+        _check_form(self.decoding.length_penalty_form)
         _check_no_sampling(decoding)
         self.model_config = marker["model_config"]
         self.tokenizer = Tokenizer.load(folder / SENTENCEPIECE_FILE)
@@ -298,7 +301,12 @@ class CTranslate2Translator:
     @property
     def beam_size(self) -> int:
         """The beam size used when ``translate`` is given none."""
-        return int(self.settings["beam_size"])
+        return self.decoding.beam_size
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """:attr:`decoding` as a dictionary of its fields."""
+        return self.decoding.to_dict()
 
     def encode(self, sentences: Sequence[str]) -> list[list[int]]:
         """Source ids without EOS (CTranslate2 appends it), cut so that with EOS they fit
@@ -327,24 +335,18 @@ class CTranslate2Translator:
         ``prefixes`` go to CTranslate2's ``target_prefix``).
 
         Raises:
-            ValueError: if ``n_best`` exceeds the beam size, for an unknown decoding setting,
-                for ``length_penalty_form="gnmt"`` (CTranslate2 divides by
-                ``len ** length_penalty`` only), for sampling, or for ``prefixes`` of another
-                length than ``sentences``.
+            ValueError: if ``n_best`` exceeds the beam size, for an unknown decoding setting or
+                one out of range (DecodingConfig's message), for ``length_penalty_form="gnmt"``
+                (CTranslate2 divides by ``len ** length_penalty`` only), for sampling, or for
+                ``prefixes`` of another length than ``sentences``.
         """
-        unknown = sorted(set(decoding) - (set(self.settings) - {"beam_size"}))
-        if unknown:
-            raise ValueError(f"unknown decoding settings: {unknown}")
-        settings = {**self.settings, **decoding}
-        _check_form(settings["length_penalty_form"])
+        _check_known(decoding, set(DecodingConfig.field_names()) - {"beam_size"})
+        if beam_size is not None:
+            decoding = {**decoding, "beam_size": beam_size}
+        settings = self.decoding.replace(**decoding)
+        _check_form(settings.length_penalty_form)
         _check_no_sampling(decoding)
-        if settings["no_repeat_ngram_size"] < 0:
-            raise ValueError(
-                f"no_repeat_ngram_size must be >= 0, got {settings['no_repeat_ngram_size']}"
-            )
-        beam = self.beam_size if beam_size is None else beam_size
-        if beam < 1:
-            raise ValueError(f"beam_size must be >= 1, got {beam}")
+        beam = settings.beam_size
         if n_best > beam:
             raise ValueError(f"n_best ({n_best}) exceeds the beam size ({beam})")
         single = isinstance(sentences, str)
@@ -355,8 +357,8 @@ class CTranslate2Translator:
         limits = [
             max_len(
                 len(ids) + 1,
-                settings["max_len_a"],
-                settings["max_len_b"],
+                settings.max_len_a,
+                settings.max_len_b,
                 self.model_config["max_positions"],
             )
             for ids in encoded
@@ -389,7 +391,7 @@ class CTranslate2Translator:
         limit: int,
         beam: int,
         n_best: int,
-        settings: dict,
+        settings: DecodingConfig,
         prefixes: list[list[int]] | None = None,
     ) -> list[list[tuple[str, float]]]:
         """One CTranslate2 call for sources that share the length limit ``limit``
@@ -405,12 +407,13 @@ class CTranslate2Translator:
             beam_size=beam,
             patience=self.patience,
             num_hypotheses=n_best,
-            length_penalty=settings["length_penalty"],
+            length_penalty=settings.length_penalty,
             max_decoding_length=limit,
-            min_decoding_length=min(settings["min_len"], limit),
+            min_decoding_length=min(settings.min_len, limit),
             max_input_length=0,  # encode() already cut to max_positions
             return_scores=True,
-            no_repeat_ngram_size=settings["no_repeat_ngram_size"],
+            no_repeat_ngram_size=settings.no_repeat_ngram_size,
+            repetition_penalty=settings.repetition_penalty,
         )
         if prefixes is not None and any(prefixes[i] for i in known):
             options["target_prefix"] = [
@@ -448,7 +451,7 @@ def _check_no_sampling(given: dict) -> None:
     """Refuses sampling asked for in ``given``, naming the setting that asked for it (a
     checkpoint's own ``model.sampling``, recorded in the folder, is not: translating the folder
     searches)."""
-    asked = [name for name in (*SAMPLING_SETTINGS, "sampling") if name in given]
+    asked = [name for name in (*DecodingConfig.SAMPLING_FIELDS, "sampling") if name in given]
     if asked and (asked != ["sampling"] or given["sampling"]):
         name = asked[0]
         raise ValueError(
@@ -456,6 +459,13 @@ def _check_no_sampling(given: dict) -> None:
             "random generator per process, so they would depend on the batch); sample with "
             "the checkpoint itself"
         )
+
+
+def _check_known(given: dict, known) -> None:
+    """Raises ValueError naming the keys of ``given`` that are not ``known`` settings."""
+    unknown = sorted(set(given) - set(known))
+    if unknown:
+        raise ValueError(f"unknown decoding settings: {unknown}")
 
 
 def _check_form(form: str) -> None:

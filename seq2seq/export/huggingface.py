@@ -16,9 +16,15 @@ model, with every residual-stream axis permuted by ``P``, computes our logits ex
 
 The tokenizer is ``MarianTokenizer`` over the checkpoint's SentencePiece model
 (``source.spm`` = ``target.spm``, ``vocab.json`` mapping each piece to our id); it appends EOS
-to sources, as our data module does. The generation config carries the checkpoint's beam size
-and length penalty, decoding from ``<s>``, ``early_stopping=False`` (our beam search's
-stopping rule) and the padding token suppressed (after the log-softmax, as ours).
+to sources, as our data module does. The generation config carries the checkpoint's beam size,
+length penalty, ``min_len`` and ``repetition_penalty``, decoding from ``<s>``,
+``early_stopping=False`` (our beam search's stopping rule) and the padding token suppressed
+(after the log-softmax, as ours).
+
+``generate`` applies ``repetition_penalty`` as we do in greedy search and sampling (to the
+logits), but its beam search applies it after its log-softmax, to log-probabilities, which it
+does not renormalise: with a penalty, its beams may differ from ours (the field's documentation,
+:class:`seq2seq.nn.DecodingConfig`, says which tokens each engine counts).
 """
 
 from __future__ import annotations
@@ -200,10 +206,11 @@ def build_model(source: ExportSource):
     generation.eos_token_id = tok.eos_id
     generation.pad_token_id = tok.pad_id
     generation.forced_eos_token_id = None
-    generation.num_beams = int(decoding["beam_size"])
-    generation.length_penalty = float(decoding["length_penalty"])
+    generation.num_beams = decoding.beam_size
+    generation.length_penalty = float(decoding.length_penalty)
+    generation.repetition_penalty = float(decoding.repetition_penalty)
     generation.early_stopping = False
-    generation.min_new_tokens = int(decoding["min_len"]) or None
+    generation.min_new_tokens = decoding.min_len or None
     generation.max_new_tokens = config["max_positions"]
     generation.max_length = None
     generation.suppress_tokens = [tok.pad_id]
@@ -269,10 +276,18 @@ def export_huggingface(ckpt_path: str | Path, output: str | Path) -> Path:
 
     marker = source_record(source, "huggingface")
     marker["class"] = type(model).__name__
-    if source.decoding["length_penalty_form"] != "fairseq":
-        marker["note"] = (
+    notes = []
+    if source.decoding.length_penalty_form != "fairseq":
+        notes.append(
             "generate divides by len ** length_penalty; the checkpoint's gnmt form is not kept"
         )
+    if source.decoding.repetition_penalty != 1.0 and source.decoding.beam_size > 1:
+        notes.append(
+            "generate's beam search applies repetition_penalty to log-probabilities, seq2seq's "
+            "to logits: its beams may differ"
+        )
+    if notes:
+        marker["note"] = "; ".join(notes)
     return write_folder(Path(output), build, marker)
 
 
@@ -286,6 +301,7 @@ def generate_translations(
     max_len_b: int = 10,
     min_len: int = 0,
     max_tokens: int = 4096,
+    repetition_penalty: float = 1.0,
 ) -> list[str]:
     """Translate with an exported model's ``generate`` under our per-sentence length limits.
 
@@ -299,7 +315,9 @@ def generate_translations(
         tokenizer: its tokenizer.
         sentences: source sentences.
         beam_size: 1 for greedy search.
-        length_penalty, max_len_a, max_len_b, min_len: as in :mod:`seq2seq.nn.search`.
+        length_penalty, max_len_a, max_len_b, min_len, repetition_penalty: as the fields of
+            :class:`seq2seq.nn.DecodingConfig` (see the module docstring for the difference
+            of ``repetition_penalty`` in beam search).
         max_tokens: padded source tokens per batch.
 
     Returns:
@@ -330,6 +348,7 @@ def generate_translations(
                 length_penalty=length_penalty,
                 max_new_tokens=limits[chunk[0]],
                 min_new_tokens=min_len or None,
+                repetition_penalty=repetition_penalty,
                 do_sample=False,
             )
         texts = tokenizer.batch_decode(out, skip_special_tokens=True)

@@ -35,9 +35,14 @@ class DecodingConfig:
         min_len: EOS is banned before this many tokens (the maximum length wins over it).
         no_repeat_ngram_size: ban a token that would repeat an n-gram of this size in its
             hypothesis (fairseq's ``--no-repeat-ngram-size``); 0 = off.
-        repetition_penalty: the logits of tokens already in the hypothesis are divided by it
-            where positive and multiplied by it where negative (Keskar et al. 2019, Eq. 2;
-            Hugging Face's and CTranslate2's ``repetition_penalty``); 1 = off, > 1 penalises.
+        repetition_penalty: before the log-softmax, the logit of every token id already in
+            the hypothesis (generated or forced by the prefix; BOS is none of them) is divided
+            by it where positive and multiplied by it where negative, once per id (Keskar et
+            al. 2019, Eq. 2); 1 = off, > 1 penalises, < 1 rewards. CTranslate2's
+            ``repetition_penalty`` counts the same tokens; Hugging Face's also counts the
+            decoder start token, and its beam search penalises log-probabilities (after its
+            log-softmax) instead of logits. How the searches apply it:
+            :mod:`seq2seq.nn.rules`.
         sampling: sample (:func:`seq2seq.nn.sample`) instead of searching.
         sampling_topk: with sampling, keep the k most probable tokens; 0 = off.
         sampling_topp: with sampling, keep the smallest set of most probable tokens whose

@@ -1,9 +1,9 @@
 """Ensembles of Transformers at decoding time: the per-step log-probabilities of several models.
 
-An :class:`Ensemble` offers what :func:`~seq2seq.nn.greedy_search` and
-:func:`~seq2seq.nn.beam_search` use of a :class:`~seq2seq.nn.Transformer` (``encode``,
-``decode``, ``new_cache``, ``vocab_size``, ``pad_id``, ``max_positions``), so the searches run
-on it unchanged. Shapes follow the legend in :mod:`seq2seq.nn.attention`.
+An :class:`Ensemble` offers what the searches (:mod:`seq2seq.nn.rules`) use of a
+:class:`~seq2seq.nn.Transformer` (``encode``, ``decode``, ``new_cache``, ``vocab_size``,
+``pad_id``, ``max_positions``), so they run on it unchanged. Shapes follow the legend in
+:mod:`seq2seq.nn.attention`.
 
 The ensemble's next-token distribution is the normalised geometric mean of the models'
 distributions: :meth:`Ensemble.decode` returns the mean over models of each model's
@@ -19,7 +19,7 @@ accepts.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -132,6 +132,7 @@ class Ensemble(nn.Module):
         memory: Sequence[Tensor | None] | None,
         src_mask: Tensor | None = None,
         cache: EnsembleCache | None = None,
+        process: Callable[[Tensor], Tensor] | None = None,
     ) -> Tensor:
         """Mean next-token log-probabilities of the models for a batch of target prefixes.
 
@@ -142,6 +143,9 @@ class Ensemble(nn.Module):
                 once the cache holds the cross-attention keys/values).
             src_mask: ``(B, 1, 1, S)`` bool source mask as given to :meth:`encode`.
             cache: from :meth:`new_cache`, updated in place.
+            process: maps each model's ``(B, T, V)`` logits to those it decodes with, before
+                that model's log-softmax (the searches' repetition penalty, see
+                :mod:`seq2seq.nn.rules`); ``None``: the logits as they are.
 
         Returns:
             ``(B, T, V)`` float32: ``mean_m log_softmax(logits_m)``. Not normalised itself (its
@@ -157,6 +161,8 @@ class Ensemble(nn.Module):
         total: Tensor | None = None
         for model, mem, model_cache in zip(self.models, memories, caches, strict=True):
             logits = model.decode(tgt, mem, src_mask, model_cache)
+            if process is not None:
+                logits = process(logits)
             # float32 whatever the computation's dtype, as the searches' own log-softmax.
             log_probs = torch.log_softmax(logits, dim=-1, dtype=torch.float32)
             total = log_probs if total is None else total.add_(log_probs)

@@ -1,0 +1,314 @@
+"""The rules that greedy search, beam search and sampling share, stated once.
+
+:func:`~seq2seq.nn.search.greedy_search`, :func:`~seq2seq.nn.search.beam_search` and
+:func:`~seq2seq.nn.sampling.sample` take a :class:`~seq2seq.nn.decoding.DecodingConfig` (its
+fields say what each setting means) and follow these conventions. Shapes as in
+:mod:`seq2seq.nn.attention`; ``N`` is the number of decoder rows (``B`` sentences, ``B * K``
+beams or ``B * n_samples`` draws).
+
+* Rows. A search is batched and vectorised over its ``N`` rows: the step loop has no Python
+  loop over sentences. Finished sentences leave the batch (their cache rows are removed), and
+  the loop stops as soon as every sentence is finished.
+* Length. ``max_len = min(int(max_len_a * src_len + max_len_b), max_positions)`` per
+  sentence, with ``src_len`` its unpadded length, at least 1 (:func:`max_lengths`). A
+  hypothesis holds at most ``max_len`` tokens; one that reaches it without EOS is finished
+  there.
+* End. A hypothesis ends at its first EOS, which is never extended. EOS is banned while fewer
+  than ``min_len`` tokens have been generated (the maximum length wins over ``min_len``). The
+  padding token is never generated.
+* Score. The length is the number of generated tokens, EOS included; the score is the summed
+  token log-probability divided by :func:`length_penalty_value` of the length.
+* Independence. The output of a sentence does not depend on the rest of the batch nor on its
+  padding (up to floating-point rounding of batched matrix products).
+* ``prefix`` (optional): one list of target ids per sentence (possibly empty). While a
+  hypothesis is inside its sentence's prefix every other token is banned, so the search goes
+  on after the prefix. Prefix tokens count as generated: the returned tokens start with them,
+  the score includes their log-probabilities, they are part of the history that the n-gram
+  ban and the repetition penalty read, and ``max_len`` is at least ``len(prefix) + 1``.
+* ``no_repeat_ngram_size = n``: a token that would complete an n-gram already in the
+  hypothesis (its prefix included, BOS not) is banned, as fairseq's
+  ``--no-repeat-ngram-size`` and Hugging Face's ``no_repeat_ngram_size``. Should that ban
+  every token of a row, EOS stays allowed.
+* ``repetition_penalty`` (the field documents which tokens it counts and how the engines
+  differ): each row is penalised by its own history (each beam by its own), on the logits,
+  before the log-softmax; the log-probabilities, hence the choices and the scores, are those
+  of the penalised distribution. An :class:`~seq2seq.nn.Ensemble` penalises each model's
+  logits before that model's log-softmax, so an ensemble of one model decodes as that model.
+
+One step (:meth:`StepRules.log_probs`): the decoder's logits, the repetition penalty, one
+float32 log-softmax, then the bans (padding, an early EOS, repeated n-grams, every token but
+the forced one inside a prefix), set to ``-inf`` after the softmax.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from seq2seq.nn.decoding import DecodingConfig
+from seq2seq.nn.ensemble import Ensemble
+from seq2seq.nn.kv_cache import DecoderCache
+from seq2seq.nn.transformer import Transformer
+
+__all__ = [
+    "Hypothesis",
+    "StepRules",
+    "check_mask",
+    "decoding_config",
+    "hypotheses",
+    "length_penalty_value",
+    "max_lengths",
+    "penalise_repetitions",
+]
+
+
+@dataclass
+class Hypothesis:
+    """One translation.
+
+    Attributes:
+        tokens: generated token ids, without BOS and EOS.
+        score: length-penalised log-probability used for ranking.
+    """
+
+    tokens: list[int]
+    score: float
+
+
+def decoding_config(config: DecodingConfig | None) -> DecodingConfig:
+    """``config``, or the defaults for ``None``.
+
+    Raises:
+        TypeError: for anything else (a search's settings are one ``DecodingConfig``).
+    """
+    if config is None:
+        return DecodingConfig()
+    if not isinstance(config, DecodingConfig):
+        raise TypeError(
+            f"config must be a seq2seq.nn.DecodingConfig or None, got {type(config).__name__}"
+        )
+    return config
+
+
+def length_penalty_value(length: Tensor | float, alpha: float, form: str = "fairseq"):
+    """Length penalty ``lp(len)`` that scores are divided by.
+
+    Args:
+        length: hypothesis length(s), EOS included.
+        alpha: exponent (``0`` disables the penalty).
+        form: ``"fairseq"`` -> ``len ** alpha``; ``"gnmt"`` -> ``((5 + len) / 6) ** alpha``
+            (Wu et al. 2016, Eq. 14).
+
+    Raises:
+        ValueError: for an unknown form.
+    """
+    if form == "fairseq":
+        return length**alpha
+    if form == "gnmt":
+        return ((5 + length) / 6) ** alpha
+    raise ValueError(f"length_penalty_form must be 'fairseq' or 'gnmt', got {form!r}")
+
+
+def check_mask(src: Tensor, src_mask: Tensor | None) -> None:
+    """Raises ValueError unless ``src_mask`` is ``None`` or ``(B, 1, 1, S)`` for ``(B, S)``
+    ``src``."""
+    if src_mask is not None and src_mask.shape != (src.size(0), 1, 1, src.size(1)):
+        raise ValueError(
+            f"src_mask must have shape (B, 1, 1, S) = {(src.size(0), 1, 1, src.size(1))}, "
+            f"got {tuple(src_mask.shape)}"
+        )
+
+
+def max_lengths(
+    model: Transformer, src: Tensor, src_mask: Tensor | None, config: DecodingConfig
+) -> Tensor:
+    """``(B,)`` long ``max_len`` of each sentence (before a prefix raises it)."""
+    if src_mask is None:
+        src_len = torch.full((src.size(0),), src.size(1), device=src.device)
+    else:
+        src_len = src_mask.reshape(src.size(0), -1).sum(-1)
+    max_len = config.max_len_a * src_len.double() + config.max_len_b
+    return max_len.long().clamp(1, model.max_positions)
+
+
+def penalise_repetitions(logits: Tensor, history: Tensor, penalty: float) -> Tensor:
+    """``(N, V)`` logits with those of the ids in ``history`` ``(N, T)`` long divided by
+    ``penalty`` where positive, multiplied by it where negative, once per id however often it
+    occurs (duplicate ids scatter the same value); vectorised over rows (gather, scatter).
+    Half-precision logits are promoted to float32 first; others are changed in place."""
+    if logits.dtype in (torch.float16, torch.bfloat16):
+        logits = logits.float()
+    seen = logits.gather(1, history)
+    return logits.scatter_(1, history, torch.where(seen > 0, seen / penalty, seen * penalty))
+
+
+def _penalise_last(logits: Tensor, history: Tensor, penalty: float) -> Tensor:
+    """:func:`penalise_repetitions` of one cached step's ``(N, 1, V)`` logits."""
+    return penalise_repetitions(logits[:, -1], history, penalty).unsqueeze(1)
+
+
+def hypotheses(
+    out: Tensor, out_len: Tensor, out_score: Tensor | None, eos_id: int, config: DecodingConfig
+) -> list[Hypothesis]:
+    """One :class:`Hypothesis` per row of ``(N, T)`` long tokens ``out`` (EOS cut), of
+    ``(N,)`` lengths and ``(N,)`` summed log-probabilities (``None``: ``nan`` scores),
+    scored with the length penalty."""
+    if out_score is None:
+        final = [float("nan")] * out.size(0)
+    else:
+        lp = length_penalty_value(
+            out_len.double(), config.length_penalty, config.length_penalty_form
+        )
+        final = (out_score.double() / lp).tolist()
+    results = []
+    for row, length, score in zip(out.tolist(), out_len.tolist(), final, strict=True):
+        tokens = row[:length]
+        if tokens and tokens[-1] == eos_id:
+            tokens = tokens[:-1]
+        results.append(Hypothesis(tokens, score))
+    return results
+
+
+class StepRules:
+    """What a step of one search may choose (see the module docstring): padding and early-EOS
+    bans, forced prefixes, n-gram blocking and the repetition penalty.
+
+    Args:
+        model: the Transformer or Ensemble (``vocab_size``, ``pad_id``, ``max_positions``).
+        config: the decoding settings.
+        prefix: one list of target ids per sentence (``B`` lists), or ``None``.
+        n: number of sentences ``B``.
+        eos_id: end-of-sentence id (never forced; left allowed when a ban leaves nothing).
+        device: where the search runs.
+
+    Raises:
+        ValueError: for a prefix list of another length than ``B``, a prefix holding EOS,
+            padding or an id outside the vocabulary, or one of ``max_positions`` tokens or more.
+    """
+
+    def __init__(
+        self,
+        model: Transformer,
+        config: DecodingConfig,
+        prefix: Sequence[Sequence[int]] | None,
+        n: int,
+        eos_id: int,
+        device: torch.device,
+    ) -> None:
+        self.pad_id = model.pad_id
+        self.eos_id = eos_id
+        self.min_len = config.min_len
+        self.ngram = config.no_repeat_ngram_size
+        self.penalty = float(config.repetition_penalty)
+        self.longest = 0
+        if prefix is None:
+            return
+        if len(prefix) != n:
+            raise ValueError(
+                f"prefix must hold one token list per sentence ({n}), got {len(prefix)}"
+            )
+        for i, ids in enumerate(prefix):
+            bad = [t for t in ids if t in (eos_id, model.pad_id) or not 0 <= t < model.vocab_size]
+            if bad:
+                raise ValueError(
+                    f"prefix[{i}] holds id {bad[0]}: a prefix cannot force EOS, padding or an "
+                    f"id outside the vocabulary (0..{model.vocab_size - 1})"
+                )
+            if len(ids) >= model.max_positions:
+                raise ValueError(
+                    f"prefix[{i}] has {len(ids)} tokens; at most max_positions - 1 = "
+                    f"{model.max_positions - 1} fit with the EOS after them"
+                )
+        self.longest = max((len(ids) for ids in prefix), default=0)
+        self.tokens = torch.full((n, max(self.longest, 1)), model.pad_id, dtype=torch.long)
+        for i, ids in enumerate(prefix):
+            self.tokens[i, : len(ids)] = torch.as_tensor(ids, dtype=torch.long)
+        self.tokens = self.tokens.to(device)
+        self.lengths = torch.tensor([len(ids) for ids in prefix], device=device)
+
+    def max_lengths(self, max_len: Tensor) -> Tensor:
+        """``(B,)`` maximum lengths raised to at least ``len(prefix) + 1``."""
+        return torch.maximum(max_len, self.lengths + 1) if self.longest else max_len
+
+    @property
+    def needs_history(self) -> bool:
+        """Whether :meth:`log_probs` reads the rows' earlier tokens."""
+        return self.ngram > 0 or self.penalty != 1.0
+
+    def log_probs(
+        self,
+        model: Transformer | Ensemble,
+        tokens: Tensor,
+        memory,
+        src_mask: Tensor | None,
+        cache: DecoderCache,
+        step: int,
+        sentence: Tensor,
+        history: Tensor | None,
+        normalise: bool = True,
+    ) -> Tensor:
+        """One cached decoding step: float32 ``(N, V)`` log-probabilities under every rule.
+
+        Args:
+            model, tokens, memory, src_mask, cache: as :meth:`Transformer.decode` takes them
+                (``tokens`` ``(N, 1)``: each row's last token).
+            step: 0-based index of the token being chosen.
+            sentence: ``(N,)`` long: the sentence (``0..B-1``) of each row.
+            history: ``(N, step)`` long tokens of each row so far (when :attr:`needs_history`).
+            normalise: ``False`` skips the log-softmax: the logits (dtype of the computation)
+                with the same rules, hence the same arg-max.
+
+        Returns:
+            A fresh tensor, which the caller may update in place.
+        """
+        if self.penalty != 1.0 and step > 0:
+            process = functools.partial(_penalise_last, history=history, penalty=self.penalty)
+            if isinstance(model, Ensemble):  # each model's logits, before its log-softmax
+                logits = model.decode(tokens, memory, src_mask, cache, process=process)
+            else:
+                logits = process(model.decode(tokens, memory, src_mask, cache))
+        else:
+            logits = model.decode(tokens, memory, src_mask, cache)
+        scores = logits[:, -1]
+        if normalise:
+            scores = torch.log_softmax(scores, dim=-1, dtype=torch.float32)
+        scores[:, self.pad_id] = float("-inf")
+        if step < self.min_len:
+            scores[:, self.eos_id] = float("-inf")
+        self._constrain(scores, step, sentence, history)
+        return scores
+
+    def _constrain(self, scores: Tensor, step: int, sentence: Tensor, history) -> None:
+        """The n-gram ban and the prefix, in place on ``scores`` ``(N, V)``."""
+        forcing = step < self.longest
+        if forcing:
+            forced = (self.lengths[sentence] > step).unsqueeze(1)
+            token = self.tokens[sentence, step].unsqueeze(1)
+            value = scores.gather(1, token)  # before the n-gram ban: the prefix wins
+        if self.ngram and history is not None and history.size(1) >= self.ngram:
+            eos = scores[:, self.eos_id].clone()
+            _ban_repeated_ngrams(scores, history, self.ngram)
+            nothing = torch.isneginf(scores).all(dim=1)
+            scores[:, self.eos_id] = torch.where(nothing, eos, scores[:, self.eos_id])
+        if forcing:
+            scores.masked_fill_(forced, float("-inf"))
+            scores.scatter_(1, token, torch.where(forced, value, scores.gather(1, token)))
+
+
+def _ban_repeated_ngrams(scores: Tensor, history: Tensor, n: int) -> None:
+    """Sets to ``-inf`` in ``scores`` ``(N, V)`` every token that would complete an ``n``-gram
+    already in its row of ``history`` ``(N, T)`` (``T >= n``); vectorised over rows and
+    n-grams (``unfold``), as fairseq's ``NGramRepeatBlock``."""
+    t, vocab = history.size(1), scores.size(1)
+    windows = history.unfold(1, n, 1)  # (N, T - n + 1, n): every n-gram so far
+    tail = history[:, t - n + 1 :]  # the n - 1 last tokens, which the next token extends
+    match = (windows[:, :, :-1] == tail.unsqueeze(1)).all(dim=-1)
+    # Non-matching n-grams point at an extra column, dropped: scatter needs no mask then.
+    banned = torch.where(match, windows[:, :, -1], vocab)
+    ban = torch.zeros(scores.size(0), vocab + 1, dtype=torch.bool, device=scores.device)
+    ban.scatter_(1, banned, True)
+    scores.masked_fill_(ban[:, :vocab], float("-inf"))
