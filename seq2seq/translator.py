@@ -193,13 +193,11 @@ class Translator:
         """Translate one sentence, or a list of sentences keeping their order.
 
         Args:
-            sentences: one source sentence (a ``str``), or a sequence of them; newlines
-                inside a sentence are not allowed.
+            sentences: one source sentence (a ``str``, no newline), or a sequence of them.
             beam_size: ``None`` uses the checkpoint's; 1 is greedy search.
             n_best: with 1, one string per sentence; with more, ``(text, score)`` pairs per
                 sentence, best first (the score is the length-penalised log-probability).
-            return_scores: with ``n_best`` 1, a one-pair list ``[(text, score)]`` per sentence
-                instead of the string.
+            return_scores: with ``n_best`` 1, ``[(text, score)]`` instead of the string.
             prefixes: target-side text forced at the start of each translation, one per
                 sentence (``""`` for none; a str for a single sentence), encoded without EOS;
                 the translation starts with its text and the score includes its tokens.
@@ -208,8 +206,8 @@ class Translator:
                 sampling, ``n_samples`` pairs per sentence above 1, in sample order.
 
         Returns:
-            For a list, one result per sentence in input order (``list[str]``, or
-            ``list[list[tuple[str, float]]]`` for pairs); for a single ``str``, its result alone.
+            For a list, one result per sentence in input order (``list[str]``, or lists of
+            pairs); for a single ``str``, its result alone.
 
         Raises:
             TypeError: if ``sentences`` is bytes, or an entry is not a string (naming its index).
