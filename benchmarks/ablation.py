@@ -50,6 +50,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--path", action="append", default=[], help="prepend to sys.path")
     p.add_argument("--tricks", choices=("inline", "seam"), default="seam")
     p.add_argument("--compare", metavar="OLD", help="time package OLD against --package")
+    p.add_argument(
+        "--compare-tricks",
+        choices=("inline", "seam"),
+        default="inline",
+        help="how OLD holds its tricks: inline (before nn/fast.py) or behind nn/fast.py",
+    )
     p.add_argument("--measurements", default=",".join(MEASUREMENTS))
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--warmup", type=int, default=1)
@@ -96,8 +102,29 @@ def train_fn(nn, model, batches, sizes, fused: bool = True, real_rows: bool = Tr
     return run
 
 
-def decode_fn(model, src, sizes, beam: int) -> Callable:
-    return lambda: cvm.decode_ours(model, src, "float32", sizes.new_tokens, beam)
+def decode_fn(nn, model, src, sizes, beam: int) -> Callable:
+    """Forced-length decoding (as cpu_vs_marian) with package ``nn``'s own searches, which take
+    a ``DecodingConfig`` or, in trees before it, the settings as keyword arguments."""
+    n = sizes.new_tokens
+    mask = nn.padding_mask(src, cvm.PAD)
+    if hasattr(nn, "DecodingConfig"):
+        config = nn.DecodingConfig(beam_size=beam, max_len_a=0.0, max_len_b=n, min_len=n)
+        settings, args = {}, (config,)
+    else:
+        settings, args = dict(max_len_a=0.0, max_len_b=n, min_len=n, length_penalty=1.0), ()
+        settings |= {} if beam == 1 else {"beam_size": beam}
+
+    def run() -> None:
+        model.eval()
+        with torch.inference_mode():
+            if beam == 1:
+                nn.greedy_search(
+                    model, src, mask, cvm.BOS, cvm.EOS, *args, scores=False, **settings
+                )
+            else:
+                nn.beam_search(model, src, mask, cvm.BOS, cvm.EOS, *args, **settings)
+
+    return run
 
 
 # --------------------------------------------------------------------------- inline tricks
@@ -176,7 +203,7 @@ def variants_inline(nn, model, batches, src, sizes, measurement) -> dict[str, Ca
         }
         plain = train_fn(nn, model, batches, sizes, fused=False, real_rows=False)
     else:
-        base = decode_fn(model, src, sizes, 1 if measurement == "greedy" else sizes.beam)
+        base = decode_fn(nn, model, src, sizes, 1 if measurement == "greedy" else sizes.beam)
         extra, plain = {}, base
 
     def with_off(fn, offs):
@@ -214,7 +241,7 @@ def variants_seam(nn, model, batches, src, sizes, measurement) -> dict[str, Call
             tricks = ("linear", "one_query", "topk", "cache", "slots")
 
         def step(**off):
-            return decode_fn(model, src, sizes, beam)
+            return decode_fn(nn, model, src, sizes, beam)
 
     def without(names):
         fn = step(names=names)
@@ -273,9 +300,14 @@ def main(argv: list[str] | None = None) -> None:
             old_nn = importlib.import_module(args.compare)
             old_model, new_model = build(old_nn, sizes), build(nn, sizes)
             new_model.load_state_dict(old_model.state_dict())
-            old_fns = variants_inline(old_nn, old_model, batches, src, sizes, measurement)
+            if args.compare_tricks == "inline":
+                old_fns = variants_inline(old_nn, old_model, batches, src, sizes, measurement)
+                before = old_fns["all tricks on"]
+            else:
+                old_fns = variants_seam(old_nn, old_model, batches, src, sizes, measurement)
+                before = old_fns["fast on"]
             new_fns = variants_seam(nn, new_model, batches, src, sizes, measurement)
-            fns = {"before": old_fns["all tricks on"]}
+            fns = {"before": before}
             fns["after, fast on"] = new_fns["fast on"]
             fns["after, fast off (plain path)"] = new_fns["fast off (plain path)"]
         else:
