@@ -7,6 +7,7 @@ from typing import Any
 import lightning as L
 import torch
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
+from lightning.pytorch.utilities import rank_zero_warn
 
 from seq2seq.callbacks.resume import ExactResume
 from seq2seq.callbacks.throughput import TokenThroughput
@@ -48,6 +49,21 @@ def _default_optimizer(params) -> torch.optim.Optimizer:
 
 def _default_scheduler(optimizer: torch.optim.Optimizer) -> InverseSqrtLR:
     return InverseSqrtLR(optimizer, warmup_steps=4000)
+
+
+def _warn_unused_sampling_fields(decoding: DecodingConfig) -> None:
+    # translate's rule is that a sampling field asks for sampling; a config cannot tell a field
+    # it sets from a default, so a sampling field set without sampling is warned about instead.
+    default = DecodingConfig()
+    given = [
+        f for f in DecodingConfig.SAMPLING_FIELDS if getattr(decoding, f) != getattr(default, f)
+    ]
+    if given and not decoding.sampling:
+        rank_zero_warn(
+            f"model.decoding.{given[0]} applies to sampling, but model.decoding.sampling is "
+            f"false: predict searches (beam_size {decoding.beam_size}); set "
+            "model.decoding.sampling true to sample"
+        )
 
 
 class TranslationModule(L.LightningModule):
@@ -115,6 +131,7 @@ class TranslationModule(L.LightningModule):
             decoding = as_config(decoding).to_dict() | flat
         #: The decoding settings (:class:`~seq2seq.nn.DecodingConfig`).
         self.decoding = as_config(decoding, lambda name: f"model.decoding.{name}")
+        _warn_unused_sampling_fields(self.decoding)
         #: Hypotheses per sentence that :meth:`predict_step` returns (``TranslationWriter``
         #: sets its ``n_best`` here when ``predict`` starts).
         self.n_best = 1

@@ -1432,6 +1432,6 @@ def test_translate_samples_and_forces_prefixes_end_to_end(tiny_run, tmp_path, mo
     )
     assert code == 2 and out == ""
     assert err[-1] == (
-        f"seq2seq translate: error: --prefix_file {short} has 1 lines but the input {source} "
+        f"seq2seq translate: error: --prefix_file {short} has 1 line but the input {source} "
         "has 4; give one prefix per input line (an empty line for none)"
     )

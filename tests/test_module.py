@@ -3,6 +3,8 @@ checked when the module is built."""
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 from conftest import quiet_cpu_trainer
@@ -89,6 +91,16 @@ def test_negative_length_limits_are_refused_at_construction(name, value):
         TranslationModule(
             vocab_size=40, d_model=16, n_heads=2, d_ff=32, decoding=DecodingConfig(**{name: value})
         )
+
+
+def test_a_sampling_field_without_sampling_is_warned_about():
+    sizes = dict(vocab_size=40, d_model=16, n_heads=2, d_ff=32)
+    with pytest.warns(UserWarning, match=r"^model\.decoding\.sampling_topk applies to sampling"):
+        TranslationModule(**sizes, decoding={"sampling_topk": 5, "sampling_seed": 1})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        TranslationModule(**sizes, decoding={"sampling": True, "sampling_topk": 5})
+        TranslationModule(**sizes, decoding={"beam_size": 3})
 
 
 def test_decoding_is_a_config_and_a_plain_dict_in_the_hyperparameters():

@@ -157,7 +157,7 @@ def translate(argv: Sequence[str]) -> None:
         if len(prefixes) != len(lines):
             where = "<stdin>" if args.input == "-" else args.input
             parser.error(
-                f"--prefix_file {args.prefix_file} has {len(prefixes)} lines but the input "
+                f"--prefix_file {args.prefix_file} has {_lines(len(prefixes))} but the input "
                 f"{where} has {len(lines)}; give one prefix per input line (an empty line "
                 "for none)"
             )
@@ -243,3 +243,7 @@ def _check_device(parser: argparse.ArgumentParser, name: str) -> None:
             parser.error(f"--device {name}: this machine has {torch.cuda.device_count()} GPU(s)")
     if device.type == "mps" and not torch.backends.mps.is_available():
         parser.error(f"--device {name}: MPS is not available on this machine")
+
+
+def _lines(count: int) -> str:
+    return f"{count} line" if count == 1 else f"{count} lines"
