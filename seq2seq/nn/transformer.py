@@ -34,9 +34,12 @@ SDPA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDP
 
 
 class _Stack(nn.Module):
-    """Shared part of encoder and decoder: scaled token embedding + positions + dropout."""
+    """Shared part of encoder and decoder: scaled token embedding + positions + dropout, then
+    ``n_layers`` layers of class ``layer`` and a final normalization when Pre-LN."""
 
-    def __init__(self, config: TransformerConfig, embed: nn.Embedding) -> None:
+    def __init__(
+        self, config: TransformerConfig, embed: nn.Embedding, layer: type, n_layers: int
+    ) -> None:
         super().__init__()
         self.embed = embed
         self.d_model = config.d_model
@@ -44,6 +47,8 @@ class _Stack(nn.Module):
         self.max_positions = config.max_positions
         self.positions = positional_encoding(config)
         self.dropout = nn.Dropout(config.dropout)
+        self.layers = nn.ModuleList(layer(config) for _ in range(n_layers))
+        self.norm = normalization(config) if config.norm_first else nn.Identity()
 
     def embed_tokens(self, tokens: Tensor, offset: int = 0) -> Tensor:
         """``(B, L)`` ids -> ``(B, L, D)``: ``sqrt(D) * E[x] + P[offset:offset+L]``, dropout
@@ -65,9 +70,7 @@ class Encoder(_Stack):
     """
 
     def __init__(self, config: TransformerConfig, embed: nn.Embedding) -> None:
-        super().__init__(config, embed)
-        self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.n_encoder_layers))
-        self.norm = normalization(config) if config.norm_first else nn.Identity()
+        super().__init__(config, embed, EncoderLayer, config.n_encoder_layers)
 
     def forward(
         self, src: Tensor, src_mask: Tensor | None = None, index: Tensor | None = None
@@ -90,9 +93,7 @@ class Decoder(_Stack):
     """
 
     def __init__(self, config: TransformerConfig, embed: nn.Embedding) -> None:
-        super().__init__(config, embed)
-        self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.n_decoder_layers))
-        self.norm = normalization(config) if config.norm_first else nn.Identity()
+        super().__init__(config, embed, DecoderLayer, config.n_decoder_layers)
 
     def forward(
         self,
