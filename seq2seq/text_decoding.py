@@ -23,6 +23,7 @@ __all__ = [
     "as_config",
     "decode_batch",
     "keyword",
+    "language_prefixes",
     "sampling_rules",
     "source_batch",
 ]
@@ -118,6 +119,34 @@ def as_config(
     return apply_overrides(DecodingConfig(), decoding or {}, spell)
 
 
+def language_prefixes(
+    tokenizer: Tokenizer, tgt_lang: str | None = None
+) -> tuple[list[int], list[int]]:
+    """The ids that select the target language: ``(source prefix, target prefix)``.
+
+    A tokenizer with language tokens (an imported NLLB, M2M-100 or multilingual Marian model,
+    :class:`~seq2seq.data.vocabulary.VocabularyTokenizer`) names them; NLLB and M2M-100 force
+    the target language as the first decoder token, Marian puts ``>>xx<<`` at the start of the
+    source. A tokenizer without them gives ``([], [])``.
+
+    Args:
+        tokenizer: the model's tokenizer.
+        tgt_lang: the target language as the model names it; ``None``: the tokenizer's own.
+
+    Raises:
+        ValueError: for a ``tgt_lang`` the model has no token for, naming those it has.
+    """
+    choose = getattr(tokenizer, "language_prefix", None)
+    if choose is not None:
+        return choose(tgt_lang)
+    if tgt_lang is not None:
+        raise ValueError(
+            f"tgt_lang={tgt_lang!r}: this model has no target-language tokens; it translates "
+            "into the one language it was trained on (leave tgt_lang out)"
+        )
+    return [], []
+
+
 def source_batch(
     sources: Sequence[Sequence[int]], pad_id: int, device: str | torch.device = "cpu"
 ) -> dict[str, torch.Tensor]:
@@ -143,11 +172,13 @@ def source_batch(
 
 def _nothing_known(tokenizer: Tokenizer, src: torch.Tensor) -> list[bool]:
     """Per row of ``(B, S)`` source ids: whether it holds no piece the model knows (only
-    padding, EOS, unknown pieces and bare word boundaries: an empty or blank line, or one
-    of characters outside the vocabulary such as U+2060)."""
+    padding, EOS, unknown pieces, bare word boundaries and language tokens: an empty or blank
+    line, or one of characters outside the vocabulary such as U+2060)."""
     tok = tokenizer
     known = src.ne(tok.pad_id) & src.ne(tok.eos_id) & src.ne(tok.unk_id)
     known &= src.ne(tok.space_id)
+    for token in getattr(tok, "language_ids", ()):
+        known &= src.ne(token)
     return (~known.any(dim=1)).tolist()
 
 
@@ -179,7 +210,8 @@ def decode_batch(
         tokenizer: its SentencePiece model.
         batch: ``src`` ``(B, S)`` long and ``src_mask`` ``(B, 1, 1, S)`` bool; optionally
             ``"prefix"``, one list of target ids per sentence forced at the start of its
-            hypotheses (the text returned starts with it).
+            hypotheses (the text returned starts with it). Without it, the tokenizer's
+            target-language prefix (:func:`language_prefixes`) is forced, if it has one.
         config: the decoding settings.
         n_best: hypotheses per sentence (at most ``config.beam_size``; with sampling, 1 or
             ``config.n_samples``, which is what is returned).
@@ -199,6 +231,10 @@ def decode_batch(
         )
     if not config.sampling and n_best > config.beam_size:
         raise ValueError(f"n_best ({n_best}) exceeds the beam size ({config.beam_size})")
+    if batch.get("prefix") is None:
+        forced = language_prefixes(tokenizer)[1]
+        if forced:  # e.g. NLLB's target-language code, the first decoder token
+            batch = {**batch, "prefix": [forced] * batch["src"].size(0)}
     results = _search(model, batch, tokenizer.bos_id, tokenizer.eos_id, config, n_best)
     n_out = config.n_samples if config.sampling else n_best
     output = []

@@ -30,7 +30,13 @@ import torch
 from seq2seq.checkpoint.models import CheckpointModel, check_ensemble_paths, load_model
 from seq2seq.data.tokenizer import source_ids
 from seq2seq.nn import DecodingConfig, Ensemble
-from seq2seq.text_decoding import apply_overrides, decode_batch, sampling_rules, source_batch
+from seq2seq.text_decoding import (
+    apply_overrides,
+    decode_batch,
+    language_prefixes,
+    sampling_rules,
+    source_batch,
+)
 
 __all__ = ["Translator"]
 
@@ -155,10 +161,11 @@ class Translator:
         """
         return self._encode(sentences)
 
-    def _encode(self, sentences: Sequence[str]) -> list[list[int]]:
+    def _encode(self, sentences: Sequence[str], tgt_lang: str | None = None) -> list[list[int]]:
         """:meth:`encode`; its warning points at the code that called :meth:`encode` or
-        :meth:`translate`."""
-        ids = source_ids(self.tokenizer, sentences, self.model.max_positions, stacklevel=4)
+        :meth:`translate`. ``tgt_lang``: the target language a source tag selects (Marian)."""
+        limit = self.model.max_positions
+        ids = source_ids(self.tokenizer, sentences, limit, stacklevel=4, tgt_lang=tgt_lang)
         return [row + [self.tokenizer.eos_id] for row in ids]
 
     @overload
@@ -188,6 +195,7 @@ class Translator:
         n_best: int = 1,
         return_scores: bool = False,
         prefixes: Sequence[str] | str | None = None,
+        tgt_lang: str | None = None,
         **decoding: Any,
     ) -> str | list[tuple[str, float]] | list[str] | list[list[tuple[str, float]]]:
         """Translate one sentence, or a list of sentences keeping their order.
@@ -201,6 +209,10 @@ class Translator:
             prefixes: target-side text forced at the start of each translation, one per
                 sentence (``""`` for none; a str for a single sentence), encoded without EOS;
                 the translation starts with its text and the score includes its tokens.
+            tgt_lang: the target language, as the model names it (``"fra_Latn"`` for NLLB,
+                ``"fr"`` for M2M-100, ``"fra"`` for a Marian model's ``>>fra<<``); ``None``:
+                the checkpoint's. Its token is forced first (NLLB, M2M-100) or put before the
+                source (Marian), ahead of any prefix.
             **decoding: this call's :class:`~seq2seq.nn.DecodingConfig` fields (``seed`` for
                 ``sampling_seed``), under :func:`~seq2seq.text_decoding.sampling_rules`; with
                 sampling, ``n_samples`` pairs per sentence above 1, in sample order.
@@ -213,8 +225,10 @@ class Translator:
             TypeError: if ``sentences`` is bytes, or an entry is not a string (naming its index).
             ValueError: naming the entry, for one holding a line break; naming the setting,
                 for one unknown, out of range or against the sampling rules, or an ``n_best``
-                above the beam size; for ``prefixes`` of another length than ``sentences``.
+                above the beam size; for ``prefixes`` of another length than ``sentences``; for
+                a ``tgt_lang`` the model has no token for, naming those it has.
         """
+        language = language_prefixes(self.tokenizer, tgt_lang)  # checked before any work
         if "seed" in decoding:  # the seed of sampling, sampling_seed in the settings
             decoding["sampling_seed"] = decoding.pop("seed")
         if beam_size is not None:
@@ -232,8 +246,10 @@ class Translator:
             sentences = [sentences]
             if isinstance(prefixes, str):
                 prefixes = [prefixes]
-        forced = self._encode_prefixes(prefixes, len(sentences))
-        encoded = self._encode(sentences)
+        forced = self._encode_prefixes(prefixes, len(sentences), tgt_lang)
+        if forced is None and language[1]:
+            forced = [list(language[1]) for _ in sentences]
+        encoded = self._encode(sentences, tgt_lang)
         order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
         results: list[Any] = [None] * len(encoded)
         start = 0
@@ -254,9 +270,10 @@ class Translator:
         return results[0] if single else results
 
     def _encode_prefixes(
-        self, prefixes: Sequence[str] | str | None, count: int
+        self, prefixes: Sequence[str] | str | None, count: int, tgt_lang: str | None = None
     ) -> list[list[int]] | None:
-        """Target ids of each prefix, without EOS (``None`` when no prefix is given).
+        """Target ids of each prefix, without EOS but with the target-language token where the
+        model forces one (``None`` when no prefix is given).
 
         Raises:
             TypeError: for a str given with a list of sentences, or an entry that is no str.
@@ -277,7 +294,8 @@ class Translator:
                 raise TypeError(f"prefixes[{i}] is {type(text).__name__}, not a string")
             if "\n" in text:
                 raise ValueError(f"prefixes[{i}] holds a line break (\\n)")
-        ids = self.tokenizer.encode([text.strip() for text in prefixes])
+        texts = [text.strip() for text in prefixes]
+        ids = self.tokenizer.encode(texts, side="target", tgt_lang=tgt_lang)
         limit = self.model.max_positions - 1
         too_long = [i for i, row in enumerate(ids) if len(row) > limit]
         if too_long:

@@ -88,6 +88,12 @@ def translate(argv: Sequence[str]) -> None:
         help="target prefixes, one per input line (an empty line = none): each translation "
         "starts with its prefix and continues after it",
     )
+    parser.add_argument(
+        "--tgt_lang",
+        default=None,
+        help="target language of a model with language tokens, as it names them (NLLB "
+        "fra_Latn, M2M-100 fr, Marian fra for >>fra<<; default: the checkpoint's)",
+    )
     add_decoding_flags(parser)
     parser.add_argument("--seed", type=int, default=None, help="the same as --sampling_seed")
     parser.add_argument(
@@ -162,6 +168,8 @@ def translate(argv: Sequence[str]) -> None:
                 "for none)"
             )
     options = {"prefixes": prefixes} if prefixes is not None else {}
+    if args.tgt_lang is not None:
+        options["tgt_lang"] = args.tgt_lang
     results = translator.translate(lines, n_best=args.n_best, return_scores=args.scores, **options)
     rows = args.n_best > 1 or (sampling and n_samples > 1)
     if not rows and args.n_best == 1 and not args.scores:

@@ -394,7 +394,11 @@ def _reservoir_sample(items: Iterable[str], k: int, seed: int) -> list[str]:
 
 
 def source_ids(
-    tokenizer: Tokenizer, sentences: Sequence[str], limit: int, stacklevel: int = 2
+    tokenizer: Tokenizer,
+    sentences: Sequence[str],
+    limit: int,
+    stacklevel: int = 2,
+    tgt_lang: str | None = None,
 ) -> list[list[int]]:
     """Source sentences as ids without EOS, each cut to ``limit - 1`` tokens so that with EOS
     it fits ``max_positions`` (``limit``); the cut lines (1-based) are named in one
@@ -405,6 +409,7 @@ def source_ids(
         sentences: one str per sentence.
         limit: the model's ``max_positions``.
         stacklevel: of the warning, as for :func:`warnings.warn`.
+        tgt_lang: the target language a source tag selects (``Tokenizer.encode``'s keyword).
 
     Raises:
         TypeError: for a str, bytes or a non-str entry instead of a list of str.
@@ -436,7 +441,8 @@ def source_ids(
             "sentence per entry, e.g. text.splitlines(), not several lines in one string"
         )
     encoded, cut = [], []
-    for i, ids in enumerate(tokenizer.encode(sentences)):
+    languages = {} if tgt_lang is None else {"tgt_lang": tgt_lang}
+    for i, ids in enumerate(tokenizer.encode(sentences, **languages)):
         if len(ids) + 1 > limit:
             cut.append((i + 1, len(ids) + 1))
             ids = ids[: limit - 1]
