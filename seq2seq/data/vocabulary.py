@@ -209,6 +209,11 @@ class VocabularyTokenizer(Tokenizer):
         return tuple(self._languages)
 
     @property
+    def language_ids(self) -> frozenset[int]:
+        """Our ids of the language tokens (codes and ``>>xx<<`` tags)."""
+        return frozenset(self._languages.values())
+
+    @property
     def src_lang(self) -> str | None:
         """The default source language of :meth:`encode`."""
         return self._header["src_lang"]
