@@ -95,7 +95,7 @@ def test_the_checkpoint_stores_the_config_and_one_lacking_a_field_takes_its_defa
     path, module = saved
     checkpoint = torch.load(path, weights_only=True)
     config = checkpoint[CHECKPOINT_KEY]["model_config"]
-    assert config == module.config.to_dict() and len(config) == 14
+    assert config == module.config.to_dict() and len(config) == 16
     assert config["positional"] == "sinusoidal"  # the default
     del config["positional"]
     old = tmp_path / "old.ckpt"

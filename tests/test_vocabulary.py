@@ -22,7 +22,13 @@ from conftest import MULTI30K  # SEQ2SEQ_MULTI30K, else ../shared/data/multi30k
 from seq2seq.data.corpus import read_lines
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.data.tokenizer import Tokenizer
-from seq2seq.data.vocabulary import MAGIC, VocabularyTokenizer, read_pretrained_tokenizer
+from seq2seq.data.vocabulary import (
+    MAGIC,
+    VocabularyTokenizer,
+    load_tokenizer,
+    read_pretrained_tokenizer,
+    tokenizer_from_bytes,
+)
 
 transformers = pytest.importorskip("transformers")
 from transformers.models.nllb.tokenization_nllb import FAIRSEQ_LANGUAGE_CODES  # noqa: E402
@@ -245,10 +251,12 @@ def test_container_round_trip_pickling_and_dispatch(folders, tmp_path, test_set)
     tok = _ours(folders, "nllb", src_lang="deu_Latn", tgt_lang="eng_Latn")
     data = tok.to_bytes()
     assert data.startswith(MAGIC)
-    again = Tokenizer.from_bytes(data, name="again")
+    again = tokenizer_from_bytes(data, name="again")
     assert type(again) is VocabularyTokenizer and again.to_bytes() == data
     (tmp_path / "tok.model").write_bytes(data)
-    loaded = Tokenizer.load(tmp_path / "tok.model")
+    loaded = load_tokenizer(tmp_path / "tok.model")
+    with pytest.raises(ValueError, match="again is an imported model's tokenizer, not a Sen"):
+        Tokenizer.from_bytes(data, name="again")
     copied = pickle.loads(pickle.dumps(tok))
     de = test_set[0][:50]
     for other in (again, loaded, copied):
@@ -261,14 +269,14 @@ def test_container_round_trip_pickling_and_dispatch(folders, tmp_path, test_set)
     # the token cache is keyed by to_bytes(): another language pair gives another key
     assert _ours(folders, "nllb", src_lang="deu_Latn", tgt_lang="fra_Latn").to_bytes() != data
     with pytest.raises(ValueError, match="broken.model: VocabularyTokenizer holds"):
-        Tokenizer.from_bytes(data[:-5], name="broken.model")
+        tokenizer_from_bytes(data[:-5], name="broken.model")
 
 
 def test_plain_sentencepiece_tokenizer_is_unchanged(tmp_path, test_set):
     lines = read_lines(MULTI30K / "train.en.gz")[:1000]
     plain = Tokenizer.train(lines, tmp_path / "plain.model", 300)
-    again = Tokenizer.from_bytes(plain.to_bytes())
-    assert type(again) is Tokenizer and type(Tokenizer.load(tmp_path / "plain.model")) is Tokenizer
+    again = tokenizer_from_bytes(plain.to_bytes())
+    assert type(again) is Tokenizer and type(load_tokenizer(tmp_path / "plain.model")) is Tokenizer
     assert again.to_bytes() == (tmp_path / "plain.model").read_bytes()
     en = test_set[1][:100]
     ids = plain.encode(en)

@@ -344,10 +344,10 @@ def _tokenizer_difference(
 ) -> str:
     """How two different serialized SentencePiece models (uint8 tensors) differ, in words:
     their sizes, the first id whose piece differs, or else their segmentation settings."""
-    from seq2seq.data.tokenizer import Tokenizer
+    from seq2seq.data.vocabulary import tokenizer_from_bytes
 
-    a = Tokenizer.from_bytes(blob_a.cpu().numpy().tobytes(), name=f"the tokenizer of {path_a}")
-    b = Tokenizer.from_bytes(blob_b.cpu().numpy().tobytes(), name=f"the tokenizer of {path_b}")
+    a = tokenizer_from_bytes(blob_a.cpu().numpy().tobytes(), name=f"the tokenizer of {path_a}")
+    b = tokenizer_from_bytes(blob_b.cpu().numpy().tobytes(), name=f"the tokenizer of {path_b}")
     if a.vocab_size != b.vocab_size:
         return f"{a.vocab_size} pieces in {path_a}, {b.vocab_size} in {path_b}"
     ids = list(range(a.vocab_size))

@@ -27,6 +27,7 @@ from seq2seq.checkpoint.load import (
     load_checkpoint,
 )
 from seq2seq.data.tokenizer import Tokenizer
+from seq2seq.data.vocabulary import tokenizer_from_bytes
 from seq2seq.nn import DecodingConfig, Transformer, TransformerConfig
 from seq2seq.text_decoding import apply_overrides, decode_batch
 
@@ -173,7 +174,7 @@ def load_model(
         )
     saved_decoding = DecodingConfig.from_dict(checkpoint.get("hyper_parameters") or {})
     settings = apply_overrides(saved_decoding, {k: v for k, v in decoding.items() if k in fields})
-    tokenizer = Tokenizer.from_bytes(blob)
+    tokenizer = tokenizer_from_bytes(blob)
     config = TransformerConfig.from_dict(saved)
     if tokenizer.vocab_size != config.vocab_size:
         raise ValueError(

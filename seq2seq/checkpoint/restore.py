@@ -18,6 +18,7 @@ from seq2seq.checkpoint.format import (
     tokenizer_blob,
 )
 from seq2seq.data.tokenizer import Tokenizer
+from seq2seq.data.vocabulary import tokenizer_from_bytes
 
 __all__ = [
     "check_model_settings",
@@ -32,7 +33,7 @@ def tokenizer_from_checkpoint(checkpoint: Mapping[str, Any]) -> Tokenizer | None
     """The SentencePiece model stored in ``checkpoint["seq2seq"]["tokenizer"]`` (a uint8
     tensor of the serialized model), or ``None`` if the checkpoint carries none."""
     blob = tokenizer_blob(checkpoint)
-    return None if blob is None else Tokenizer.from_bytes(blob)
+    return None if blob is None else tokenizer_from_bytes(blob)
 
 
 def check_model_settings(checkpoint: Mapping[str, Any], config: Mapping[str, Any]) -> None:

@@ -25,7 +25,7 @@ from seq2seq.checkpoint.restore import tokenizer_from_checkpoint
 from seq2seq.cli.messages import UNTRAINED, USES, cli_value
 from seq2seq.cli.run_folder import refuse_earlier_checkpoints
 from seq2seq.data.datamodule import TranslationDataModule
-from seq2seq.data.tokenizer import Tokenizer
+from seq2seq.data.vocabulary import load_tokenizer
 from seq2seq.files import check_output_file
 
 
@@ -269,7 +269,7 @@ def load_initial_weights(model, datamodule, path: str, read: CheckpointReader) -
     tokenizer = tokenizer_from_checkpoint(checkpoint)
     named = getattr(datamodule, "tokenizer_path", None)
     if named and Path(named).is_file():
-        if Tokenizer.load(named).to_bytes() != tokenizer.to_bytes():
+        if load_tokenizer(named).to_bytes() != tokenizer.to_bytes():
             raise ValueError(
                 f"--data.tokenizer_path {named} is another SentencePiece model than the one "
                 f"--init_from {path} was trained with; leave data.tokenizer_path unset (the "

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from seq2seq.data.corpus import CorpusSplit
 from seq2seq.data.tokenizer import Tokenizer
+from seq2seq.data.vocabulary import load_tokenizer
 from seq2seq.temporaries import remove_abandoned
 
 STREAM_SPM_PAIRS = 500_000  # pairs SentencePiece trains on when streaming, by default
@@ -80,7 +81,7 @@ def load_or_train(
     """
     if train is None:
         path = Path(tokenizer_path)
-        tokenizer = Tokenizer.load(path)
+        tokenizer = load_tokenizer(path)  # also an imported model's
     else:
         if train.src_lang > train.tgt_lang:
             train = train.reversed()
@@ -90,7 +91,7 @@ def load_or_train(
         remove_abandoned(cache_dir, "spm_*.model", ".tmp")
         remove_abandoned(path.parent, path.name, ".tmp")
         if path.is_file():
-            tokenizer = Tokenizer.load(path)
+            tokenizer = load_tokenizer(path)
         else:
             tokenizer = _train_on_split(train, settings, path, chunk_size)
     if tokenizer.vocab_size != settings.vocab_size:

@@ -31,6 +31,9 @@ from seq2seq.files import atomic_write
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 
+CONTAINER_MAGIC = b"seq2seq VocabularyTokenizer 1\n"
+"""First line of an imported model's tokenizer (:mod:`seq2seq.data.vocabulary`)."""
+
 _SPECIAL_IDS = {"pad": PAD_ID, "unk": UNK_ID, "bos": BOS_ID, "eos": EOS_ID}
 
 MIN_VOCAB_SIZE = len(_SPECIAL_IDS) + 1
@@ -224,17 +227,16 @@ class Tokenizer:
         Returns:
             The tokenizer.
 
-        A :class:`~seq2seq.data.vocabulary.VocabularyTokenizer`'s container (it starts with
-        :data:`~seq2seq.data.vocabulary.MAGIC`) gives that class, whatever ``cls`` is.
-
         Raises:
-            ValueError: If ``data`` is not a SentencePiece model, or its special ids differ
-                from this project's.
+            ValueError: If ``data`` is not a SentencePiece model (an imported model's container,
+                which :func:`seq2seq.data.vocabulary.tokenizer_from_bytes` reads, named as
+                such), or its special ids differ from this project's.
         """
-        from seq2seq.data import vocabulary  # imports this module
-
-        if bytes(data[: len(vocabulary.MAGIC)]) == vocabulary.MAGIC:
-            return vocabulary.VocabularyTokenizer.from_bytes(data, name=name)
+        if bytes(data[: len(CONTAINER_MAGIC)]) == CONTAINER_MAGIC:
+            raise ValueError(
+                f"{name} is an imported model's tokenizer, not a SentencePiece model: read it "
+                "with seq2seq.data.vocabulary.tokenizer_from_bytes"
+            )
         processor = spm.SentencePieceProcessor()
         try:
             processor.LoadFromSerializedProto(bytes(data))

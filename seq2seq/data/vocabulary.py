@@ -40,9 +40,9 @@ from typing import Any
 
 import sentencepiece as spm
 
-from seq2seq.data.tokenizer import EOS_ID, PAD_ID, UNK_ID, Tokenizer
+from seq2seq.data.tokenizer import CONTAINER_MAGIC, EOS_ID, PAD_ID, UNK_ID, Tokenizer
 
-MAGIC = b"seq2seq VocabularyTokenizer 1\n"
+MAGIC = CONTAINER_MAGIC
 """First line of :meth:`VocabularyTokenizer.to_bytes` (never the start of a SentencePiece
 model, whose first byte is a protobuf field tag such as ``0x0a``)."""
 
@@ -558,3 +558,28 @@ def _json(path: Path, required: bool = True) -> dict:
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a JSON object, got {type(data).__name__}")
     return data
+
+
+def tokenizer_from_bytes(data: bytes, name: str = "<bytes>") -> Tokenizer:
+    """A checkpoint's tokenizer from its bytes: a :class:`VocabularyTokenizer` for an imported
+    model's container (it starts with :data:`MAGIC`), else a SentencePiece :class:`Tokenizer`.
+
+    Raises:
+        ValueError: as :meth:`VocabularyTokenizer.from_bytes` or :meth:`Tokenizer.from_bytes`.
+    """
+    if bytes(data[: len(MAGIC)]) == MAGIC:
+        return VocabularyTokenizer.from_bytes(data, name=name)
+    return Tokenizer.from_bytes(data, name=name)
+
+
+def load_tokenizer(path: str | Path) -> Tokenizer:
+    """:func:`tokenizer_from_bytes` of a file.
+
+    Raises:
+        FileNotFoundError: if ``path`` does not exist.
+        ValueError: as :func:`tokenizer_from_bytes`.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"SentencePiece model file not found: {path}")
+    return tokenizer_from_bytes(path.read_bytes(), name=str(path))

@@ -23,6 +23,7 @@ import torch
 
 from seq2seq.checkpoint import check_model_checkpoint, language_pair, load_checkpoint
 from seq2seq.data.tokenizer import Tokenizer
+from seq2seq.data.vocabulary import tokenizer_from_bytes
 from seq2seq.files import disk_error, write_error
 from seq2seq.nn.config import TransformerConfig
 from seq2seq.nn.decoding import DecodingConfig
@@ -139,7 +140,7 @@ def read_checkpoint(path: str | Path) -> ExportSource:
     hparams = checkpoint.get("hyper_parameters", {}) or {}
     decoding = DecodingConfig.from_dict(hparams)  # nested "decoding", or older flat keys
     blob = extra["tokenizer"]
-    tokenizer = Tokenizer.from_bytes(bytes(blob.numpy().tobytes()), name=f"{path} (tokenizer)")
+    tokenizer = tokenizer_from_bytes(bytes(blob.numpy().tobytes()), name=f"{path} (tokenizer)")
     languages = language_pair(checkpoint)
     config = dict(extra["model_config"])
     for key in ("positional", "tie_embeddings", "activation", "norm_first"):

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from seq2seq.data.tokenizer import Tokenizer, source_ids
+from seq2seq.data.vocabulary import load_tokenizer
 from seq2seq.export.common import (
     SENTENCEPIECE_FILE,
     ExportSource,
@@ -41,6 +42,7 @@ from seq2seq.export.common import (
     write_folder,
 )
 from seq2seq.nn.decoding import DecodingConfig
+from seq2seq.text_decoding import language_prefixes
 
 #: ``--quantization`` values: CTranslate2's weight types (``none`` keeps float32).
 QUANTIZATIONS = (
@@ -289,7 +291,7 @@ class CTranslate2Translator:
         _check_form(self.decoding.length_penalty_form)
         _check_no_sampling(decoding)
         self.model_config = marker["model_config"]
-        self.tokenizer = Tokenizer.load(folder / SENTENCEPIECE_FILE)
+        self.tokenizer = load_tokenizer(folder / SENTENCEPIECE_FILE)
         if device is None:
             device = "cuda" if ct2.get_cuda_device_count() > 0 else "cpu"
         kind, _, index = str(device).partition(":")
@@ -324,12 +326,11 @@ class CTranslate2Translator:
         :meth:`seq2seq.translator.Translator.encode` names them."""
         return self._encode(sentences)
 
-    def _encode(self, sentences: Sequence[str]) -> list[list[int]]:
+    def _encode(self, sentences: Sequence[str], tgt_lang: str | None = None) -> list[list[int]]:
         """:meth:`encode`; its warning points at the code that called :meth:`encode` or
         :meth:`translate`."""
-        return source_ids(
-            self.tokenizer, sentences, self.model_config["max_positions"], stacklevel=4
-        )
+        limit = self.model_config["max_positions"]
+        return source_ids(self.tokenizer, sentences, limit, stacklevel=4, tgt_lang=tgt_lang)
 
     def translate(
         self,
@@ -338,18 +339,22 @@ class CTranslate2Translator:
         n_best: int = 1,
         return_scores: bool = False,
         prefixes: Sequence[str] | str | None = None,
+        tgt_lang: str | None = None,
         **decoding: Any,
     ):
         """Translate one sentence or a list of them, as
         :meth:`seq2seq.translator.Translator.translate` does (same arguments and results;
-        ``prefixes`` go to CTranslate2's ``target_prefix``).
+        ``prefixes`` and a forced target-language token go to CTranslate2's
+        ``target_prefix``).
 
         Raises:
             ValueError: if ``n_best`` exceeds the beam size, for an unknown decoding setting or
                 one out of range (DecodingConfig's message), for ``length_penalty_form="gnmt"``
                 (CTranslate2 divides by ``len ** length_penalty`` only), for sampling, or for
-                ``prefixes`` of another length than ``sentences``.
+                ``prefixes`` of another length than ``sentences``, or a ``tgt_lang`` the model
+                has no token for.
         """
+        language = language_prefixes(self.tokenizer, tgt_lang)
         _check_known(decoding, set(DecodingConfig.field_names()) - {"beam_size"})
         if beam_size is not None:
             decoding = {**decoding, "beam_size": beam_size}
@@ -362,8 +367,10 @@ class CTranslate2Translator:
         single = isinstance(sentences, str)
         if single and isinstance(prefixes, str):
             prefixes = [prefixes]
-        encoded = self._encode([sentences] if single else sentences)
-        forced = _prefix_ids(self.tokenizer, prefixes, len(encoded))
+        encoded = self._encode([sentences] if single else sentences, tgt_lang)
+        forced = _prefix_ids(self.tokenizer, prefixes, len(encoded), tgt_lang)
+        if forced is None and language[1]:  # e.g. NLLB's target-language code
+            forced = [list(language[1]) for _ in encoded]
         limits = [
             max_len(
                 len(ids) + 1,
@@ -408,6 +415,7 @@ class CTranslate2Translator:
         (``prefixes``: target ids forced first, per source)."""
         tok = self.tokenizer
         special = {tok.pad_id, tok.eos_id, tok.unk_id, tok.space_id}
+        special |= getattr(tok, "language_ids", frozenset())
         output: list[list[tuple[str, float]]] = [[("", 0.0)] * n_best for _ in sources]
         known = [i for i, ids in enumerate(sources) if any(t not in special for t in ids)]
         if not known:
@@ -446,15 +454,20 @@ class CTranslate2Translator:
 
 
 def _prefix_ids(
-    tokenizer: Tokenizer, prefixes: Sequence[str] | str | None, count: int
+    tokenizer: Tokenizer,
+    prefixes: Sequence[str] | str | None,
+    count: int,
+    tgt_lang: str | None = None,
 ) -> list[list[int]] | None:
-    """Target ids of each prefix (without EOS), as the Translator encodes them."""
+    """Target ids of each prefix (without EOS, with a forced language token), as the
+    Translator encodes them."""
     if prefixes is None:
         return None
     if isinstance(prefixes, str) or len(prefixes) != count:
         given = "a str" if isinstance(prefixes, str) else f"{len(prefixes)} entries"
         raise ValueError(f"prefixes holds {given} for {count} sentences; give one per sentence")
-    return tokenizer.encode([text.strip() for text in prefixes])
+    texts = [text.strip() for text in prefixes]
+    return tokenizer.encode(texts, side="target", tgt_lang=tgt_lang)
 
 
 def _check_no_sampling(given: dict) -> None:
