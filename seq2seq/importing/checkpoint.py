@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -23,12 +23,14 @@ from seq2seq.checkpoint.format import (
     tokenizer_tensor,
 )
 from seq2seq.checkpoint.load import load_checkpoint
-from seq2seq.data.vocabulary import VocabularyTokenizer, read_pretrained_tokenizer
 from seq2seq.files import atomic_write, check_output_file
 from seq2seq.importing.generation import decoding_settings
 from seq2seq.importing.huggingface import HuggingFaceFolder, model_settings, read_folder
 from seq2seq.importing.weights import convert_weights
 from seq2seq.nn import DecodingConfig, TransformerConfig
+
+if TYPE_CHECKING:
+    from seq2seq.data.vocabulary import VocabularyTokenizer
 
 __all__ = ["ImportResult", "check_replaceable", "import_huggingface"]
 
@@ -97,6 +99,8 @@ def _tokenizer(
         ValueError: for a multilingual model without both languages (naming a few of its
             codes), or as :func:`~seq2seq.data.vocabulary.read_pretrained_tokenizer`.
     """
+    from seq2seq.data.vocabulary import read_pretrained_tokenizer
+
     tokenizer = read_pretrained_tokenizer(folder.path, folder.config)
     languages = tuple(tokenizer.languages)
     if folder.family.model_type == "m2m_100" and not (src_lang and tgt_lang):
