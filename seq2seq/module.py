@@ -241,7 +241,12 @@ class TranslationModule(L.LightningModule):
             )
             real_targets = target.reshape(-1).index_select(0, index)
             loss_sum, nll_sum = linear_label_smoothed_cross_entropy(
-                hidden, self.model.output_weight, real_targets, smoothing, ignore_index=pad
+                hidden,
+                self.model.output_weight,
+                real_targets,
+                smoothing,
+                ignore_index=pad,
+                bias=self.model.output_bias,
             )
         return loss_sum, nll_sum, (target != pad).sum()
 

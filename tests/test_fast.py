@@ -84,12 +84,23 @@ def test_bfloat16_autocast_inference_matches_f_linear_and_packs_once(monkeypatch
         )
 
 
+def _randomise_output_bias(model: Transformer) -> Transformer:
+    """The model with its output bias (if it has one) away from zero, so that it shows."""
+    if model.output_bias is not None:
+        with torch.no_grad():
+            model.output_bias.normal_()
+    return model
+
+
 @needs_onednn
-def test_decoding_logits_match_with_and_without_onednn(monkeypatch):
+@pytest.mark.parametrize("output_bias", [False, True])
+def test_decoding_logits_match_with_and_without_onednn(monkeypatch, output_bias):
     torch.manual_seed(0)
     model = Transformer(
-        vocab_size=60, d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=2, d_ff=64
-    ).eval()
+        vocab_size=60, d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=2, d_ff=64,
+        output_bias=output_bias,
+    ).eval()  # fmt: skip
+    _randomise_output_bias(model)
     src = torch.randint(4, 60, (3, 9))
     src[1, 6:] = 0
     tgt = torch.randint(4, 60, (3, 5))
@@ -99,6 +110,11 @@ def test_decoding_logits_match_with_and_without_onednn(monkeypatch):
         with fast.enabled(False):
             off = model(src, tgt, mask)
     torch.testing.assert_close(on, off, rtol=1e-4, atol=1e-4)
+    if output_bias:  # the bias is in the logits of both paths
+        without = model.output_bias
+        model.output_bias = None
+        with torch.inference_mode():
+            torch.testing.assert_close(on, model(src, tgt, mask) + without, rtol=1e-4, atol=1e-4)
 
 
 def test_install_keeps_the_state_dict_and_switching_off_gives_the_plain_modules():
@@ -144,9 +160,16 @@ def test_search_gives_the_same_hypotheses_with_and_without_the_tricks(beam):
     assert on_scores == pytest.approx([h.score for hyps in off for h in hyps], abs=1e-5)
 
 
-def test_training_step_gives_the_same_loss_and_gradients_with_and_without_the_tricks():
+@pytest.mark.parametrize(
+    ("output_bias", "dtype"),
+    [(False, torch.float64), (True, torch.float64), (True, torch.float32)],
+)
+def test_training_step_gives_the_same_loss_and_gradients_with_and_without_the_tricks(
+    output_bias, dtype
+):
     """Fused projection + loss and feed-forward on real rows (TranslationModule's choice when
-    the tricks are on) against full logits and F.cross_entropy, dropout off."""
+    the tricks are on) against full logits and F.cross_entropy, dropout off; with an output
+    bias too (float32: the fused loss's oneDNN product with the bias)."""
     import torch.nn.functional as F
 
     from seq2seq.nn import linear_label_smoothed_cross_entropy
@@ -154,8 +177,9 @@ def test_training_step_gives_the_same_loss_and_gradients_with_and_without_the_tr
     torch.manual_seed(0)
     model = Transformer(
         vocab_size=100, d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=2, d_ff=64,
-        dropout=0.0,
-    ).double()  # fmt: skip
+        dropout=0.0, output_bias=output_bias,
+    ).to(dtype)  # fmt: skip
+    _randomise_output_bias(model)
     src = torch.randint(4, 100, (4, 9))
     src[1, 6:] = 0
     tgt_in, tgt_out = torch.randint(4, 100, (4, 7)), torch.randint(4, 100, (4, 7))
@@ -165,7 +189,9 @@ def test_training_step_gives_the_same_loss_and_gradients_with_and_without_the_tr
     src_index = mask.flatten().nonzero().squeeze(1)
     hidden = model.features(src, tgt_in, mask, index, src_index=src_index, tgt_index=index)
     target = tgt_out.flatten()[index]
-    fused, _ = linear_label_smoothed_cross_entropy(hidden, model.output_weight, target, 0.1)
+    fused, _ = linear_label_smoothed_cross_entropy(
+        hidden, model.output_weight, target, 0.1, bias=model.output_bias
+    )
     fused_grads = torch.autograd.grad(fused, list(model.parameters()))
     logits = model(src, tgt_in, mask)
     plain = F.cross_entropy(
@@ -173,9 +199,11 @@ def test_training_step_gives_the_same_loss_and_gradients_with_and_without_the_tr
         reduction="sum",
     )  # fmt: skip
     plain_grads = torch.autograd.grad(plain, list(model.parameters()))
-    torch.testing.assert_close(fused.double(), plain, rtol=1e-6, atol=1e-6)  # float32 sums
+    torch.testing.assert_close(fused.to(dtype), plain, rtol=1e-6, atol=1e-6)  # float32 sums
+    # The fused loss's softmax is float32: closer than that only by luck.
+    tolerance = {} if not output_bias else dict(rtol=1e-4, atol=1e-5)
     for a, b in zip(fused_grads, plain_grads, strict=True):
-        torch.testing.assert_close(a, b)
+        torch.testing.assert_close(a, b, **tolerance)
 
 
 def test_block_topk_equals_torch_topk():

@@ -7,22 +7,34 @@ import pytest
 import torch
 
 from seq2seq.nn import MultiHeadAttention, Transformer, TransformerConfig, padding_mask
-from seq2seq.nn.layers import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
+from seq2seq.nn.layers import (
+    FairseqSinusoidalPositionalEncoding,
+    LearnedPositionalEmbedding,
+    SinusoidalPositionalEncoding,
+)
 
 PAD, BOS = 0, 2
 
 
-# Two architectures that differ in every field of TransformerConfig.
+# Two architectures that differ in every field of TransformerConfig, and a third with the
+# choices neither has.
 CONFIGS = [
     TransformerConfig(
         vocab_size=37, d_model=24, n_heads=3, n_encoder_layers=2, n_decoder_layers=3, d_ff=40,
         dropout=0.15, attention_dropout=0.05, activation_dropout=0.25, activation="gelu",
         norm_first=False, positional="rotary", max_positions=19, tie_embeddings="decoder",
+        scale_embedding=False, output_bias=True,
     ),
     TransformerConfig(
         vocab_size=29, d_model=32, n_heads=4, n_encoder_layers=1, n_decoder_layers=2, d_ff=64,
         dropout=0.0, attention_dropout=0.1, activation_dropout=0.0, activation="relu",
         norm_first=True, positional="learned", max_positions=32, tie_embeddings="none",
+        scale_embedding=True, output_bias=False,
+    ),
+    TransformerConfig(
+        vocab_size=21, d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, d_ff=24,
+        activation="silu", positional="sinusoidal_fairseq", max_positions=12,
+        tie_embeddings="all", scale_embedding=False, output_bias=True,
     ),
 ]  # fmt: skip
 
@@ -38,6 +50,7 @@ def _blocks(model: Transformer):
 
 POSITIONS = {
     SinusoidalPositionalEncoding: "sinusoidal",
+    FairseqSinusoidalPositionalEncoding: "sinusoidal_fairseq",
     LearnedPositionalEmbedding: "learned",
     type(None): "rotary",  # no table: positions rotate the queries and keys
 }
@@ -69,10 +82,50 @@ def _activation(model: Transformer) -> set[str]:
     found = set()
     for ff in _blocks(model)[2]:
         ff.eval()
-        for name, act in (("relu", torch.relu), ("gelu", torch.nn.functional.gelu)):
+        for name, act in (
+            ("relu", torch.relu),
+            ("gelu", torch.nn.functional.gelu),
+            ("silu", lambda h: h * torch.sigmoid(h)),
+        ):
             if torch.allclose(ff(x), ff.fc2(act(ff.fc1(x)))):
                 found.add(name)
     return found
+
+
+def _scale_embedding(model: Transformer) -> set[bool]:
+    """Whether each stack multiplies its token embeddings by ``sqrt(D)``, found by its output
+    (eval mode, positions taken off)."""
+    tokens = torch.tensor([[4, 5, 6]])
+    found = set()
+    for stack in _blocks(model)[3]:
+        stack.eval()
+        with torch.no_grad():
+            x = stack.embed_tokens(tokens)
+            if stack.positions is not None:
+                x = x - stack.positions(tokens.size(1))
+            e = stack.embed(tokens)
+        for scaled, factor in ((True, model.d_model**0.5), (False, 1.0)):
+            if torch.allclose(x, e * factor, atol=1e-6):
+                found.add(scaled)
+    return found
+
+
+def _output_bias(model: Transformer) -> set[bool]:
+    """Whether the logits carry a learned ``(V,)`` bias: a parameter whose change moves the
+    logits by the same amount."""
+    bias = model.output_bias
+    if bias is None:
+        return {False}
+    model.eval()
+    src, tgt = torch.full((1, 2), 4), torch.full((1, 1), BOS)
+    with torch.no_grad():
+        before = model(src, tgt)
+        shift = torch.arange(model.vocab_size, dtype=bias.dtype)
+        bias.add_(shift)
+        moved = model(src, tgt) - before
+        bias.sub_(shift)
+    is_parameter = any(p is bias for p in model.parameters())
+    return {is_parameter and bias.shape == (model.vocab_size,) and torch.allclose(moved, shift)}
 
 
 FIELD_CHECKS = {
@@ -106,6 +159,8 @@ FIELD_CHECKS = {
         | {a.rotary.max_positions for a in _blocks(m)[1] if a.rotary is not None}
     ),
     "tie_embeddings": _tie,
+    "scale_embedding": _scale_embedding,
+    "output_bias": _output_bias,
 }
 
 
@@ -172,7 +227,7 @@ output.weight 32,8
 
 
 @pytest.mark.parametrize("norm_first", [True, False])
-@pytest.mark.parametrize("positional", ["sinusoidal", "learned", "rotary"])
+@pytest.mark.parametrize("positional", ["sinusoidal", "sinusoidal_fairseq", "learned", "rotary"])
 @pytest.mark.parametrize("tie", ["none", "decoder", "all"])
 def test_state_dict_keys_and_shapes_stay_those_of_saved_checkpoints(norm_first, positional, tie):
     words = STATE_DICT.split()
@@ -191,3 +246,30 @@ def test_state_dict_keys_and_shapes_stay_those_of_saved_checkpoints(norm_first, 
     )  # fmt: skip
     # Tied matrices are saved under each name that holds them.
     assert {k: tuple(v.shape) for k, v in model.state_dict().items()} == expected
+
+
+def test_output_bias_adds_one_key_over_the_real_vocabulary_and_scale_embedding_none():
+    """``output_bias=True`` adds ``output_bias`` ``(V,)`` (29, not the 32 padded rows) and
+    nothing else; ``scale_embedding=False`` changes no key."""
+    sizes = dict(vocab_size=29, d_model=8, n_heads=2, n_encoder_layers=1, n_decoder_layers=1)
+    base = {k: tuple(v.shape) for k, v in Transformer(**sizes).state_dict().items()}
+    biased = Transformer(**sizes, output_bias=True, scale_embedding=False).state_dict()
+    assert {k: tuple(v.shape) for k, v in biased.items()} == {**base, "output_bias": (29,)}
+    assert torch.count_nonzero(biased["output_bias"]) == 0  # zero-initialised
+
+
+def test_fairseq_positions_are_those_of_hugging_face_m2m100():
+    """Our ``sinusoidal_fairseq`` table added to real tokens of a right-padded source is what
+    ``M2M100SinusoidalPositionalEmbedding`` adds there (pad id 1, so rows from 2), to the
+    bit; cached steps continue from the cache length as Hugging Face's do."""
+    m2m = pytest.importorskip("transformers.models.m2m_100.modeling_m2m_100")
+    d_model, max_positions = 16, 40
+    theirs = m2m.M2M100SinusoidalPositionalEmbedding(max_positions, d_model, padding_idx=1)
+    ours = FairseqSinusoidalPositionalEncoding(d_model, max_positions)
+    ids = torch.tensor([[5, 6, 7, 8, 9, 10, 11], [5, 6, 7, 1, 1, 1, 1]])  # right padding
+    real = ids != 1
+    expected = theirs(ids)
+    table = ours(ids.size(1)).expand(2, -1, -1)
+    assert torch.equal(table[real], expected[real])
+    assert torch.equal(ours(3, offset=30), theirs(ids[:1, :3], cache_length=30)[0])
+    assert torch.equal(ours(max_positions), theirs.weights[2 : max_positions + 2])

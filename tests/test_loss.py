@@ -93,36 +93,52 @@ def _linear_data(n=300, d=16, vocab=50, dtype=torch.float64):
     return hidden, weight, target
 
 
+@pytest.mark.parametrize("with_bias", [False, True])
 @pytest.mark.parametrize("chunk_size", [1, 64, 100, 1000])
-def test_fused_linear_loss_equals_projection_then_loss(chunk_size):
-    """Loss, nll and both gradients of the chunked fused version equal the unfused ones,
-    whatever the chunking (including a last partial chunk and padding rows)."""
+def test_fused_linear_loss_equals_projection_then_loss(chunk_size, with_bias):
+    """Loss, nll and the gradients (hidden, weight and the optional bias) of the chunked fused
+    version equal the unfused ones, whatever the chunking (including a last partial chunk and
+    padding rows)."""
     hidden, weight, target = _linear_data()
+    g = torch.Generator().manual_seed(2)
+    bias = torch.randn(weight.size(0), generator=g, dtype=weight.dtype) if with_bias else None
+    params = [hidden, weight] if bias is None else [hidden, weight, bias.requires_grad_()]
     loss, nll = linear_label_smoothed_cross_entropy(
-        hidden, weight, target, 0.1, PAD, chunk_size=chunk_size
+        hidden, weight, target, 0.1, PAD, chunk_size=chunk_size, bias=bias
     )
-    (3.0 * loss).backward()
-    grads = hidden.grad, weight.grad
-    hidden.grad = weight.grad = None
-    ref_loss, ref_nll = label_smoothed_cross_entropy(hidden @ weight.t(), target, 0.1, PAD)
-    (3.0 * ref_loss).backward()
+    grads = torch.autograd.grad(3.0 * loss, params)
+    logits = hidden @ weight.t() if bias is None else hidden @ weight.t() + bias
+    ref_loss, ref_nll = label_smoothed_cross_entropy(logits, target, 0.1, PAD)
+    ref_grads = torch.autograd.grad(3.0 * ref_loss, params)
     torch.testing.assert_close(loss, ref_loss, rtol=1e-6, atol=0)
     torch.testing.assert_close(nll, ref_nll, rtol=1e-6, atol=0)
-    torch.testing.assert_close(grads[0], hidden.grad, rtol=1e-4, atol=1e-6)  # float32 softmax
-    torch.testing.assert_close(grads[1], weight.grad, rtol=1e-4, atol=1e-6)
+    for a, b in zip(grads, ref_grads, strict=True):  # float32 softmax
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
     assert not nll.requires_grad
+    if bias is not None:  # the bias matters here
+        plain, _ = linear_label_smoothed_cross_entropy(hidden, weight, target, 0.1, PAD)
+        assert not torch.allclose(plain, loss)
 
 
-def test_fused_linear_loss_under_bf16_autocast_is_close():
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_fused_linear_loss_under_bf16_autocast_is_close(with_bias):
     hidden, weight, target = _linear_data(dtype=torch.float32)
+    bias = torch.randn(weight.size(0)).requires_grad_() if with_bias else None
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        loss, _ = linear_label_smoothed_cross_entropy(hidden, weight, target, 0.1, PAD, 64)
-        ref, _ = label_smoothed_cross_entropy(hidden @ weight.t(), target, 0.1, PAD)
+        loss, _ = linear_label_smoothed_cross_entropy(
+            hidden, weight, target, 0.1, PAD, 64, bias=bias
+        )
+        logits = hidden @ weight.t()
+        ref, _ = label_smoothed_cross_entropy(
+            logits if bias is None else logits + bias.to(logits.dtype), target, 0.1, PAD
+        )
     assert loss.dtype == torch.float32
     torch.testing.assert_close(loss, ref, rtol=2e-3, atol=0)
     loss.backward()
     assert hidden.grad.dtype == hidden.dtype and weight.grad.dtype == weight.dtype
     assert torch.isfinite(hidden.grad).all() and torch.isfinite(weight.grad).all()
+    if bias is not None:
+        assert bias.grad.dtype == bias.dtype and torch.isfinite(bias.grad).all()
 
 
 def test_fused_linear_loss_rejects_bad_shapes():
@@ -133,3 +149,5 @@ def test_fused_linear_loss_rejects_bad_shapes():
         linear_label_smoothed_cross_entropy(hidden, weight, target[:5], 0.1)
     with pytest.raises(ValueError, match="chunk_size"):
         linear_label_smoothed_cross_entropy(hidden, weight, target, 0.1, chunk_size=0)
+    with pytest.raises(ValueError, match=r"bias \(49,\) must be \(50,\)"):
+        linear_label_smoothed_cross_entropy(hidden, weight, target, 0.1, bias=weight[1:, 0])

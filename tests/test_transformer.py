@@ -42,7 +42,17 @@ def _model(**kwargs) -> Transformer:
         max_positions=32,
     )
     options.update(kwargs)
-    return Transformer(vocab_size=V, **options).double().eval()
+    model = Transformer(vocab_size=V, **options).double().eval()
+    if model.output_bias is not None:  # away from its zero initialisation, to be seen
+        with torch.no_grad():
+            model.output_bias.normal_()
+    return model
+
+
+def _logits(model: Transformer, states: torch.Tensor) -> torch.Tensor:
+    """The logits of final decoder states: ``states @ output_weight.T (+ output_bias)``."""
+    logits = states @ model.output_weight.t()
+    return logits if model.output_bias is None else logits + model.output_bias
 
 
 def _batch(seed: int = 0):
@@ -60,6 +70,9 @@ VARIANTS = [
     dict(norm_first=False, activation="gelu"),
     dict(positional="learned", tie_embeddings="none"),
     dict(positional="rotary", tie_embeddings="decoder"),
+    dict(
+        activation="silu", positional="sinusoidal_fairseq", scale_embedding=False, output_bias=True
+    ),
 ]
 
 
@@ -344,7 +357,7 @@ def test_output_index_and_features_select_rows_of_the_full_logits(options):
     torch.testing.assert_close(model(src, tgt, mask, index), full.flatten(0, 1)[index])
     states = model.features(src, tgt, mask, index)
     assert states.shape == (index.numel(), model.d_model)
-    torch.testing.assert_close(states @ model.output_weight.t(), full.flatten(0, 1)[index])
+    torch.testing.assert_close(_logits(model, states), full.flatten(0, 1)[index])
 
 
 @pytest.mark.parametrize("options", VARIANTS)
@@ -364,7 +377,7 @@ def test_feed_forward_on_real_rows_only_changes_no_real_output(options):
     def run(**indices):
         model.zero_grad()
         states = model.features(src, tgt, mask, tgt_index, **indices)
-        (states @ model.output_weight.t()).logsumexp(-1).sum().backward()
+        _logits(model, states).logsumexp(-1).sum().backward()
         return states.detach(), [p.grad.clone() for p in model.parameters()]
 
     full, full_grads = run()
@@ -457,3 +470,84 @@ def test_cached_steps_accept_a_new_mask_tensor():
     steps = [model.decode(tgt[:, t : t + 1], memory, mask, cache) for t in range(3)]
     steps.append(model.decode(tgt[:, 3:4], None, mask.clone(), cache))  # a new mask tensor
     torch.testing.assert_close(torch.cat(steps, dim=1), full)
+
+
+def test_output_bias_is_a_zero_initialised_parameter_added_to_every_decoded_logit():
+    """``output_bias=True``: a ``(V,)`` parameter, zero at first (the logits of the same
+    weights without it), then added to the logits of teacher forcing and of cached steps;
+    without it the state dict has no such key."""
+    plain, biased = _model(), _model(output_bias=True)
+    assert "output_bias" not in plain.state_dict() and plain.output_bias is None
+    assert biased.state_dict()["output_bias"].shape == (V,)
+    assert any(p is biased.output_bias for p in biased.parameters())
+    weights = {k: v for k, v in biased.state_dict().items() if k != "output_bias"}
+    plain.load_state_dict(weights)
+    src, tgt = _batch()
+    mask = padding_mask(src, PAD)
+    with torch.no_grad():
+        biased.output_bias.zero_()
+        torch.testing.assert_close(biased(src, tgt, mask), plain(src, tgt, mask), rtol=0, atol=0)
+        biased.output_bias.copy_(torch.linspace(-3, 3, V, dtype=torch.float64))
+        expected = plain(src, tgt, mask) + biased.output_bias
+        torch.testing.assert_close(biased(src, tgt, mask), expected)
+        memory, cache = biased.encode(src, mask), biased.new_cache()
+        steps = [biased.decode(tgt[:, t : t + 1], memory, mask, cache) for t in range(tgt.size(1))]
+    torch.testing.assert_close(torch.cat(steps, dim=1), expected)
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_output_bias_steers_greedy_and_beam_search(beam):
+    """A large bias on one token makes the searches (cached steps) emit it at every step, and
+    a large bias on EOS ends every hypothesis at once."""
+    from seq2seq.nn import beam_search
+
+    model = _model(output_bias=True)
+    src, _ = _batch()
+    mask = padding_mask(src, PAD)
+    config = DecodingConfig(beam_size=beam, max_len_a=0.0, max_len_b=5)
+    search = greedy_search if beam == 1 else beam_search
+    for token, expected in ((7, [7] * 5), (EOS, [])):
+        with torch.no_grad():
+            model.output_bias.zero_()
+            model.output_bias[token] = 100.0
+            hyps = search(model, src, mask, BOS, EOS, config)
+        assert [h[0].tokens for h in hyps] == [expected] * src.size(0)
+
+
+def test_fairseq_positions_continue_from_the_cache_and_need_an_even_width():
+    """``positional="sinusoidal_fairseq"``: position ``p`` adds fairseq's row ``p + 2``
+    (``[sin | cos]`` of ``(p + 2) * exp(-i ln(10000) / (D/2 - 1))``), also in cached steps;
+    an odd or too small ``d_model`` is refused naming it."""
+    model = _model(positional="sinusoidal_fairseq", scale_embedding=False)
+    table = model.decoder.positions(5, offset=3)
+    half = model.d_model // 2
+    rows = torch.arange(5, 10, dtype=torch.float64)[:, None]
+    angles = rows * torch.exp(-torch.arange(half) * math.log(10000) / (half - 1))
+    formula = torch.cat([angles.sin(), angles.cos()], 1)
+    torch.testing.assert_close(table.double(), formula, rtol=0, atol=1e-6)  # float32 table
+    tokens = torch.tensor([[5, 6]])
+    with torch.no_grad():
+        x = model.decoder.embed_tokens(tokens, offset=3)
+        torch.testing.assert_close(x, model.decoder.embed(tokens) + table[:2].double())
+    for d_model in (15, 2):
+        with pytest.raises(ValueError, match=rf"sinusoidal_fairseq.*d_model = {d_model}$"):
+            Transformer(vocab_size=V, d_model=d_model, n_heads=1, positional="sinusoidal_fairseq")
+
+
+@pytest.mark.parametrize("scale", [True, False])
+def test_scale_embedding_multiplies_token_embeddings_by_sqrt_d_model_or_not(scale):
+    model = _model(scale_embedding=scale, positional="rotary")  # no table added
+    tokens = torch.tensor([[5, 6, 7]])
+    factor = math.sqrt(model.d_model) if scale else 1.0
+    with torch.no_grad():
+        for stack in (model.encoder, model.decoder):
+            expected = stack.embed(tokens) * factor
+            torch.testing.assert_close(stack.embed_tokens(tokens), expected, rtol=0, atol=0)
+
+
+def test_silu_feed_forward_is_x_times_sigmoid_x():
+    model = _model(activation="silu")
+    ff = model.encoder.layers[0].ff
+    x = torch.randn(2, 3, model.d_model, dtype=torch.float64)
+    hidden = ff.fc1(x)
+    torch.testing.assert_close(ff(x), ff.fc2(hidden * torch.sigmoid(hidden)))

@@ -34,16 +34,24 @@ class TransformerConfig:
         dropout: dropout on embeddings and residual branches.
         attention_dropout: dropout on attention weights.
         activation_dropout: dropout after the feed-forward activation.
-        activation: feed-forward activation, ``"relu"`` or ``"gelu"``.
+        activation: feed-forward activation: ``"relu"``, ``"gelu"`` (exact erf form) or
+            ``"silu"`` (``x * sigmoid(x)``, Elfwing et al. 2018; "swish", Ramachandran et al.
+            2017; Marian's ``swish``).
         norm_first: Pre-LN (True, with a final LayerNorm on encoder and decoder outputs) or
             Post-LN (False, as in the original paper) layers.
-        positional: ``"sinusoidal"`` (fixed, added to the embeddings), ``"learned"`` (added)
-            or ``"rotary"`` (RoPE, Su et al. 2021, in every self-attention; needs an even head
-            width).
+        positional: ``"sinusoidal"`` (fixed, sin and cos interleaved, added to the
+            embeddings), ``"sinusoidal_fairseq"`` (fairseq's fixed table as M2M-100 and NLLB
+            use it: sin half, cos half, the token at position ``p`` taking row ``p + 2``; needs
+            an even ``d_model`` of at least 4), ``"learned"`` (added) or ``"rotary"`` (RoPE,
+            Su et al. 2021, in every self-attention; needs an even head width).
         max_positions: longest source or target sequence, in tokens, the model accepts.
         tie_embeddings: ``"none"`` (three matrices), ``"decoder"`` (target embedding = output
             projection, Press & Wolf 2017) or ``"all"`` (source embedding, target embedding and
             output projection shared, Vaswani et al. 2017 Sec. 3.4; needs a joint vocabulary).
+        scale_embedding: token embeddings times ``sqrt(d_model)`` (True, Vaswani et al. 2017
+            Sec. 3.4) or times 1 (False).
+        output_bias: a learned ``(V,)`` bias added to the logits (Marian's
+            ``final_logits_bias``), zero-initialised; False: no bias.
     """
 
     vocab_size: int = 8000
@@ -60,6 +68,8 @@ class TransformerConfig:
     positional: str = "sinusoidal"
     max_positions: int = 256
     tie_embeddings: str = "all"
+    scale_embedding: bool = True
+    output_bias: bool = False
 
     def __post_init__(self) -> None:
         """Raises ValueError naming the setting, for sizes or options the model refuses."""
@@ -68,8 +78,8 @@ class TransformerConfig:
                 f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})"
             )
         choices = {
-            "activation": ("relu", "gelu"),
-            "positional": ("sinusoidal", "learned", "rotary"),
+            "activation": ("relu", "gelu", "silu"),
+            "positional": ("sinusoidal", "sinusoidal_fairseq", "learned", "rotary"),
             "tie_embeddings": ("none", "decoder", "all"),
         }
         for name, allowed in choices.items():
@@ -80,6 +90,11 @@ class TransformerConfig:
             raise ValueError(
                 f"positional 'rotary' needs an even head width, got d_model / n_heads = "
                 f"{self.d_model // self.n_heads}"
+            )
+        if self.positional == "sinusoidal_fairseq" and (self.d_model % 2 or self.d_model < 4):
+            raise ValueError(
+                f"positional 'sinusoidal_fairseq' needs an even d_model of at least 4, got "
+                f"d_model = {self.d_model}"
             )
 
     @classmethod

@@ -19,6 +19,7 @@ from seq2seq.nn.config import TransformerConfig
 __all__ = [
     "DecoderLayer",
     "EncoderLayer",
+    "FairseqSinusoidalPositionalEncoding",
     "FeedForward",
     "LearnedPositionalEmbedding",
     "SinusoidalPositionalEncoding",
@@ -81,6 +82,46 @@ class SinusoidalPositionalEncoding(nn.Module):
         return self.table[offset : offset + length]
 
 
+class FairseqSinusoidalPositionalEncoding(nn.Module):
+    """fairseq's fixed sinusoids (``SinusoidalPositionalEmbedding.get_embedding`` in
+    ``fairseq/modules/sinusoidal_positional_embedding.py``; Hugging Face's
+    ``M2M100SinusoidalPositionalEmbedding``), as M2M-100 and NLLB use them.
+
+    With ``h = D / 2`` and frequencies ``w_i = exp(-i * ln(10000) / (h - 1))``, row ``r`` is
+    ``[sin(r * w_0), ..., sin(r * w_{h-1}), cos(r * w_0), ..., cos(r * w_{h-1})]``, computed
+    in float32 as fairseq does (so the values are fairseq's to the bit). fairseq numbers the
+    positions from ``padding_idx + 1 = 2``: the token at 0-based position ``p`` gets row
+    ``p + 2``.
+
+    Args:
+        d_model: model width ``D`` (even, at least 4: ``TransformerConfig`` checks).
+        max_positions: number of positions served (``p`` in ``0 .. max_positions - 1``).
+    """
+
+    OFFSET = 2  # fairseq's first position number: padding_idx (1) + 1
+
+    def __init__(self, d_model: int, max_positions: int) -> None:
+        super().__init__()
+        self.max_positions = max_positions
+        half = d_model // 2
+        step = math.log(10000.0) / (half - 1)
+        inv_freq = torch.exp(torch.arange(half, dtype=torch.float32) * -step)
+        rows = torch.arange(self.OFFSET, self.OFFSET + max_positions, dtype=torch.float32)
+        angles = rows[:, None] * inv_freq[None, :]
+        table = torch.cat([torch.sin(angles), torch.cos(angles)], dim=1)
+        self.register_buffer("table", table, persistent=False)
+
+    def forward(self, length: int, offset: int = 0) -> Tensor:
+        """Encodings of positions ``offset .. offset + length - 1`` (fairseq's rows
+        ``offset + 2 .. offset + length + 1``): ``(T, D)`` float32.
+
+        Raises:
+            ValueError: if ``offset + length > max_positions``.
+        """
+        check_length(offset + length, self.max_positions)
+        return self.table[offset : offset + length]
+
+
 class LearnedPositionalEmbedding(nn.Module):
     """Learned absolute positions (Gehring et al. 2017), initialised ``N(0, D^-0.5)``.
 
@@ -110,6 +151,8 @@ def positional_encoding(config: TransformerConfig) -> nn.Module | None:
     for rotary positions, which enter in self-attention."""
     if config.positional == "sinusoidal":
         return SinusoidalPositionalEncoding(config.d_model, config.max_positions)
+    if config.positional == "sinusoidal_fairseq":
+        return FairseqSinusoidalPositionalEncoding(config.d_model, config.max_positions)
     if config.positional == "learned":
         return LearnedPositionalEmbedding(config.d_model, config.max_positions)
     return None
@@ -132,10 +175,14 @@ def _attention(config: TransformerConfig, self_attention: bool) -> MultiHeadAtte
     )
 
 
+_ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu}
+
+
 class FeedForward(nn.Module):
     """Position-wise feed-forward network ``W2 act(W1 x + b1) + b2`` (Vaswani et al. 2017,
     Eq. 2) of width ``config.d_ff``, with Xavier-uniform weights, zero biases and
-    ``config.activation_dropout`` on the hidden activation.
+    ``config.activation_dropout`` on the hidden activation. ``act`` is ReLU, GELU (the exact
+    erf form, Hendrycks & Gimpel 2016) or SiLU ``x * sigmoid(x)`` (Elfwing et al. 2018).
 
     Args:
         config: the architecture.
@@ -144,6 +191,7 @@ class FeedForward(nn.Module):
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
         self.activation = config.activation
+        self._act = _ACTIVATIONS[config.activation]
         self.fc1 = nn.Linear(config.d_model, config.d_ff)
         self.fc2 = nn.Linear(config.d_ff, config.d_model)
         self.dropout = nn.Dropout(config.activation_dropout)
@@ -154,7 +202,7 @@ class FeedForward(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         """``(B, T, D)`` -> ``(B, T, D)``."""
         hidden = self.fc1(x)
-        hidden = F.relu(hidden) if self.activation == "relu" else F.gelu(hidden)
+        hidden = self._act(hidden)
         return self.fc2(self.dropout(hidden))
 
 

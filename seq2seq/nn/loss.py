@@ -88,7 +88,7 @@ class _LinearLabelSmoothedCE(torch.autograd.Function):
     only scales them by the incoming gradient."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, target, epsilon, ignore_index, chunk_size):
+    def forward(ctx, hidden, weight, target, epsilon, ignore_index, chunk_size, bias):
         n, vocab = hidden.size(0), weight.size(0)
         device_type = hidden.device.type
         autocast = torch.is_autocast_enabled(device_type)
@@ -96,12 +96,14 @@ class _LinearLabelSmoothedCE(torch.autograd.Function):
         low = (torch.float16, torch.bfloat16)
         acc_dtype = torch.float32 if weight.dtype in low else weight.dtype
         grad_weight = torch.zeros_like(weight, dtype=acc_dtype)
+        grad_bias = None if bias is None else torch.zeros_like(bias, dtype=torch.float32)
         fused_acc = not autocast and hidden.dtype == acc_dtype
         # Logits through seq2seq.nn.fast.linear: on CPU the weight is packed for oneDNN once per
         # call and reused by every chunk (float32, or bfloat16 under autocast).
-        packed, full_weight = PackedWeight(), weight
+        packed, full_weight, full_bias = PackedWeight(), weight, bias
         if autocast:  # cast the weight once, not in every chunk's two products
             weight = weight.to(torch.get_autocast_dtype(device_type))
+            bias = None if bias is None else bias.to(weight.dtype)
         loss_sum = hidden.new_zeros((), dtype=torch.float32)
         nll_sum = hidden.new_zeros((), dtype=torch.float32)
         for start in range(0, n, chunk_size):
@@ -111,9 +113,11 @@ class _LinearLabelSmoothedCE(torch.autograd.Function):
             t = t.masked_fill(~keep.squeeze(1), 0).unsqueeze(1)
             # Logits in the dtype autocast chooses; log-probabilities in float32.
             if device_type == "cpu":
-                logits = linear(h, full_weight, packed=packed)
-            else:
+                logits = linear(h, full_weight, full_bias, packed=packed)
+            elif bias is None:
                 logits = h @ weight.t()
+            else:
+                logits = torch.addmm(bias, h, weight.t())
             lprobs = torch.log_softmax(logits, dim=-1, dtype=torch.float32)
             nll = -(lprobs.gather(1, t) * keep).sum()
             smooth = -(lprobs.sum(dim=1, keepdim=True) * keep).sum()
@@ -122,6 +126,8 @@ class _LinearLabelSmoothedCE(torch.autograd.Function):
             # d loss / d logits = p - (1 - eps) * onehot - eps / V, zero for ignored rows.
             grad = lprobs.exp_().sub_(epsilon / vocab).mul_(keep)
             grad.scatter_add_(1, t, keep.to(grad.dtype).mul_(-(1.0 - epsilon)))
+            if grad_bias is not None:  # d loss / d bias: the logits' gradient summed over rows
+                grad_bias += grad.sum(dim=0, dtype=torch.float32)
             if not autocast:
                 grad = grad.to(h.dtype)
             grad_hidden[start : start + chunk_size] = grad @ weight
@@ -129,15 +135,19 @@ class _LinearLabelSmoothedCE(torch.autograd.Function):
                 grad_weight.addmm_(grad.t(), h)
             else:
                 grad_weight += grad.t() @ h
-        ctx.save_for_backward(grad_hidden, grad_weight.to(weight.dtype))
+        saved = [grad_hidden, grad_weight.to(full_weight.dtype)]
+        if grad_bias is not None:
+            saved.append(grad_bias.to(full_bias.dtype))
+        ctx.save_for_backward(*saved)
         ctx.mark_non_differentiable(nll_sum)
         return loss_sum, nll_sum
 
     @staticmethod
     def backward(ctx, g_loss: Tensor, g_nll: Tensor):
-        grad_hidden, grad_weight = ctx.saved_tensors
+        grad_hidden, grad_weight, *grad_bias = ctx.saved_tensors
         g = g_loss.to(grad_hidden.dtype)
-        return grad_hidden * g, grad_weight * g.to(grad_weight.dtype), None, None, None, None
+        bias = grad_bias[0] * g.to(grad_bias[0].dtype) if grad_bias else None
+        return grad_hidden * g, grad_weight * g.to(grad_weight.dtype), None, None, None, None, bias
 
 
 def linear_label_smoothed_cross_entropy(
@@ -147,10 +157,11 @@ def linear_label_smoothed_cross_entropy(
     epsilon: float,
     ignore_index: int = 0,
     chunk_size: int | None = None,
+    bias: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Output projection fused with :func:`label_smoothed_cross_entropy`.
 
-    ``label_smoothed_cross_entropy(hidden @ weight.T, target, epsilon)`` over chunks of
+    ``label_smoothed_cross_entropy(hidden @ weight.T + bias, target, epsilon)`` over chunks of
     ``chunk_size`` rows, so the ``(N, V)`` logits are never held at once; the gradients are
     computed chunk by chunk in the forward pass and scaled in backward (as Liger Kernel, Hsu et
     al. 2024, and Cut Cross-Entropy, Wijmans et al. 2024). Under autocast the products run in
@@ -165,6 +176,8 @@ def linear_label_smoothed_cross_entropy(
         ignore_index: target id that contributes nothing (padding).
         chunk_size: rows per chunk; default 256 on CPU (a chunk's logits stay in cache) and
             4096 on other devices (fewer kernel launches).
+        bias: optional ``(V,)`` float bias of the logits (``Transformer.output_bias``),
+            differentiable too.
 
     Returns:
         ``(loss_sum, nll_sum)`` float32 scalars summed over non-ignored tokens. Only
@@ -178,6 +191,8 @@ def linear_label_smoothed_cross_entropy(
             f"hidden {tuple(hidden.shape)} and weight {tuple(weight.shape)} must be (N, D) and "
             "(V, D)"
         )
+    if bias is not None and bias.shape != weight.shape[:1]:
+        raise ValueError(f"bias {tuple(bias.shape)} must be ({weight.size(0)},), as weight's V")
     if target.shape != hidden.shape[:1]:
         raise ValueError(f"target {tuple(target.shape)} must be ({hidden.size(0)},)")
     if chunk_size is None:
@@ -185,5 +200,5 @@ def linear_label_smoothed_cross_entropy(
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
     return _LinearLabelSmoothedCE.apply(
-        hidden, weight, target, float(epsilon), ignore_index, chunk_size
+        hidden, weight, target, float(epsilon), ignore_index, chunk_size, bias
     )

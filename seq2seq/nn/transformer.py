@@ -34,7 +34,8 @@ SDPA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDP
 
 
 class _Stack(nn.Module):
-    """Shared part of encoder and decoder: scaled token embedding + positions + dropout, then
+    """Shared part of encoder and decoder: token embedding (times ``sqrt(D)`` with
+    ``config.scale_embedding``) + positions + dropout, then
     ``n_layers`` layers of class ``layer`` and a final normalization when Pre-LN."""
 
     def __init__(
@@ -43,7 +44,7 @@ class _Stack(nn.Module):
         super().__init__()
         self.embed = embed
         self.d_model = config.d_model
-        self.scale = math.sqrt(self.d_model)
+        self.scale = math.sqrt(self.d_model) if config.scale_embedding else 1.0
         self.max_positions = config.max_positions
         self.positions = positional_encoding(config)
         self.dropout = nn.Dropout(config.dropout)
@@ -52,8 +53,11 @@ class _Stack(nn.Module):
 
     def embed_tokens(self, tokens: Tensor, offset: int = 0) -> Tensor:
         """``(B, L)`` ids -> ``(B, L, D)``: ``sqrt(D) * E[x] + P[offset:offset+L]``, dropout
-        (Vaswani et al. 2017, Sec. 3.4-3.5); no ``P`` with rotary positions."""
-        x = self.embed(tokens) * self.scale
+        (Vaswani et al. 2017, Sec. 3.4-3.5); ``E[x]`` unscaled without
+        ``config.scale_embedding``, no ``P`` with rotary positions."""
+        x = self.embed(tokens)
+        if self.scale != 1.0:
+            x = x * self.scale
         if self.positions is None:  # rotary: positions enter in self-attention
             check_length(offset + tokens.size(1), self.max_positions)
             return self.dropout(x)
@@ -117,8 +121,10 @@ class Transformer(nn.Module):
 
     Linear weights are Xavier-uniform with zero biases (Vaswani et al. 2017 / tensor2tensor);
     embeddings are ``N(0, d_model^-0.5)`` with a zero padding row (as in fairseq); the output
-    projection has no bias. Logits cover the real ``vocab_size`` only. Attention runs through
-    ``F.scaled_dot_product_attention`` restricted to :data:`SDPA_BACKENDS`.
+    projection has no bias, or with ``config.output_bias`` the zero-initialised ``(V,)``
+    parameter :attr:`output_bias` added to the logits. Logits cover the real ``vocab_size``
+    only. Attention runs through ``F.scaled_dot_product_attention`` restricted to
+    :data:`SDPA_BACKENDS`.
 
     Args:
         config: the architecture (:class:`~seq2seq.nn.config.TransformerConfig`).
@@ -166,6 +172,10 @@ class Transformer(nn.Module):
             nn.init.normal_(self.output.weight, mean=0.0, std=config.d_model**-0.5)
         else:
             self.output.weight = tgt_embed.weight
+        # Over the real vocabulary (the padded logits are cut first); None when off.
+        self.output_bias = (
+            nn.Parameter(torch.zeros(config.vocab_size)) if config.output_bias else None
+        )
         fast.install(self)  # the measured speed tricks (seq2seq.nn.fast); same weights
 
     def _embedding(self, d_model: int, pad_id: int) -> nn.Embedding:
@@ -229,11 +239,15 @@ class Transformer(nn.Module):
         logits = self.output(self._states(tgt, memory, src_mask, cache, output_index))
         if self.padded_vocab_size != self.vocab_size:
             logits = logits[..., : self.vocab_size]
+        if self.output_bias is not None:  # in the logits' dtype, as the product's own bias
+            logits = logits + self.output_bias.to(logits.dtype)
         return logits
 
     @property
     def output_weight(self) -> Tensor:
-        """``(V, D)`` output projection over the real vocabulary (a view of the padded one)."""
+        """``(V, D)`` output projection over the real vocabulary (a view of the padded one).
+        The logits are ``h @ output_weight.T + output_bias`` (:attr:`output_bias` ``(V,)``
+        float, or ``None`` without ``config.output_bias``)."""
         return self.output.weight[: self.vocab_size]
 
     def features(
@@ -247,8 +261,8 @@ class Transformer(nn.Module):
     ) -> Tensor:
         """Teacher-forced final decoder states, before the output projection.
 
-        Pair with :func:`seq2seq.nn.linear_label_smoothed_cross_entropy` and
-        :attr:`output_weight` to train without materialising the logits.
+        Pair with :func:`seq2seq.nn.linear_label_smoothed_cross_entropy`, :attr:`output_weight`
+        and :attr:`output_bias` to train without materialising the logits.
 
         Args:
             src: ``(B, S)`` long source ids.
