@@ -110,7 +110,8 @@ class ValidationSamples(L.Callback):
         if missing:
             hp = pl_module.hparams
             beam = hp.val_beam_size if trainer.state.fn == "fit" else None
-            batch = collate(missing, pad_id=pl_module.tokenizer.pad_id)
+            tokenizer = pl_module.tokenizer
+            batch = collate(missing, pad_id=tokenizer.pad_id, bos_id=tokenizer.bos_id)
             batch = {
                 k: v.to(pl_module.device) if torch.is_tensor(v) else v for k, v in batch.items()
             }

@@ -1,4 +1,4 @@
-"""Data pipeline: corpora, SentencePiece tokenizer, token-budget batching, DataModule.
+"""Data pipeline: corpora, tokenizers (SentencePiece, an imported model's), batching, DataModule.
 
 The names below are imported on first use, so that ``seq2seq.data.tokenizer`` (what a
 :class:`~seq2seq.translator.Translator` needs) loads without Lightning, ``datasets`` or pyarrow.
@@ -30,6 +30,8 @@ _HOMES = {
     "PAD_ID": "tokenizer",
     "UNK_ID": "tokenizer",
     "Tokenizer": "tokenizer",
+    "VocabularyTokenizer": "vocabulary",
+    "read_pretrained_tokenizer": "vocabulary",
 }
 
 __all__ = sorted(_HOMES)

@@ -432,7 +432,12 @@ class TranslationDataModule(L.LightningDataModule):
         return DataLoader(
             dataset,
             batch_sampler=sampler,
-            collate_fn=partial(collate, pad_id=PAD_ID, pad_to_multiple_of=self.pad_to_multiple_of),
+            collate_fn=partial(
+                collate,
+                pad_id=PAD_ID,
+                bos_id=self.tokenizer.bos_id,
+                pad_to_multiple_of=self.pad_to_multiple_of,
+            ),
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
             generator=torch.Generator().manual_seed(self.seed),

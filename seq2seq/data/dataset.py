@@ -73,7 +73,9 @@ class TokenizedDataset(Dataset):
         if self.subword_alpha > 0 and self.tokenizer is not None:
             src = self.tokenizer.encode(text["src_text"], sample=True, alpha=self.subword_alpha)
             if self.has_targets:
-                tgt = self.tokenizer.encode(text["tgt_text"], sample=True, alpha=self.subword_alpha)
+                tgt = self.tokenizer.encode(
+                    text["tgt_text"], sample=True, alpha=self.subword_alpha, side="target"
+                )
         limit = self.max_positions - 1
         examples = []
         for k in range(len(indices)):

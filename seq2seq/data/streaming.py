@@ -433,12 +433,14 @@ class StreamingPairs(IterableDataset):
         if filled and (pool - first_pool) % step == 0:
             yield pool, src_buf, tgt_buf
 
-    def _encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """Flat ids and offsets of ``texts``, tokenised ``chunk_size`` lines at a time."""
+    def _encode(self, texts: list[str], side: str = "source") -> tuple[np.ndarray, np.ndarray]:
+        """Flat ids and offsets of ``texts`` (``side``'s text, see ``Tokenizer.encode``),
+        tokenised ``chunk_size`` lines at a time."""
         dtype = id_dtype(self.tokenizer.vocab_size)
         values, offsets, base = [], [np.zeros(1, dtype=np.int64)], 0
         for start in range(0, len(texts), self.chunk_size):
-            v, o = flatten_ids(self.tokenizer.encode(texts[start : start + self.chunk_size]), dtype)
+            chunk = texts[start : start + self.chunk_size]
+            v, o = flatten_ids(self.tokenizer.encode(chunk, side=side), dtype)
             values.append(v)
             offsets.append(o[1:] + base)
             base += int(o[-1])
@@ -446,7 +448,7 @@ class StreamingPairs(IterableDataset):
 
     def _tokenize(self, index: int, src: list[str], tgt: list[str]) -> tuple[_Pool, dict]:
         """The pool's ids and kept pairs, and the filtering counts."""
-        src_ids, tgt_ids = self._encode(src), self._encode(tgt)
+        src_ids, tgt_ids = self._encode(src), self._encode(tgt, side="target")
         keep, counts = filter_training_pairs(
             np.diff(src_ids[1]), np.diff(tgt_ids[1]), self.max_positions, self.max_length_ratio
         )
@@ -507,16 +509,20 @@ class StreamingPairs(IterableDataset):
             src = [src_values[src_offsets[i] : src_offsets[i + 1]] for i in positions]
             tgt = [tgt_values[tgt_offsets[i] : tgt_offsets[i + 1]] for i in positions]
         else:
-            limit = self.max_positions - 1
-            src, tgt = (
-                [ids[:limit] for ids in self.tokenizer.encode(texts, True, self.subword_alpha)]
-                for texts in ([side[i] for i in positions] for side in pool.text)
-            )
+            limit, alpha = self.max_positions - 1, self.subword_alpha
+            src_text, tgt_text = ([text[i] for i in positions] for text in pool.text)
+            src = [ids[:limit] for ids in self.tokenizer.encode(src_text, True, alpha)]
+            tgt = [ids[:limit] for ids in self.tokenizer.encode(tgt_text, True, alpha, "target")]
         examples = [
             {"index": pool.first + i, "src": np.append(s, EOS_ID).astype(np.int64), "tgt": t}
             for i, s, t in zip(positions, src, tgt, strict=True)
         ]
-        return collate(examples, pad_id=PAD_ID, pad_to_multiple_of=self.pad_to_multiple_of)
+        return collate(
+            examples,
+            pad_id=PAD_ID,
+            bos_id=self.tokenizer.bos_id,
+            pad_to_multiple_of=self.pad_to_multiple_of,
+        )
 
 
 def _as_is(batch: dict[str, Any]) -> dict[str, Any]:

@@ -138,7 +138,7 @@ def write_tokenized(
                 "src_text": pa.array(src, pa.string()),
                 "tgt_text": pa.array(tgt, pa.string()),
                 "src": _arrow_lists(*flatten_ids(tokenizer.encode(src), id_type)),
-                "tgt": _arrow_lists(*flatten_ids(tokenizer.encode(tgt), id_type)),
+                "tgt": _arrow_lists(*flatten_ids(tokenizer.encode(tgt, side="target"), id_type)),
             }
             with _writing(file):
                 writer.write_table(pa.table(chunk))

@@ -224,10 +224,17 @@ class Tokenizer:
         Returns:
             The tokenizer.
 
+        A :class:`~seq2seq.data.vocabulary.VocabularyTokenizer`'s container (it starts with
+        :data:`~seq2seq.data.vocabulary.MAGIC`) gives that class, whatever ``cls`` is.
+
         Raises:
             ValueError: If ``data`` is not a SentencePiece model, or its special ids differ
                 from this project's.
         """
+        from seq2seq.data import vocabulary  # imports this module
+
+        if bytes(data[: len(vocabulary.MAGIC)]) == vocabulary.MAGIC:
+            return vocabulary.VocabularyTokenizer.from_bytes(data, name=name)
         processor = spm.SentencePieceProcessor()
         try:
             processor.LoadFromSerializedProto(bytes(data))
@@ -280,7 +287,15 @@ class Tokenizer:
         return EOS_ID
 
     # ------------------------------------------------------------------ conversion
-    def encode(self, texts: list[str], sample: bool = False, alpha: float = 0.1) -> list[list[int]]:
+    def encode(
+        self,
+        texts: list[str],
+        sample: bool = False,
+        alpha: float = 0.1,
+        side: str = "source",
+        src_lang: str | None = None,
+        tgt_lang: str | None = None,
+    ) -> list[list[int]]:
         """Splits texts into piece ids, without BOS or EOS.
 
         Args:
@@ -289,6 +304,10 @@ class Tokenizer:
                 instead of the best one; for BPE models this is BPE-dropout (Provilkov et
                 al. 2020) with drop probability ``alpha``.
             alpha: Smoothing parameter of the unigram sampling, or the BPE drop probability.
+            side: ``"source"`` or ``"target"`` text; one joint model here, so ignored (an
+                imported model's :class:`~seq2seq.data.vocabulary.VocabularyTokenizer` uses it).
+            src_lang: Ignored here (language tokens of an imported multilingual model).
+            tgt_lang: Ignored here, likewise.
 
         Returns:
             One list of ids per text (an empty text gives an empty list).
