@@ -1,8 +1,9 @@
 """seq2seq export: CTranslate2 and Hugging Face folders reproduce our model and search.
 
 The tiny run of ``configs/tiny.yaml`` (Pre-LN, relu, sinusoids, tied embeddings) is the main
-subject; Post-LN, gelu, learned-position, untied and rotary variants are built from its
-tokenizer with fresh weights (their checkpoints hold what ``seq2seq fit`` stores).
+subject; Post-LN, gelu, silu, learned-position, fairseq-position, untied, unscaled, output-bias
+and rotary variants are built from its tokenizer with fresh weights (their checkpoints hold
+what ``seq2seq fit`` stores).
 """
 
 from __future__ import annotations
@@ -64,9 +65,9 @@ def _variant(tiny_ckpt: Path, path: Path, **settings) -> Path:
     config = {**base["seq2seq"]["model_config"], **settings}
     torch.manual_seed(0)
     module = TranslationModule(**config)
-    with torch.no_grad():  # LayerNorms away from (1, 0), so that their export is checked too
-        for name, p in module.named_parameters():
-            if "norm" in name:
+    with torch.no_grad():  # LayerNorms away from (1, 0), the output bias from 0, so that
+        for name, p in module.named_parameters():  # their export is checked too
+            if "norm" in name or "output_bias" in name:
                 p.add_(0.1 * torch.randn_like(p))
     checkpoint = {
         "state_dict": module.state_dict(),
@@ -201,6 +202,88 @@ def test_huggingface_post_ln_export_is_marian_with_our_logits(tiny_ckpt, tmp_pat
     _assert_same_logits(Translator.from_checkpoint(ckpt, device="cpu"), model)
 
 
+# Each new option in a class of its own: Pegasus (Pre-LN), Marian (Post-LN), M2M-100 (fairseq).
+NEW_OPTIONS = {
+    "pegasus_silu_unscaled_bias": dict(activation="silu", scale_embedding=False, output_bias=True),
+    "marian_silu_bias": dict(norm_first=False, activation="silu", output_bias=True),
+    "m2m100_fairseq": dict(positional="sinusoidal_fairseq", activation="gelu"),
+    "m2m100_fairseq_silu_unscaled": dict(
+        positional="sinusoidal_fairseq", activation="silu", scale_embedding=False
+    ),
+}
+HF_CLASS = {
+    "pegasus": "PegasusForConditionalGeneration",
+    "marian": "MarianMTModel",
+    "m2m100": "M2M100ForConditionalGeneration",
+}
+
+
+@pytest.mark.parametrize("name", sorted(NEW_OPTIONS))
+def test_ctranslate2_reproduces_the_new_options(tiny_ckpt, tmp_path, name):
+    """silu, unscaled embeddings, an output bias and fairseq's positions: CTranslate2's scores
+    are our log-probabilities, its greedy output is ours."""
+    from seq2seq.export.ctranslate2 import export_ctranslate2
+
+    ckpt = _variant(tiny_ckpt, tmp_path / "variant.ckpt", **NEW_OPTIONS[name])
+    translator = Translator.from_checkpoint(ckpt, device="cpu")
+    folder = export_ctranslate2(ckpt, tmp_path / "ct2")
+    pairs = _pairs(translator, 6)
+    for (src, tgt), theirs in zip(pairs, _ct2_scores(folder, translator, pairs), strict=True):
+        torch.testing.assert_close(
+            torch.tensor(theirs, dtype=torch.float64),
+            _our_log_probs(translator, src, tgt),
+            atol=1e-4,
+            rtol=0,
+        )
+    lines = _lines(12)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # lines cut at max_positions
+        got = Translator.from_checkpoint(folder, device="cpu").translate(lines, beam_size=1)
+        assert got == translator.translate(lines, beam_size=1)
+
+
+@pytest.mark.parametrize("name", sorted(NEW_OPTIONS))
+def test_huggingface_reproduces_the_new_options(tiny_ckpt, tmp_path, name):
+    """The class each option is exported as gives our logits (its ids: ``vocabulary_order``)
+    also for right-padded batches, its tokenizer our ids, and greedy ``generate`` our
+    translations."""
+    from seq2seq.export.huggingface import (
+        export_huggingface,
+        generate_translations,
+        vocabulary_order,
+    )
+    from seq2seq.nn import padding_mask
+
+    ckpt = _variant(tiny_ckpt, tmp_path / "variant.ckpt", **NEW_OPTIONS[name])
+    translator = Translator.from_checkpoint(ckpt, device="cpu")
+    model, tokenizer = _hf(export_huggingface(ckpt, tmp_path / "hf"))
+    assert type(model).__name__ == HF_CLASS[name.split("_")[0]]
+    hf_ids = torch.tensor(vocabulary_order(translator.module.model.config.to_dict()))
+    assert (hf_ids[:4].tolist() == [1, 3, 0, 2]) == name.startswith("m2m100")
+    pad, bos = translator.module.tokenizer.pad_id, translator.module.tokenizer.bos_id
+    pairs = _pairs(translator, 6)
+    src = torch.nn.utils.rnn.pad_sequence([torch.tensor(s) for s, _ in pairs], True, pad)
+    tgt = torch.nn.utils.rnn.pad_sequence([torch.tensor([bos, *t]) for _, t in pairs], True, pad)
+    with torch.no_grad():
+        expected = translator.module.model(src, tgt, padding_mask(src, pad))
+        logits = model(
+            input_ids=hf_ids[src], attention_mask=src != pad, decoder_input_ids=hf_ids[tgt]
+        ).logits[..., hf_ids]  # column i: our id i
+    real = tgt != pad
+    torch.testing.assert_close(logits[real], expected[real], atol=1e-5, rtol=0)
+    lines = _lines(8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        ours = translator.encode(lines)
+        assert tokenizer(lines, truncation=True)["input_ids"] == [hf_ids[x].tolist() for x in ours]
+        got = generate_translations(model, tokenizer, lines, 1, **_lengths(translator))
+        assert got == translator.translate(lines, beam_size=1)
+
+
+def _lengths(translator: Translator) -> dict:
+    return {k: getattr(translator.decoding, k) for k in ("max_len_a", "max_len_b", "min_len")}
+
+
 def test_huggingface_generate_is_our_search(ours, hf_dir):
     from seq2seq.export.huggingface import generate_translations
 
@@ -294,6 +377,11 @@ def test_translate_says_which_option_ctranslate2_lacks(ct2_dir, tmp_path, monkey
         ("ctranslate2", dict(positional="rotary"), ["model.positional='rotary'"]),
         ("huggingface", dict(positional="rotary"), ["model.positional='rotary'"]),
         ("huggingface", dict(positional="learned"), ["model.positional='learned'"]),
+        (
+            "huggingface",
+            dict(positional="sinusoidal_fairseq", norm_first=False, output_bias=True),
+            ["model.positional='sinusoidal_fairseq'", "model.output_bias=True"],
+        ),
         (
             "huggingface",
             dict(positional="learned", tie_embeddings="decoder"),
@@ -626,3 +714,21 @@ def test_exports_carry_the_checkpoints_repetition_penalty(ours, tiny_ckpt, tmp_p
         default = theirs.translate(lines, beam_size=1)
         assert default == theirs.translate(lines, beam_size=1, repetition_penalty=1.7)
         assert default != theirs.translate(lines, beam_size=1, repetition_penalty=1.0)
+
+
+def test_a_checkpoint_older_than_the_new_options_exports_with_their_defaults(tiny_ckpt, tmp_path):
+    """A checkpoint whose settings predate ``scale_embedding`` and ``output_bias`` (and the
+    other newer fields) is read with their defaults, the behaviour it was trained with."""
+    from seq2seq.checkpoint import load_checkpoint
+    from seq2seq.export.common import read_checkpoint
+
+    checkpoint = load_checkpoint(tiny_ckpt)
+    new = ("scale_embedding", "output_bias")
+    for settings in (checkpoint["seq2seq"]["model_config"], checkpoint["hyper_parameters"]):
+        for key in new:
+            settings.pop(key, None)
+    old = tmp_path / "old.ckpt"
+    torch.save(checkpoint, old)
+    config = read_checkpoint(old).config
+    assert {key: config[key] for key in new} == {"scale_embedding": True, "output_bias": False}
+    assert config == read_checkpoint(tiny_ckpt).config

@@ -53,7 +53,15 @@ _SUPPORTED = (
     "MarianTokenizer (source.spm, target.spm, vocab.json), M2M100Tokenizer (vocab.json, "
     "sentencepiece.bpe.model) and NllbTokenizer (sentencepiece.bpe.model)"
 )
-_SPECIAL_KEYS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token")
+_SPECIAL_KEYS = (
+    "bos_token",
+    "eos_token",
+    "unk_token",
+    "sep_token",
+    "pad_token",
+    "cls_token",
+    "mask_token",
+)
 
 # fairseq's language lists of M2M-100 (Fan et al. 2021), in the order of their ids.
 M2M100_LANGUAGES = {
@@ -165,12 +173,11 @@ class VocabularyTokenizer(Tokenizer):
         """The container :meth:`Tokenizer.from_bytes` rebuilds this from: :data:`MAGIC`, one
         JSON line (the vocabulary, ids and languages), the SentencePiece model(s)."""
         target = self._target_bytes or b""
-        header = {
-            **self._header,
+        header = self._header | {
             "source_bytes": len(self._source_bytes),
             "target_bytes": len(target),
         }
-        line = json.dumps(header, sort_keys=True, ensure_ascii=False).encode("utf-8")
+        line = json.dumps(header, ensure_ascii=False).encode("utf-8")  # order kept: ids unique
         return MAGIC + line + b"\n" + self._source_bytes + target
 
     def __getstate__(self) -> dict:
@@ -248,14 +255,11 @@ class VocabularyTokenizer(Tokenizer):
             ValueError: for a language the model lacks (naming those it has), or a missing one.
         """
         tgt_lang = tgt_lang or self.tgt_lang
-        if self.family == "marian":
-            if not self._languages and tgt_lang not in (None, self.tgt_lang):
-                raise ValueError(
-                    f"{self.name}: target language {tgt_lang!r} cannot be selected: the model "
-                    f"has no language tags (it translates into {self.tgt_lang or 'one language'})"
-                )
-            tag = self._language_token(tgt_lang, "target language")
-            return ([] if tag is None else [tag]), []
+        if self.family == "marian" and not self._languages and tgt_lang != self.tgt_lang:
+            raise ValueError(
+                f"{self.name}: target language {tgt_lang!r} cannot be selected: the model has "
+                f"no language tags (it translates into {self.tgt_lang or 'one language'})"
+            )
         return self._prefix("source", src_lang, tgt_lang), self._prefix(
             "target", src_lang, tgt_lang
         )
@@ -399,10 +403,8 @@ def read_pretrained_tokenizer(
         value = ids[key] = config.get(key)
         if not isinstance(value, int) or isinstance(value, bool):
             raise ValueError(f"{folder / 'config.json'}: {key} must be an integer, got {value!r}")
-    named = {key: _content(settings.get(key)) for key in _SPECIAL_KEYS}
-    named = {key: value for key, value in named.items() if value} | {
-        key: value for key, value in _DEFAULTS[family].items() if key not in named or not named[key]
-    }
+    given = {key: _content(settings.get(key)) for key in _SPECIAL_KEYS}
+    named = _DEFAULTS[family] | {key: text for key, text in given.items() if text}
     vocab, languages, models = {"marian": _marian, "m2m_100": _m2m_100, "nllb": _nllb}[family](
         folder, settings
     )
@@ -420,7 +422,7 @@ def read_pretrained_tokenizer(
         raise ValueError(f"{folder}: the unk token {unk!r} is not in the vocabulary")
     special = {vocab[t] for t in named.values() if t in vocab}
     special |= {hf for hf, _, is_special in added if is_special}
-    if family != "marian":  # Marian's >>xx<< tags are ordinary pieces there
+    if family != "marian":  # (Marian's tags are not special there; decode drops them anyway)
         special |= {hf for _, hf in languages}
     default = {"m2m_100": "en", "nllb": "eng_Latn"}.get(family)
     src = src_lang or settings.get("src_lang") or settings.get("source_lang")

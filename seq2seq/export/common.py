@@ -24,6 +24,7 @@ import torch
 from seq2seq.checkpoint import check_model_checkpoint, language_pair, load_checkpoint
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.files import disk_error, write_error
+from seq2seq.nn.config import TransformerConfig
 from seq2seq.nn.decoding import DecodingConfig
 from seq2seq.temporaries import remove_abandoned, temporary_prefix
 
@@ -71,7 +72,9 @@ class ExportSource:
         weights: the model's parameters, keyed without the ``model.`` prefix of the
             LightningModule (``encoder.layers.0.self_attn.qkv.weight`` ...), float32 on CPU.
         config: the architecture (``vocab_size``, ``d_model``, ``n_heads``, ``norm_first``,
-            ``positional``, ``tie_embeddings``, ...), as ``seq2seq.nn.Transformer`` takes it.
+            ``positional``, ``tie_embeddings``, ...), as ``seq2seq.nn.Transformer`` takes it;
+            every field of :class:`~seq2seq.nn.TransformerConfig` is there (those a checkpoint
+            predates take their defaults, which are what it computes).
         decoding: the checkpoint's decoding settings (those it does not record take their
             defaults).
         tokenizer: the SentencePiece model the checkpoint carries.
@@ -141,6 +144,9 @@ def read_checkpoint(path: str | Path) -> ExportSource:
     config = dict(extra["model_config"])
     for key in ("positional", "tie_embeddings", "activation", "norm_first"):
         config.setdefault(key, hparams.get(key))
+    for key, default in TransformerConfig().to_dict().items():  # fields newer than the file
+        if config.get(key) is None:
+            config[key] = default if hparams.get(key) is None else hparams[key]
     return ExportSource(path, weights, config, decoding, tokenizer, languages)
 
 

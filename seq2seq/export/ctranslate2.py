@@ -4,9 +4,15 @@ The folder is built with CTranslate2's own specification API
 (``ctranslate2.specs.TransformerSpec.from_config``, ``validate``, ``optimize``, ``save``) from
 the checkpoint's weights. It reproduces :class:`seq2seq.nn.Transformer` exactly:
 
-* token embeddings times ``sqrt(d_model)`` plus our sinusoid table, written out explicitly
-  (CTranslate2's built-in table lays sin and cos out in halves, ours interleaves them);
+* token embeddings times ``sqrt(d_model)`` (or times 1 without ``scale_embedding``) plus the
+  position table, written out explicitly: our interleaved sinusoids (CTranslate2's built-in
+  table lays sin and cos out in halves), fairseq's rows ``p + 2`` for
+  ``sinusoidal_fairseq`` (what CTranslate2's own M2M-100 converter writes), or the learned
+  one;
 * Pre-LN with final LayerNorms, or Post-LN without them; LayerNorm epsilon 1e-5;
+* relu, gelu (erf) or silu (CTranslate2's ``SWISH``, as its Marian converter maps
+  ``swish``), and the output bias as the projection's bias (its converters'
+  ``final_logits_bias``);
 * sources end with EOS (``add_source_eos``), decoding starts from ``<s>``;
 * the fused ``[q; k; v]`` and ``[k; v]`` projections are CTranslate2's own layout.
 
@@ -51,6 +57,9 @@ QUANTIZATIONS = (
 
 LAYER_NORM_EPSILON = 1e-5  # torch.nn.LayerNorm's default, which seq2seq.nn uses
 
+#: Our activations by the names of CTranslate2's ``common_spec.Activation``.
+ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "silu": "SWISH"}  # GELU: erf form, as F.gelu
+
 
 def unsupported(config: dict[str, Any]) -> list[tuple[str, str]]:
     """``(setting, why)`` for each setting of ``config`` that the CTranslate2 Transformer
@@ -64,8 +73,8 @@ def unsupported(config: dict[str, Any]) -> list[tuple[str, str]]:
                 "(export sinusoidal or learned positions)",
             )
         )
-    if config["activation"] not in ("relu", "gelu"):
-        problems.append(("activation", "CTranslate2 takes relu or gelu here"))
+    if config["activation"] not in ACTIVATIONS:
+        problems.append(("activation", f"CTranslate2 takes {', '.join(ACTIVATIONS)} here"))
     return problems
 
 
@@ -98,14 +107,19 @@ def _ffn(spec, source: ExportSource, name: str) -> None:
     _linear(spec.linear_1, w(f"{name}.fc2.weight"), w(f"{name}.fc2.bias"))
 
 
-def _positions(source: ExportSource) -> np.ndarray:
-    """``(max_positions, D)`` float32 sinusoid table added to the scaled embeddings, the one
-    :class:`seq2seq.nn.layers.SinusoidalPositionalEncoding` computes (sin and cos
-    interleaved)."""
-    config = source.config
-    from seq2seq.nn.layers import SinusoidalPositionalEncoding
+def _positions(source: ExportSource, prefix: str) -> np.ndarray:
+    """``(max_positions, D)`` float32 table added to the (scaled) embeddings of the
+    ``prefix`` stack, row ``p`` for position ``p``: the one
+    :class:`seq2seq.nn.layers.SinusoidalPositionalEncoding` (sin and cos interleaved) or
+    :class:`~seq2seq.nn.layers.FairseqSinusoidalPositionalEncoding` (fairseq's rows ``2 ..``)
+    computes, or the learned one."""
+    from seq2seq.nn.config import TransformerConfig
+    from seq2seq.nn.layers import positional_encoding
 
-    table = SinusoidalPositionalEncoding(config["d_model"], config["max_positions"]).table
+    config = source.config
+    if config["positional"] == "learned":
+        return source.weight(f"{prefix}.positions.weight").numpy()
+    table = positional_encoding(TransformerConfig.from_dict(config)).table
     return table.numpy().astype(np.float32)
 
 
@@ -121,26 +135,20 @@ def build_spec(source: ExportSource):
     from ctranslate2.specs import common_spec, transformer_spec
 
     config = source.config
-    activation = {
-        "relu": common_spec.Activation.RELU,
-        "gelu": common_spec.Activation.GELU,  # exact erf form, as torch's F.gelu
-    }[config["activation"]]
+    activation = common_spec.Activation[ACTIVATIONS[config["activation"]]]
     spec = transformer_spec.TransformerSpec.from_config(
         (config["n_encoder_layers"], config["n_decoder_layers"]),
         config["n_heads"],
         pre_norm=config["norm_first"],
         activation=activation,
     )
-    sinusoids = _positions(source) if config["positional"] == "sinusoidal" else None
     for stack, cross in ((spec.encoder, False), (spec.decoder, True)):
         prefix = "decoder" if cross else "encoder"
         embeddings = stack.embeddings if cross else stack.embeddings[0]
         embeddings.weight = source.vocab_rows(f"{prefix}.embed.weight").numpy()
-        stack.scale_embeddings = True  # times sqrt(d_model), as seq2seq.nn does
-        if sinusoids is not None:
-            stack.position_encodings.encodings = sinusoids
-        else:
-            stack.position_encodings.encodings = source.weight(f"{prefix}.positions.weight").numpy()
+        # True: times sqrt(d_model), as seq2seq.nn does; False: times 1.
+        stack.scale_embeddings = bool(config["scale_embedding"])
+        stack.position_encodings.encodings = _positions(source, prefix)
         if config["norm_first"]:
             _norm(stack.layer_norm, source, f"{prefix}.norm")
         for i, layer in enumerate(stack.layer):
@@ -153,6 +161,8 @@ def build_spec(source: ExportSource):
             _ffn(layer.ffn, source, f"{name}.ff")
             _norm(layer.ffn.layer_norm, source, f"{name}.norm{3 if cross else 2}")
     spec.decoder.projection.weight = source.vocab_rows("output.weight").numpy()
+    if config["output_bias"]:  # (V,), over the real vocabulary already
+        spec.decoder.projection.bias = source.weight("output_bias").numpy()
 
     pieces = source.tokenizer.id_to_piece(list(range(config["vocab_size"])))
     spec.register_source_vocabulary(pieces)

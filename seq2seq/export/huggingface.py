@@ -3,21 +3,32 @@
 
 The class is the one whose computation is ours:
 
-* Pre-LN (``norm_first``), final LayerNorms: ``PegasusForConditionalGeneration``;
-* Post-LN: ``MarianMTModel``.
+* ``positional="sinusoidal"``, Pre-LN (``norm_first``), final LayerNorms:
+  ``PegasusForConditionalGeneration``;
+* ``positional="sinusoidal"``, Post-LN: ``MarianMTModel``;
+* ``positional="sinusoidal_fairseq"``, Pre-LN: ``M2M100ForConditionalGeneration``.
 
-Both scale embeddings by ``sqrt(d_model)``, add fixed sinusoids, share one embedding matrix
-between encoder, decoder and output, and use LayerNorm epsilon 1e-5, as ours. Their sinusoid
-table lays the features out sin-half | cos-half where ours interleaves ``sin, cos`` per
-frequency: the same table up to a fixed permutation ``P`` of the ``d_model`` axis. LayerNorm
-and every linear map commute with ``P`` (a LayerNorm's statistics ignore the order; a linear
-map reading the residual stream takes ``W[:, P]``, one writing it ``W[P]``), so the exported
-model, with every residual-stream axis permuted by ``P``, computes our logits exactly.
+All share one embedding matrix between encoder, decoder and output, add fixed sinusoids, use
+LayerNorm epsilon 1e-5 and take ``scale_embedding`` (embeddings times ``sqrt(d_model)`` or 1)
+and ``activation_function`` (``silu`` for ours) as settings, as ours. Pegasus and Marian add
+``final_logits_bias`` (our ``output_bias``); M2M-100 has none. Their sinusoid table lays the
+features out sin-half | cos-half where ours interleaves ``sin, cos`` per frequency: the same
+table up to a fixed permutation ``P`` of the ``d_model`` axis. LayerNorm and every linear map
+commute with ``P`` (a LayerNorm's statistics ignore the order; a linear map reading the
+residual stream takes ``W[:, P]``, one writing it ``W[P]``), so the exported model, with every
+residual-stream axis permuted by ``P``, computes our logits exactly. fairseq's table is
+M2M-100's own: no permutation there.
+
+M2M-100 numbers positions from ``pad_token_id + 1`` (fairseq's rows ``p + 2`` need padding id
+1), so its export lays the vocabulary out in fairseq's order, ``<s> <pad> </s> <unk>`` first
+(:func:`vocabulary_order`): Hugging Face id ``hf_ids[i]`` holds our id ``i``, in the weights,
+the ids of the config and ``vocab.json``.
 
 The tokenizer is ``MarianTokenizer`` over the checkpoint's SentencePiece model
-(``source.spm`` = ``target.spm``, ``vocab.json`` mapping each piece to our id); it appends EOS
-to sources, as our data module does. The generation config carries the checkpoint's beam size,
-length penalty, ``min_len`` and ``repetition_penalty``, decoding from ``<s>``,
+(``source.spm`` = ``target.spm``, ``vocab.json`` mapping each piece to its id in the model:
+ours, but for M2M-100 as above); it appends EOS to sources, as our data module does. The
+generation config carries the checkpoint's beam size, length penalty, ``min_len`` and
+``repetition_penalty``, decoding from ``<s>``,
 ``early_stopping=False`` (our beam search's stopping rule) and the padding token suppressed
 (after the log-softmax, as ours).
 
@@ -45,12 +56,28 @@ from seq2seq.export.common import (
     write_folder,
 )
 
+#: Our activations by the names of Hugging Face's ``ACT2FN`` (``silu``: ``x * sigmoid(x)``).
+ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "silu": "silu"}
+
 
 def unsupported(config: dict[str, Any]) -> list[tuple[str, str]]:
-    """``(setting, why)`` for each setting that Pegasus/Marian cannot represent."""
+    """``(setting, why)`` for each setting that Pegasus/Marian/M2M-100 cannot represent."""
     problems = []
-    if config["positional"] != "sinusoidal":
-        problems.append(("positional", "Pegasus and Marian have fixed sinusoidal positions only"))
+    fairseq = config["positional"] == "sinusoidal_fairseq"
+    if config["positional"] not in ("sinusoidal", "sinusoidal_fairseq"):
+        problems.append(
+            ("positional", "Pegasus, Marian and M2M-100 have fixed sinusoidal positions only")
+        )
+    elif fairseq and not config["norm_first"]:
+        problems.append(
+            (
+                "positional",
+                "fairseq's table is exported as M2M100ForConditionalGeneration, which is Pre-LN "
+                "(norm_first=True)",
+            )
+        )
+    if fairseq and config["output_bias"]:
+        problems.append(("output_bias", "M2M100ForConditionalGeneration has no final_logits_bias"))
     if config["tie_embeddings"] != "all":
         problems.append(
             (
@@ -59,8 +86,8 @@ def unsupported(config: dict[str, Any]) -> list[tuple[str, str]]:
                 "(tie_embeddings=all)",
             )
         )
-    if config["activation"] not in ("relu", "gelu"):
-        problems.append(("activation", "relu or gelu only"))
+    if config["activation"] not in ACTIVATIONS:
+        problems.append(("activation", f"{', '.join(ACTIVATIONS)} only"))
     if config["n_heads"] <= 0 or config["d_model"] % 2:
         problems.append(("d_model", "the sinusoid layout needs an even d_model"))
     return problems
@@ -72,19 +99,42 @@ def interleave_permutation(d_model: int) -> torch.Tensor:
     return torch.cat([torch.arange(0, d_model, 2), torch.arange(1, d_model, 2)])
 
 
-def state_dict(source: ExportSource, pegasus: bool) -> dict[str, torch.Tensor]:
+def vocabulary_order(config: dict[str, Any]) -> list[int]:
+    """``hf_ids``: the Hugging Face id of each of our ids. The identity, but for M2M-100
+    (``positional="sinusoidal_fairseq"``), fairseq's order ``<s> <pad> </s> <unk>`` (fairseq's
+    ``Dictionary``): our pad 0, unk 1, bos 2, eos 3 become 1, 3, 0, 2, the rest stay. An
+    import that puts pad, unk, the lowest other id and eos first reads these ids back as
+    ours (and exporting a model imported from M2M-100 gives back its ids)."""
+    hf_ids = list(range(config["vocab_size"]))
+    if config["positional"] == "sinusoidal_fairseq":
+        hf_ids[:4] = [1, 3, 0, 2]
+    return hf_ids
+
+
+def _in_hf_order(rows: torch.Tensor, hf_ids: list[int]) -> torch.Tensor:
+    """Rows indexed by our ids -> rows indexed by Hugging Face ids."""
+    out = torch.empty_like(rows)
+    out[torch.tensor(hf_ids)] = rows
+    return out
+
+
+def state_dict(source: ExportSource, final_norms: bool) -> dict[str, torch.Tensor]:
     """The weights of the Hugging Face model, keyed by its parameter names.
 
     Args:
         source: the checkpoint.
-        pegasus: Pegasus names (final LayerNorms) or Marian names.
+        final_norms: Pegasus/M2M-100 names (final LayerNorms) or Marian names.
 
     Returns:
-        float32 tensors for ``model.shared``, every layer and (Pegasus) ``layer_norm``.
+        float32 tensors for ``model.shared`` (rows in :func:`vocabulary_order`), every layer,
+        (Pegasus, M2M-100) ``layer_norm`` and, with ``output_bias``, ``final_logits_bias``
+        ``(1, V)``.
     """
     config = source.config
     d = config["d_model"]
-    p = interleave_permutation(d)
+    fairseq = config["positional"] == "sinusoidal_fairseq"  # M2M-100's own table: no P
+    p = torch.arange(d) if fairseq else interleave_permutation(d)
+    hf_ids = vocabulary_order(config)
     w = source.weight
     out: dict[str, torch.Tensor] = {}
 
@@ -112,7 +162,10 @@ def state_dict(source: ExportSource, pegasus: bool) -> dict[str, torch.Tensor]:
         out[f"{prefix}.fc2.weight"] = w(f"{name}.fc2.weight")[p]
         out[f"{prefix}.fc2.bias"] = w(f"{name}.fc2.bias")[p]
 
-    out["model.shared.weight"] = source.vocab_rows("decoder.embed.weight")[:, p]
+    shared = source.vocab_rows("decoder.embed.weight")[:, p]
+    out["model.shared.weight"] = _in_hf_order(shared, hf_ids)
+    if config["output_bias"]:
+        out["final_logits_bias"] = _in_hf_order(w("output_bias"), hf_ids)[None]
     for stack in ("encoder", "decoder"):
         n_layers = config[f"n_{stack}_layers"]
         for i in range(n_layers):
@@ -136,14 +189,15 @@ def state_dict(source: ExportSource, pegasus: bool) -> dict[str, torch.Tensor]:
                 norm(f"{hf}.encoder_attn_layer_norm", f"{ours}.norm2")
             feed_forward(hf, f"{ours}.ff")
             norm(f"{hf}.final_layer_norm", f"{ours}.norm{3 if stack == 'decoder' else 2}")
-        if pegasus:
+        if final_norms:
             norm(f"model.{stack}.layer_norm", f"{stack}.norm")
     return out
 
 
 def build_model(source: ExportSource):
-    """The ``PegasusForConditionalGeneration`` (Pre-LN) or ``MarianMTModel`` (Post-LN) of a
-    checkpoint, in eval mode, with its generation config set from the checkpoint.
+    """The ``PegasusForConditionalGeneration`` (Pre-LN), ``MarianMTModel`` (Post-LN) or
+    ``M2M100ForConditionalGeneration`` (fairseq's positions) of a checkpoint, in eval mode,
+    with its generation config set from the checkpoint.
 
     Raises:
         ValueError: for a setting the class cannot represent (:func:`unsupported`).
@@ -153,6 +207,8 @@ def build_model(source: ExportSource):
     transformers = require("transformers", "seq2seq export --format huggingface")
     config, decoding = source.config, source.decoding
     tok = source.tokenizer
+    hf_ids = vocabulary_order(config)
+    pad, bos, eos = hf_ids[tok.pad_id], hf_ids[tok.bos_id], hf_ids[tok.eos_id]
     common = dict(
         vocab_size=config["vocab_size"],
         d_model=config["d_model"],
@@ -162,21 +218,25 @@ def build_model(source: ExportSource):
         decoder_attention_heads=config["n_heads"],
         encoder_ffn_dim=config["d_ff"],
         decoder_ffn_dim=config["d_ff"],
-        activation_function=config["activation"],
+        activation_function=ACTIVATIONS[config["activation"]],
         dropout=config.get("dropout", 0.0),
         attention_dropout=config.get("attention_dropout", 0.0),
         activation_dropout=config.get("activation_dropout", 0.0),
         max_position_embeddings=config["max_positions"],
-        scale_embedding=True,
-        pad_token_id=tok.pad_id,
-        bos_token_id=tok.bos_id,
-        eos_token_id=tok.eos_id,
-        decoder_start_token_id=tok.bos_id,
+        scale_embedding=bool(config["scale_embedding"]),
+        pad_token_id=pad,
+        bos_token_id=bos,
+        eos_token_id=eos,
+        decoder_start_token_id=bos,
         forced_eos_token_id=None,  # a hypothesis at the length limit ends without EOS, as ours
         tie_word_embeddings=True,
     )
-    pegasus = bool(config["norm_first"])
-    if pegasus:
+    m2m100 = config["positional"] == "sinusoidal_fairseq"
+    if m2m100:
+        no_layerdrop = dict(encoder_layerdrop=0.0, decoder_layerdrop=0.0)  # seq2seq has none
+        hf_config = transformers.M2M100Config(**common, **no_layerdrop)
+        model = transformers.M2M100ForConditionalGeneration(hf_config)
+    elif config["norm_first"]:
         hf_config = transformers.PegasusConfig(**common)
         model = transformers.PegasusForConditionalGeneration(hf_config)
     else:
@@ -184,27 +244,31 @@ def build_model(source: ExportSource):
             **common, decoder_vocab_size=config["vocab_size"], share_encoder_decoder_embeddings=True
         )
         model = transformers.MarianMTModel(hf_config)
-    weights = state_dict(source, pegasus)
+    weights = state_dict(source, final_norms=bool(config["norm_first"]))
     missing, unexpected = model.load_state_dict(weights, strict=False)
-    allowed = {"final_logits_bias", "lm_head.weight"}  # zero bias; output tied to shared
+    allowed = {"lm_head.weight"}  # tied to shared
+    if not config["output_bias"]:
+        allowed.add("final_logits_bias")  # zero
     allowed |= {k for k in missing if "embed_positions" in k or "embed_tokens" in k}
     if unexpected or set(missing) - allowed:
         raise RuntimeError(
             f"weights do not match {type(model).__name__}: missing {sorted(set(missing) - allowed)}"
             f", unexpected {sorted(unexpected)}"
         )
-    from seq2seq.nn.layers import SinusoidalPositionalEncoding
+    if not m2m100:  # M2M-100 computes fairseq's table itself, ours to the bit
+        from seq2seq.nn.layers import SinusoidalPositionalEncoding
 
-    table = SinusoidalPositionalEncoding(config["d_model"], config["max_positions"]).table
-    with torch.no_grad():
-        for stack in (model.model.encoder, model.model.decoder):
-            stack.embed_positions.weight.copy_(table[:, interleave_permutation(config["d_model"])])
+        table = SinusoidalPositionalEncoding(config["d_model"], config["max_positions"]).table
+        with torch.no_grad():
+            for stack in (model.model.encoder, model.model.decoder):
+                p = interleave_permutation(config["d_model"])
+                stack.embed_positions.weight.copy_(table[:, p])
     model.tie_weights()
     generation = model.generation_config
-    generation.decoder_start_token_id = tok.bos_id
-    generation.bos_token_id = tok.bos_id
-    generation.eos_token_id = tok.eos_id
-    generation.pad_token_id = tok.pad_id
+    generation.decoder_start_token_id = bos
+    generation.bos_token_id = bos
+    generation.eos_token_id = eos
+    generation.pad_token_id = pad
     generation.forced_eos_token_id = None
     generation.num_beams = decoding.beam_size
     generation.length_penalty = float(decoding.length_penalty)
@@ -213,21 +277,23 @@ def build_model(source: ExportSource):
     generation.min_new_tokens = decoding.min_len or None
     generation.max_new_tokens = config["max_positions"]
     generation.max_length = None
-    generation.suppress_tokens = [tok.pad_id]
+    generation.suppress_tokens = [pad]
     return model.eval()
 
 
 def build_tokenizer(source: ExportSource, folder: Path):
     """A ``MarianTokenizer`` over the checkpoint's SentencePiece model, its files written to
-    ``folder`` (``source.spm``, ``target.spm``, ``vocab.json``), saved there."""
+    ``folder`` (``source.spm``, ``target.spm``, ``vocab.json`` with the model's ids,
+    :func:`vocabulary_order`), saved there."""
     transformers = require("transformers", "seq2seq export --format huggingface")
     tok = source.tokenizer
     blob = tok.to_bytes()
     (folder / "source.spm").write_bytes(blob)
     (folder / "target.spm").write_bytes(blob)
     pieces = tok.id_to_piece(list(range(source.config["vocab_size"])))
+    hf_ids = vocabulary_order(source.config)
     (folder / "vocab.json").write_text(
-        json.dumps({piece: i for i, piece in enumerate(pieces)}, ensure_ascii=False)
+        json.dumps({piece: hf_ids[i] for i, piece in enumerate(pieces)}, ensure_ascii=False)
     )
     src, tgt = source.languages or (None, None)
     import warnings
