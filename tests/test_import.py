@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import multi30k_lines
+from conftest import CONFIGS, multi30k_lines, run_main
 
 transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -398,3 +398,200 @@ def test_our_score_of_a_target_is_hugging_faces_log_probability(marian, nllb, li
         real = hf_labels != -100
         expected = log_probs[real].gather(1, hf_labels[real][:, None]).sum()
         torch.testing.assert_close(-nll, expected, atol=1e-4, rtol=1e-6)
+
+
+# ---------------------------------------------------------------------- round trips
+@pytest.fixture(scope="module")
+def our_ckpt(tmp_path_factory, train_spm, lines) -> Path:
+    """A checkpoint of ours (Pre-LN, random weights, our SentencePiece model)."""
+    from seq2seq.data.tokenizer import Tokenizer
+    from seq2seq.importing.checkpoint import build_checkpoint
+    from seq2seq.nn import DecodingConfig, Transformer, TransformerConfig
+
+    tokenizer = Tokenizer.load(train_spm(lines["de"] + lines["en"], 150))
+    config = TransformerConfig(
+        vocab_size=150, d_model=D_MODEL, n_heads=HEADS, n_encoder_layers=LAYERS,
+        n_decoder_layers=LAYERS, d_ff=FFN, max_positions=POSITIONS, activation="gelu",
+    )  # fmt: skip
+    torch.manual_seed(5)
+    model = Transformer(config)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.normal_(0.0, 0.25)
+    path = tmp_path_factory.mktemp("ours") / "ours.ckpt"
+    decoding = DecodingConfig(beam_size=3, length_penalty=0.6)
+    torch.save(
+        build_checkpoint(config, model.state_dict(), tokenizer, decoding, ("de", "en")), path
+    )
+    return path
+
+
+def _state(path: Path) -> dict[str, torch.Tensor]:
+    from seq2seq.checkpoint import load_checkpoint
+
+    return load_checkpoint(path)["state_dict"]
+
+
+def test_our_checkpoint_exported_and_imported_is_the_same_model(our_ckpt, tmp_path, lines):
+    from seq2seq.export.huggingface import export_huggingface
+    from seq2seq.translator import Translator
+
+    folder = export_huggingface(our_ckpt, tmp_path / "hf")
+    translator = _import(folder, tmp_path / "back.ckpt")
+    assert type(_hf(folder)).__name__ == "PegasusForConditionalGeneration"
+    _assert_same_logits(translator, _hf(folder), lines["de"][:8], lines["en"][:8])
+    before, after = _state(our_ckpt), _state(tmp_path / "back.ckpt")
+    assert before.keys() == after.keys()
+    vocab = translator.model.vocab_size  # rows past it pad the matrices and are never used
+    for key, value in before.items():
+        assert torch.equal(value[:vocab], after[key][:vocab]), key
+    original = Translator.from_checkpoint(our_ckpt, device="cpu")
+    assert original.model.config == translator.model.config
+    for beam in (1, 3):
+        expected = original.translate(lines["de"][:40], beam_size=beam)
+        assert translator.translate(lines["de"][:40], beam_size=beam) == expected
+    assert translator.decoding.beam_size == 3  # generation_config's num_beams, carried
+
+
+def test_imported_marian_exported_to_ctranslate2_translates_the_same(marian, tmp_path, lines):
+    from seq2seq.export.ctranslate2 import export_ctranslate2
+    from seq2seq.translator import Translator
+
+    folder, model, translator = marian
+    ckpt = tmp_path / "marian.ckpt"
+    _import(folder, ckpt)
+    ct2 = Translator.from_checkpoint(export_ctranslate2(ckpt, tmp_path / "ct2"), device="cpu")
+    sentences = lines["de"][:60]
+    settings = {"beam_size": 1, "max_len_a": 0.5, "max_len_b": 5}
+    expected = translator.translate(sentences, **settings)
+    assert len(set(expected)) > 10
+    assert ct2.translate(sentences, **settings) == expected
+
+
+def test_imported_marian_exported_to_hugging_face_gives_back_its_logits(marian, tmp_path, lines):
+    from seq2seq.export.huggingface import export_huggingface
+
+    folder, model, translator = marian
+    ckpt = tmp_path / "marian.ckpt"
+    _import(folder, ckpt)
+    sentences = lines["de"][:6]
+    exported = _hf(export_huggingface(ckpt, tmp_path / "hf"))
+    assert type(exported).__name__ == "MarianMTModel"
+    tok = translator.tokenizer
+    (src, tgt), (hf_src, hf_tgt), _, _ = _batch(translator, sentences[:6], lines["en"][:6])
+    with torch.no_grad():
+        original = model(
+            input_ids=hf_src, attention_mask=(hf_src != model.config.pad_token_id).long(),
+            decoder_input_ids=hf_tgt,
+        ).logits[..., tok.hf_ids]  # fmt: skip
+        again = exported(
+            input_ids=src, attention_mask=(src != tok.pad_id).long(), decoder_input_ids=tgt
+        ).logits
+    real = (tgt != tok.pad_id) | (torch.arange(tgt.size(1)) == 0)
+    torch.testing.assert_close(again[real], original[real], atol=1e-5, rtol=0)
+
+
+# ---------------------------------------------------------------------- refusals
+def _edited(folder: Path, tmp_path: Path, **changes) -> Path:
+    """A copy of ``folder`` with ``config.json`` keys changed (``None``: removed)."""
+    copy = tmp_path / f"edited{len(list(tmp_path.iterdir()))}"
+    shutil.copytree(folder, copy)
+    config = json.loads((copy / "config.json").read_text())
+    for key, value in changes.items():
+        config.pop(key, None) if value is None else config.__setitem__(key, value)
+    (copy / "config.json").write_text(json.dumps(config))
+    return copy
+
+
+def test_what_cannot_be_imported_is_refused_in_one_line(marian, m2m, tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("SEQ2SEQ_TRACEBACK", raising=False)
+    marian_dir, m2m_dir = marian[0], m2m[0]
+    no_weights = tmp_path / "no_weights"
+    no_weights.mkdir()
+    shutil.copy(marian_dir / "config.json", no_weights / "config.json")
+    tokenizer_config = {"tokenizer_class": "BertTokenizer"}
+    other_tokenizer = _edited(marian_dir, tmp_path)
+    (other_tokenizer / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
+    vocab = json.loads((marian_dir / "config.json").read_text())["vocab_size"]
+    cases = [
+        (_edited(marian_dir, tmp_path, architectures=["MBartForConditionalGeneration"]),
+         "architectures=['MBartForConditionalGeneration'] cannot be imported; supported: "
+         "MarianMTModel, M2M100ForConditionalGeneration, PegasusForConditionalGeneration"),
+        (no_weights, f"--input {no_weights} holds no weights: none of model.safetensors"),
+        (_edited(marian_dir, tmp_path, vocab_size=vocab - 5, decoder_vocab_size=vocab - 5),
+         f"config.json's vocab_size is {vocab - 5}"),
+        (_edited(marian_dir, tmp_path, layernorm_embedding=True),
+         "layernorm_embedding=True cannot be imported: MarianMTModel import supports "
+         "layernorm_embedding=False only"),
+        (_edited(marian_dir, tmp_path, activation_function="gelu_new"),
+         "activation_function='gelu_new' cannot be imported: supported: relu, gelu, silu, swish"),
+        (_edited(marian_dir, tmp_path, decoder_attention_heads=2),
+         "decoder_attention_heads=2 cannot be imported: seq2seq has one n_heads"),
+        (_edited(marian_dir, tmp_path, decoder_vocab_size=vocab + 3),
+         f"decoder_vocab_size={vocab + 3} cannot be imported: seq2seq has one vocabulary"),
+        (_edited(marian_dir, tmp_path, add_bias_logits=True), "add_bias_logits=True"),
+        (_edited(marian_dir, tmp_path, tie_word_embeddings=False), "tie_word_embeddings=False"),
+        (other_tokenizer, "tokenizer class BertTokenizer (tokenizer_config.json) is not supported"),
+        (m2m_dir, "multilingual M2M100ForConditionalGeneration: give --src_lang and --tgt_lang, "
+         "codes of its 100 languages (af, am, ar, ast, az, ba, ...)"),
+    ]  # fmt: skip
+    for folder, expected in cases:
+        output = tmp_path / "out.ckpt"
+        code, out, err = run_main(
+            monkeypatch, capsys, "import", "--input", str(folder), "--output", str(output)
+        )
+        assert code == 1 and out == "", (folder, err)
+        assert len(err) == 1 and expected in err[0], (expected, err)
+        assert not output.exists()
+
+
+def test_import_command_writes_and_replaces_only_its_own_output(
+    marian, our_ckpt, tmp_path, monkeypatch, capsys
+):
+    from seq2seq.checkpoint import CHECKPOINT_KEY, load_checkpoint
+    from seq2seq.checkpoint.format import IMPORTED_FROM
+
+    folder = marian[0]
+    output = tmp_path / "imported.ckpt"
+    argv = ("import", "--input", str(folder), "--output", str(output))
+    for _ in range(2):  # the second run replaces the first's output
+        code, out, err = run_main(monkeypatch, capsys, *argv)
+        assert code == 0, err
+        assert out.splitlines()[0].startswith(f"imported {folder} (MarianMTModel: 2+2 layers")
+        assert out.splitlines()[1] == (
+            f"not carried: max_length={POSITIONS} (the model's whole length, no limit: seq2seq "
+            "keeps its own, max_len_a * src_len + max_len_b); forced_eos_token_id=0 (generate "
+            "forces EOS at the length limit; a seq2seq hypothesis that reaches it ends without "
+            "one)"
+        )
+    checkpoint = load_checkpoint(output)
+    assert checkpoint[CHECKPOINT_KEY][IMPORTED_FROM]["class"] == "MarianMTModel"
+    assert checkpoint["hyper_parameters"]["decoding"]["beam_size"] == 4
+    shutil.copy(our_ckpt, tmp_path / "trained.ckpt")
+    code, _, err = run_main(
+        monkeypatch,
+        capsys,
+        "import",
+        "--input",
+        str(folder),
+        "--output",
+        str(tmp_path / "trained.ckpt"),
+    )
+    assert code == 2 and "exists and is a checkpoint that seq2seq import did not write" in err[-1]
+    assert torch.equal(
+        _state(tmp_path / "trained.ckpt")["model.output.weight"],
+        _state(our_ckpt)["model.output.weight"],
+    )
+
+
+def test_fit_refuses_to_resume_from_an_imported_checkpoint(marian, tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("SEQ2SEQ_TRACEBACK", raising=False)
+    monkeypatch.chdir(tmp_path)
+    ckpt = tmp_path / "imported.ckpt"
+    _import(marian[0], ckpt)
+    config = ["--config", str(CONFIGS / "tiny.yaml"), "--data.data_dir", str(tmp_path / "nodata")]
+    code, _, err = run_main(monkeypatch, capsys, "fit", *config, "--ckpt_path", str(ckpt))
+    assert code == 1 and len(err) == 1, err
+    assert f"{ckpt} was written by `seq2seq import` (from {marian[0].absolute()})" in err[0]
+    assert f"--init_from {ckpt}" in err[0]
+    assert not (tmp_path / "nodata").exists()

@@ -9,7 +9,7 @@ Where the meanings match (:class:`~seq2seq.nn.DecodingConfig` documents ours):
   ``len ** length_penalty``, ``len`` its generated tokens with EOS, as ours;
 * ``min_length`` (which counts the decoder start token) -> ``min_len = min_length - 1``;
   ``min_new_tokens`` -> ``min_len``;
-* ``max_length`` / ``max_new_tokens`` below the model's positions -> the fixed limit
+* ``max_length`` / ``max_new_tokens`` shorter than the model -> the fixed limit
   ``max_len_a = 0``, ``max_len_b = max_length - 1`` (or ``max_new_tokens``); a limit of the
   whole model length (OPUS-MT's 512) is none, and our ``max_len_a * src_len + max_len_b``
   stays;
@@ -126,7 +126,9 @@ def decoding_settings(
     if limit is None and "max_length" in given:
         limit, key = int(given["max_length"]) - 1, "max_length"
     if limit is not None:
-        if limit < max_positions:
+        # max_length counts the decoder start token: max_positions - 1 generated tokens fill
+        # every position of the model.
+        if limit < max_positions - 1:
             fields["max_len_a"], fields["max_len_b"] = 0.0, int(limit)
         else:
             note(
