@@ -207,9 +207,9 @@ def build_checkpoint(
         | config.to_dict()
         | {"decoding": decoding.to_dict()}
     )
+    # No epoch or global_step: the weights were not trained by seq2seq (messages say "trained
+    # N steps" of a checkpoint that records one).
     checkpoint: dict[str, Any] = {
-        "epoch": 0,
-        "global_step": 0,
         LIGHTNING_VERSION: _lightning_version(),
         "state_dict": {f"model.{k}": v for k, v in state.items()},
         "hparams_name": "kwargs",
