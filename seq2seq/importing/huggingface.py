@@ -307,19 +307,3 @@ def model_settings(folder: HuggingFaceFolder) -> dict[str, Any]:
         "output_bias": family.logits_bias,
     }
 
-
-def special_ids(config: Mapping[str, Any], where: Path) -> tuple[int, int, int]:
-    """``(pad, eos, decoder start)`` Hugging Face ids of a config.
-
-    Raises:
-        ValueError: for a missing or non-integer id, naming the key.
-    """
-    values = []
-    for key in ("pad_token_id", "eos_token_id", "decoder_start_token_id"):
-        value = config.get(key)
-        if isinstance(value, list) and len(value) == 1:
-            value = value[0]
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"{where}: {key}={value!r} must be one token id")
-        values.append(value)
-    return values[0], values[1], values[2]
