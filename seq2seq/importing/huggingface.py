@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import warnings
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -306,4 +305,3 @@ def model_settings(folder: HuggingFaceFolder) -> dict[str, Any]:
         "scale_embedding": bool(config.get("scale_embedding", family.scale_embedding)),
         "output_bias": family.logits_bias,
     }
-
