@@ -8,7 +8,8 @@ states; seq2seq adds ``checkpoint[CHECKPOINT_KEY]``, a dictionary of:
 * ``"model_config"``: the fields of :class:`seq2seq.nn.TransformerConfig`;
 * ``"tokenizer"``: the serialized SentencePiece model as a uint8 tensor (optional);
 * ``"rng"``: the random generators' states for an exact resume (training only);
-* ``"log"``: the logger's name and version, so that a resumed run logs into the same folder.
+* ``"log"``: the logger's name and version, so that a resumed run logs into the same folder;
+* :data:`IMPORTED_FROM`: in a checkpoint written by ``seq2seq import``, where it came from.
 
 The decoding settings are the module's hyperparameter ``"decoding"``, a plain dictionary of
 :class:`seq2seq.nn.DecodingConfig`'s fields (flat keys in checkpoints written before it
@@ -34,6 +35,7 @@ __all__ = [
     "AVERAGED_FROM",
     "CHECKPOINT_KEY",
     "EMA_KEY",
+    "IMPORTED_FROM",
     "LIGHTNING_VERSION",
     "NON_STRUCTURAL",
     "TRAINING_WEIGHTS",
@@ -54,6 +56,10 @@ to restore one)."""
 
 AVERAGED_FROM = "averaged_from"
 """Key that ``seq2seq average`` writes into its result: the list of averaged files."""
+
+IMPORTED_FROM = "imported_from"
+"""Key of ``checkpoint[CHECKPOINT_KEY]`` that ``seq2seq import`` writes: the source folder and
+its Hugging Face class (such a checkpoint has no training state to resume)."""
 
 TRAINING_WEIGHTS = "training_state_dict"
 """Key of the training weights in a checkpoint whose ``state_dict`` holds an exponential moving

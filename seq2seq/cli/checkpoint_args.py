@@ -20,7 +20,12 @@ from seq2seq.checkpoint import (
     load_checkpoint,
     resolve_ckpt_path,
 )
-from seq2seq.checkpoint.format import CHECKPOINT_KEY, differing_settings, weights_name
+from seq2seq.checkpoint.format import (
+    CHECKPOINT_KEY,
+    IMPORTED_FROM,
+    differing_settings,
+    weights_name,
+)
 from seq2seq.checkpoint.restore import tokenizer_from_checkpoint
 from seq2seq.cli.messages import UNTRAINED, USES, cli_value
 from seq2seq.cli.run_folder import refuse_earlier_checkpoints
@@ -133,6 +138,13 @@ def _check_resumable(config, path: str, checkpoint: dict, step: int | None) -> N
     after the data is prepared."""
     continue_log_version(config, checkpoint)
     warn_resuming_behind_last(path, step)
+    imported = (checkpoint.get(CHECKPOINT_KEY) or {}).get(IMPORTED_FROM)
+    if imported is not None:
+        source = imported.get("folder") if hasattr(imported, "get") else imported
+        raise CheckpointError(
+            f"{path} was written by `seq2seq import` (from {source}): it holds no training "
+            f"state to resume; start a new run from its weights with --init_from {path}"
+        )
     if "optimizer_states" not in checkpoint:
         raise CheckpointError(
             f"{path} holds model weights only (e.g. written by `seq2seq average`): training "

@@ -1,6 +1,7 @@
 """``main``: the ``seq2seq`` console script's dispatch, exit statuses and one-line reports.
 
-The plain commands (``translate``, ``average`` and ``export``, see :mod:`seq2seq.commands`)
+The plain commands (``translate``, ``average``, ``export`` and ``import``, see
+:mod:`seq2seq.commands`)
 are dispatched before anything of Lightning is imported; ``fit``/``validate``/``test``/
 ``predict`` run :class:`seq2seq.cli.app.Seq2SeqCLI`.
 """
@@ -33,6 +34,9 @@ if TYPE_CHECKING:
 #: The commands that :mod:`seq2seq.commands` runs, without LightningCLI.
 PLAIN_COMMANDS = tuple(plain_commands())
 
+#: The function of a plain command whose name is a Python keyword.
+_FUNCTIONS = {"import": "import_model"}
+
 
 def cli_main(args: Sequence[str] | None = None) -> Seq2SeqCLI | None:
     """Entry point of the ``seq2seq`` console script.
@@ -50,7 +54,7 @@ def cli_main(args: Sequence[str] | None = None) -> Seq2SeqCLI | None:
     if argv and argv[0] in PLAIN_COMMANDS:
         from seq2seq import commands
 
-        getattr(commands, argv[0])(argv[1:])
+        getattr(commands, _FUNCTIONS.get(argv[0], argv[0]))(argv[1:])
         return None
     from seq2seq.cli.app import run_lightning_cli
 

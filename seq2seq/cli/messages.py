@@ -213,6 +213,7 @@ _PLAIN_HELP = {
     "translate": "translate text with a checkpoint alone (stdin/stdout or --input/--output)",
     "average": "average the parameters of several checkpoints",
     "export": "export a checkpoint to CTranslate2 or Hugging Face Transformers",
+    "import": "import a Hugging Face Transformers folder (Marian, M2M-100, NLLB) as a checkpoint",
 }
 
 

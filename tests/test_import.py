@@ -1,0 +1,597 @@
+"""``seq2seq import``: tiny random Hugging Face models (Marian, M2M-100, NLLB, and the Pegasus
+folders our export writes), built offline over SentencePiece models trained here, compute our
+logits, searches and scores after import, survive the round trips through our exporters, and
+what cannot be imported is refused in one line."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import CONFIGS, multi30k_lines, run_main
+
+transformers = pytest.importorskip("transformers")
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+D_MODEL, HEADS, FFN, LAYERS, POSITIONS = 32, 4, 64, 2, 128
+NLLB_CODES = ("deu_Latn", "eng_Latn", "fra_Latn", "spa_Latn")
+
+
+# ---------------------------------------------------------------------- fixtures
+@pytest.fixture(scope="module")
+def lines(multi30k_dir) -> dict[str, list[str]]:
+    return {lang: multi30k_lines("val", lang, 200, multi30k_dir) for lang in ("de", "en")}
+
+
+@pytest.fixture(scope="module")
+def spm_file(tmp_path_factory, multi30k_dir) -> Path:
+    """A SentencePiece model laid out as fairseq's and OPUS-MT's: unk 0, bos 1, eos 2, no
+    padding piece."""
+    import sentencepiece as spm
+
+    folder = tmp_path_factory.mktemp("spm")
+    text = multi30k_lines("train", "de", 2000, multi30k_dir)
+    text += multi30k_lines("train", "en", 2000, multi30k_dir)
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(text),
+        model_prefix=str(folder / "m"),
+        vocab_size=200,
+        character_coverage=1.0,
+        unk_id=0,
+        bos_id=1,
+        eos_id=2,
+        pad_id=-1,
+        minloglevel=2,
+    )
+    return folder / "m.model"
+
+
+def _pieces(spm_file: Path) -> list[str]:
+    import sentencepiece as spm
+
+    processor = spm.SentencePieceProcessor(model_file=str(spm_file))
+    return [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
+
+
+def _randomise(model, seed: int, eos: int | None = None) -> None:
+    """Weights far from Hugging Face's near-zero initialisation, so that the distributions
+    are peaked and an arg-max is not decided by rounding; the (tied) embedding row of ``eos``
+    scaled up, so that hypotheses end at varied lengths."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            noise = torch.randn(param.shape, generator=g)
+            if "layer_norm" in name and name.endswith("weight"):
+                param.copy_(1.0 + 0.2 * noise)
+            elif name.endswith("bias"):
+                param.copy_(0.25 * noise)
+            else:
+                param.copy_(0.25 * noise)
+        if eos is not None:
+            model.get_input_embeddings().weight[eos] *= 2.0
+
+
+def _save(model, folder: Path) -> Path:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.save_pretrained(str(folder))
+    return folder
+
+
+def _common(vocab_size: int, **ids) -> dict:
+    return dict(
+        vocab_size=vocab_size,
+        d_model=D_MODEL,
+        encoder_layers=LAYERS,
+        decoder_layers=LAYERS,
+        encoder_attention_heads=HEADS,
+        decoder_attention_heads=HEADS,
+        encoder_ffn_dim=FFN,
+        decoder_ffn_dim=FFN,
+        max_position_embeddings=POSITIONS,
+        dropout=0.1,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        **ids,
+    )
+
+
+def _marian_folder(folder: Path, spm_file: Path) -> Path:
+    """OPUS-MT's layout: ``</s>`` 0, ``<unk>`` 1, the pieces, ``<pad>`` last; swish, Post-LN,
+    a random ``final_logits_bias`` (EOS raised, so that hypotheses end at varied lengths)."""
+    vocab = {"</s>": 0, "<unk>": 1}
+    for piece in _pieces(spm_file)[3:]:
+        vocab[piece] = len(vocab)
+    pad = vocab["<pad>"] = len(vocab)
+    folder.mkdir(parents=True)
+    for name in ("source.spm", "target.spm"):
+        shutil.copy(spm_file, folder / name)
+    (folder / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+    (folder / "tokenizer_config.json").write_text(
+        json.dumps({"tokenizer_class": "MarianTokenizer", "source_lang": "de", "target_lang": "en"})
+    )
+    config = transformers.MarianConfig(
+        **_common(len(vocab), pad_token_id=pad, eos_token_id=0, decoder_start_token_id=pad),
+        activation_function="swish",
+        scale_embedding=True,
+        forced_eos_token_id=0,
+    )
+    model = transformers.MarianMTModel(config)
+    _randomise(model, 1)
+    g = torch.Generator().manual_seed(2)
+    with torch.no_grad():
+        model.final_logits_bias.copy_(torch.randn(1, len(vocab), generator=g))
+        model.final_logits_bias[0, 0] += 4.0
+    model.generation_config.num_beams = 4
+    model.generation_config.max_length = POSITIONS
+    model.generation_config.bad_words_ids = [[pad]]
+    return _save(model, folder)
+
+
+def _m2m_config(vocab_size: int):
+    return transformers.M2M100Config(
+        **_common(vocab_size, pad_token_id=1, eos_token_id=2, bos_token_id=0),
+        decoder_start_token_id=2,
+        activation_function="relu",
+        scale_embedding=True,
+        encoder_layerdrop=0.0,
+        decoder_layerdrop=0.0,
+    )
+
+
+def _m2m_folder(folder: Path, spm_file: Path) -> Path:
+    """M2M-100's layout: fairseq's specials, the pieces (vocab.json), 100 language tokens and
+    8 made-up words after them."""
+    folder.mkdir(parents=True)
+    vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
+    for piece in _pieces(spm_file)[3:]:
+        vocab.setdefault(piece, len(vocab))
+    (folder / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+    shutil.copy(spm_file, folder / "sentencepiece.bpe.model")
+    settings = {"tokenizer_class": "M2M100Tokenizer", "language_codes": "m2m100"}
+    (folder / "tokenizer_config.json").write_text(json.dumps(settings))
+    model = transformers.M2M100ForConditionalGeneration(_m2m_config(len(vocab) + 100 + 8))
+    _randomise(model, 3, eos=2)
+    return _save(model, folder)
+
+
+def _nllb_folder(folder: Path, spm_file: Path) -> Path:
+    """NLLB's layout: ``sentencepiece.bpe.model`` with fairseq's id offset, then the language
+    codes and ``<mask>`` as added special tokens."""
+    folder.mkdir(parents=True)
+    shutil.copy(spm_file, folder / "sentencepiece.bpe.model")
+    size = 4 + len(_pieces(spm_file)) - 3
+    added = {str(size + i): {"content": c, "special": True} for i, c in enumerate(NLLB_CODES)}
+    added[str(size + len(NLLB_CODES))] = {"content": "<mask>", "special": True}
+    settings = {"tokenizer_class": "NllbTokenizer", "added_tokens_decoder": added}
+    (folder / "tokenizer_config.json").write_text(json.dumps(settings))
+    model = transformers.M2M100ForConditionalGeneration(_m2m_config(size + len(NLLB_CODES) + 1))
+    _randomise(model, 4, eos=2)
+    return _save(model, folder)
+
+
+def _import(folder: Path, output: Path, **languages):
+    from seq2seq.importing import import_huggingface
+    from seq2seq.translator import Translator
+
+    import_huggingface(folder, output, **languages)
+    return Translator.from_checkpoint(output, device="cpu")
+
+
+def _hf(folder: Path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return transformers.AutoModelForSeq2SeqLM.from_pretrained(str(folder)).eval()
+
+
+@pytest.fixture(scope="module")
+def marian(tmp_path_factory, spm_file):
+    root = tmp_path_factory.mktemp("marian")
+    folder = _marian_folder(root / "hf", spm_file)
+    return folder, _hf(folder), _import(folder, root / "marian.ckpt")
+
+
+@pytest.fixture(scope="module")
+def m2m(tmp_path_factory, spm_file):
+    root = tmp_path_factory.mktemp("m2m")
+    folder = _m2m_folder(root / "hf", spm_file)
+    return folder, _hf(folder), _import(folder, root / "m2m.ckpt", src_lang="de", tgt_lang="en")
+
+
+@pytest.fixture(scope="module")
+def nllb(tmp_path_factory, spm_file):
+    root = tmp_path_factory.mktemp("nllb")
+    folder = _nllb_folder(root / "hf", spm_file)
+    translator = _import(folder, root / "nllb.ckpt", src_lang="deu_Latn", tgt_lang="eng_Latn")
+    return folder, _hf(folder), translator
+
+
+# ---------------------------------------------------------------------- helpers
+def _pad(rows: list[list[int]], pad: int) -> torch.Tensor:
+    out = torch.full((len(rows), max(map(len, rows))), pad, dtype=torch.long)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = torch.tensor(row)
+    return out
+
+
+def _batch(translator, src_lines: list[str], tgt_lines: list[str]):
+    """Our and Hugging Face's padded inputs of sentence pairs: sources with EOS (and the
+    language code), decoder inputs start + target (target-language code first)."""
+    tok = translator.tokenizer
+    src = [ids + [tok.eos_id] for ids in tok.encode(src_lines)]
+    tgt = [[tok.bos_id, *ids] for ids in tok.encode(tgt_lines, side="target")]
+    hf_pad = tok.hf_ids[tok.pad_id]
+    ours = _pad(src, tok.pad_id), _pad(tgt, tok.pad_id)
+    theirs = (
+        _pad([tok.to_hf_ids(r) for r in src], hf_pad),
+        _pad([tok.to_hf_ids(r) for r in tgt], hf_pad),
+    )
+    return ours, theirs, src, tgt
+
+
+def _assert_same_logits(translator, model, src_lines, tgt_lines) -> None:
+    """``ours[..., i] == hf[..., hf_ids[i]]`` at every real target position of a padded batch."""
+    (src, tgt), (hf_src, hf_tgt), src_rows, tgt_rows = _batch(translator, src_lines, tgt_lines)
+    tok = translator.tokenizer
+    mask = (src != tok.pad_id)[:, None, None, :]
+    with torch.no_grad():
+        ours = translator.model(src, tgt, mask)
+        hf = model(
+            input_ids=hf_src, attention_mask=(src != tok.pad_id).long(), decoder_input_ids=hf_tgt
+        ).logits[..., tok.hf_ids]
+    assert len({len(r) for r in src_rows}) > 1 and len({len(r) for r in tgt_rows}) > 1  # padded
+    real = torch.zeros(tgt.shape, dtype=torch.bool)
+    for i, row in enumerate(tgt_rows):
+        real[i, : len(row)] = True
+    torch.testing.assert_close(ours[real], hf[real], atol=1e-5, rtol=0)
+
+
+def _our_ids(translator, sources, beam: int, limits, prefix=None, lp=1.0) -> list[list[int]]:
+    from seq2seq.nn import DecodingConfig, beam_search, greedy_search
+    from seq2seq.text_decoding import source_batch
+
+    tok, results = translator.tokenizer, []
+    for start in range(0, len(sources), 50):
+        chunk = sources[start : start + 50]
+        batch = source_batch(chunk, tok.pad_id)
+        config = DecodingConfig(beam_size=beam, length_penalty=lp, **limits)
+        search = greedy_search if beam == 1 else beam_search
+        forced = None if prefix is None else [prefix] * len(chunk)
+        hyps = search(
+            translator.model, batch["src"], batch["src_mask"], tok.bos_id, tok.eos_id, config,
+            prefix=forced,
+        )  # fmt: skip
+        results += [h[0].tokens for h in hyps]
+    return results
+
+
+def _hf_ids(
+    translator, model, sources, beam: int, limits, forced_bos=None, lp=1.0
+) -> list[list[int]]:
+    """``generate`` under our per-sentence limits (grouped by limit), as our ids without the
+    decoder start and EOS."""
+    from seq2seq.export.common import max_len
+
+    tok = translator.tokenizer
+    hf_pad, hf_eos = tok.hf_ids[tok.pad_id], tok.hf_ids[tok.eos_id]
+    wanted = [max_len(len(s), limits["max_len_a"], limits["max_len_b"], POSITIONS) for s in sources]
+    results: list[list[int]] = [[] for _ in sources]
+    for limit in sorted(set(wanted)):
+        chosen = [i for i, w in enumerate(wanted) if w == limit]
+        ids = _pad([tok.to_hf_ids(sources[i]) for i in chosen], hf_pad)
+        with torch.no_grad():
+            out = model.generate(
+                input_ids=ids,
+                attention_mask=(ids != hf_pad).long(),
+                num_beams=beam,
+                length_penalty=lp,
+                early_stopping=False,
+                max_new_tokens=limit,
+                max_length=None,
+                min_new_tokens=None,
+                do_sample=False,
+                forced_bos_token_id=forced_bos,
+                forced_eos_token_id=None,
+                suppress_tokens=[hf_pad],
+                bad_words_ids=None,
+                num_return_sequences=1,
+            )
+        for i, row in zip(chosen, out[:, 1:].tolist(), strict=True):
+            row = row[: row.index(hf_eos)] if hf_eos in row else row
+            results[i] = tok.from_hf_ids([t for t in row if t != hf_pad])
+    return results
+
+
+def _search_differences(translator, model, src_lines, beam, prefix=None, forced_bos=None, lp=1.0):
+    """The sentences (indices) whose output differs between our search and ``generate``, both
+    under the limit ``int(0.5 * src_len + 5)``, after checking that the outputs are varied
+    (some end with EOS before the limit)."""
+    from seq2seq.export.common import max_len
+
+    tok = translator.tokenizer
+    sources = [ids + [tok.eos_id] for ids in tok.encode(src_lines)]
+    limits = {"max_len_a": 0.5, "max_len_b": 5}
+    ours = _our_ids(translator, sources, beam, limits, prefix, lp)
+    theirs = _hf_ids(translator, model, sources, beam, limits, forced_bos, lp)
+    ended = [
+        len(h) < max_len(len(s), 0.5, 5, POSITIONS) for h, s in zip(ours, sources, strict=True)
+    ]
+    assert sum(ended) >= 10 and len(set(map(tuple, ours))) > 10
+    return [i for i, (a, b) in enumerate(zip(ours, theirs, strict=True)) if a != b]
+
+
+# ---------------------------------------------------------------------- equality with HF
+def test_marian_logits_are_hugging_faces(marian, lines):
+    folder, model, translator = marian
+    config = translator.model.config
+    assert (config.norm_first, config.activation, config.output_bias) == (False, "silu", True)
+    assert config.tie_embeddings == "all" and config.scale_embedding
+    assert translator.tokenizer.bos_id == translator.tokenizer.pad_id == 0  # Marian starts at pad
+    _assert_same_logits(translator, model, lines["de"][:8], lines["en"][:8])
+
+
+def test_m2m_100_logits_are_hugging_faces(m2m, lines):
+    folder, model, translator = m2m
+    config = translator.model.config
+    assert (config.norm_first, config.positional) == (True, "sinusoidal_fairseq")
+    assert translator.tokenizer.bos_id == translator.tokenizer.eos_id == 3  # starts at EOS
+    _assert_same_logits(translator, model, lines["de"][:8], lines["en"][:8])
+
+
+def test_nllb_logits_with_language_codes_are_hugging_faces(nllb, lines):
+    folder, model, translator = nllb
+    tok = translator.tokenizer
+    source_prefix, target_prefix = tok.language_prefix("eng_Latn")
+    first = tok.encode(lines["de"][:1])[0]
+    assert first[: len(source_prefix)] == source_prefix and len(source_prefix) == 1
+    assert tok.encode(lines["en"][:1], side="target")[0][:1] == target_prefix
+    _assert_same_logits(translator, model, lines["de"][:8], lines["en"][:8])
+
+
+@pytest.mark.parametrize("beam", [1, 5])
+def test_marian_greedy_and_beam_search_are_generates(marian, lines, beam):
+    folder, model, translator = marian
+    differ = _search_differences(translator, model, lines["de"], beam)
+    assert len(differ) <= 2, differ  # 99% of 200; none differ today
+
+
+@pytest.mark.parametrize(("beam", "lp"), [(1, 1.0), (5, 0.0)])
+def test_nllb_search_with_the_forced_language_is_generates(nllb, lines, beam, lp):
+    """Our target-language prefix against ``generate``'s ``forced_bos_token_id``. Our prefix
+    tokens are scored (their log-probabilities count, as the rules of seq2seq.nn.rules say);
+    ``generate`` gives the forced token log-probability 0. With ``length_penalty`` 0 that is
+    the same constant in every hypothesis of a sentence, so beam search ranks as ``generate``
+    does; with a length penalty, ``log p(code)`` divided by each hypothesis' own length tilts
+    the ranking (a model that does not expect its code, as this random one, ends up
+    preferring other lengths; a trained NLLB model gives its code a log-probability near 0)."""
+    folder, model, translator = nllb
+    tok = translator.tokenizer
+    _, prefix = tok.language_prefix("eng_Latn")
+    forced = tok.to_hf_ids(prefix)[0]
+    differ = _search_differences(translator, model, lines["de"], beam, prefix, forced, lp)
+    assert len(differ) <= 2, differ
+
+
+def test_our_score_of_a_target_is_hugging_faces_log_probability(marian, nllb, lines):
+    from seq2seq.nn import label_smoothed_cross_entropy
+
+    for _, model, translator in (marian, nllb):
+        tok = translator.tokenizer
+        (src, tgt), (hf_src, hf_tgt), _, tgt_rows = _batch(
+            translator, lines["de"][:6], lines["en"][:6]
+        )
+        labels = _pad([r[1:] + [tok.eos_id] for r in tgt_rows], tok.pad_id)
+        hf_labels = _pad([tok.to_hf_ids(r[1:] + [tok.eos_id]) for r in tgt_rows], -100)
+        with torch.no_grad():
+            logits = translator.model(src, tgt, (src != tok.pad_id)[:, None, None, :])
+            _, nll = label_smoothed_cross_entropy(logits, labels, 0.0, ignore_index=tok.pad_id)
+            hf_logits = model(
+                input_ids=hf_src,
+                attention_mask=(src != tok.pad_id).long(),
+                decoder_input_ids=hf_tgt,
+            ).logits
+        log_probs = hf_logits.log_softmax(-1)
+        real = hf_labels != -100
+        expected = log_probs[real].gather(1, hf_labels[real][:, None]).sum()
+        torch.testing.assert_close(-nll, expected, atol=1e-4, rtol=1e-6)
+
+
+# ---------------------------------------------------------------------- round trips
+@pytest.fixture(scope="module")
+def our_ckpt(tmp_path_factory, train_spm, lines) -> Path:
+    """A checkpoint of ours (Pre-LN, random weights, our SentencePiece model)."""
+    from seq2seq.data.tokenizer import Tokenizer
+    from seq2seq.importing.checkpoint import build_checkpoint
+    from seq2seq.nn import DecodingConfig, Transformer, TransformerConfig
+
+    tokenizer = Tokenizer.load(train_spm(lines["de"] + lines["en"], 150))
+    config = TransformerConfig(
+        vocab_size=150, d_model=D_MODEL, n_heads=HEADS, n_encoder_layers=LAYERS,
+        n_decoder_layers=LAYERS, d_ff=FFN, max_positions=POSITIONS, activation="gelu",
+    )  # fmt: skip
+    torch.manual_seed(5)
+    model = Transformer(config)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.normal_(0.0, 0.25)
+    path = tmp_path_factory.mktemp("ours") / "ours.ckpt"
+    decoding = DecodingConfig(beam_size=3, length_penalty=0.6)
+    torch.save(
+        build_checkpoint(config, model.state_dict(), tokenizer, decoding, ("de", "en")), path
+    )
+    return path
+
+
+def _state(path: Path) -> dict[str, torch.Tensor]:
+    from seq2seq.checkpoint import load_checkpoint
+
+    return load_checkpoint(path)["state_dict"]
+
+
+def test_our_checkpoint_exported_and_imported_is_the_same_model(our_ckpt, tmp_path, lines):
+    from seq2seq.export.huggingface import export_huggingface
+    from seq2seq.translator import Translator
+
+    folder = export_huggingface(our_ckpt, tmp_path / "hf")
+    translator = _import(folder, tmp_path / "back.ckpt")
+    assert type(_hf(folder)).__name__ == "PegasusForConditionalGeneration"
+    _assert_same_logits(translator, _hf(folder), lines["de"][:8], lines["en"][:8])
+    before, after = _state(our_ckpt), _state(tmp_path / "back.ckpt")
+    assert before.keys() == after.keys()
+    vocab = translator.model.vocab_size  # rows past it pad the matrices and are never used
+    for key, value in before.items():
+        assert torch.equal(value[:vocab], after[key][:vocab]), key
+    original = Translator.from_checkpoint(our_ckpt, device="cpu")
+    assert original.model.config == translator.model.config
+    for beam in (1, 3):
+        expected = original.translate(lines["de"][:40], beam_size=beam)
+        assert translator.translate(lines["de"][:40], beam_size=beam) == expected
+    assert translator.decoding.beam_size == 3  # generation_config's num_beams, carried
+
+
+def test_imported_marian_exported_to_ctranslate2_translates_the_same(marian, tmp_path, lines):
+    from seq2seq.export.ctranslate2 import export_ctranslate2
+    from seq2seq.translator import Translator
+
+    folder, model, translator = marian
+    ckpt = tmp_path / "marian.ckpt"
+    _import(folder, ckpt)
+    ct2 = Translator.from_checkpoint(export_ctranslate2(ckpt, tmp_path / "ct2"), device="cpu")
+    sentences = lines["de"][:60]
+    settings = {"beam_size": 1, "max_len_a": 0.5, "max_len_b": 5}
+    expected = translator.translate(sentences, **settings)
+    assert len(set(expected)) > 10
+    assert ct2.translate(sentences, **settings) == expected
+
+
+def test_imported_marian_exported_to_hugging_face_gives_back_its_logits(marian, tmp_path, lines):
+    from seq2seq.export.huggingface import export_huggingface
+
+    folder, model, translator = marian
+    ckpt = tmp_path / "marian.ckpt"
+    _import(folder, ckpt)
+    sentences = lines["de"][:6]
+    exported = _hf(export_huggingface(ckpt, tmp_path / "hf"))
+    assert type(exported).__name__ == "MarianMTModel"
+    tok = translator.tokenizer
+    (src, tgt), (hf_src, hf_tgt), _, _ = _batch(translator, sentences[:6], lines["en"][:6])
+    with torch.no_grad():
+        original = model(
+            input_ids=hf_src, attention_mask=(hf_src != model.config.pad_token_id).long(),
+            decoder_input_ids=hf_tgt,
+        ).logits[..., tok.hf_ids]  # fmt: skip
+        again = exported(
+            input_ids=src, attention_mask=(src != tok.pad_id).long(), decoder_input_ids=tgt
+        ).logits
+    real = (tgt != tok.pad_id) | (torch.arange(tgt.size(1)) == 0)
+    torch.testing.assert_close(again[real], original[real], atol=1e-5, rtol=0)
+
+
+# ---------------------------------------------------------------------- refusals
+def _edited(folder: Path, tmp_path: Path, **changes) -> Path:
+    """A copy of ``folder`` with ``config.json`` keys changed (``None``: removed)."""
+    copy = tmp_path / f"edited{len(list(tmp_path.iterdir()))}"
+    shutil.copytree(folder, copy)
+    config = json.loads((copy / "config.json").read_text())
+    for key, value in changes.items():
+        config.pop(key, None) if value is None else config.__setitem__(key, value)
+    (copy / "config.json").write_text(json.dumps(config))
+    return copy
+
+
+def test_what_cannot_be_imported_is_refused_in_one_line(marian, m2m, tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("SEQ2SEQ_TRACEBACK", raising=False)
+    marian_dir, m2m_dir = marian[0], m2m[0]
+    no_weights = tmp_path / "no_weights"
+    no_weights.mkdir()
+    shutil.copy(marian_dir / "config.json", no_weights / "config.json")
+    tokenizer_config = {"tokenizer_class": "BertTokenizer"}
+    other_tokenizer = _edited(marian_dir, tmp_path)
+    (other_tokenizer / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
+    vocab = json.loads((marian_dir / "config.json").read_text())["vocab_size"]
+    cases = [
+        (_edited(marian_dir, tmp_path, architectures=["MBartForConditionalGeneration"]),
+         "architectures=['MBartForConditionalGeneration'] cannot be imported; supported: "
+         "MarianMTModel, M2M100ForConditionalGeneration, PegasusForConditionalGeneration"),
+        (no_weights, f"--input {no_weights} holds no weights: none of model.safetensors"),
+        (_edited(marian_dir, tmp_path, vocab_size=vocab - 5, decoder_vocab_size=vocab - 5),
+         f"config.json's vocab_size is {vocab - 5}"),
+        (_edited(marian_dir, tmp_path, layernorm_embedding=True),
+         "layernorm_embedding=True cannot be imported: MarianMTModel import supports "
+         "layernorm_embedding=False only"),
+        (_edited(marian_dir, tmp_path, activation_function="gelu_new"),
+         "activation_function='gelu_new' cannot be imported: supported: relu, gelu, silu, swish"),
+        (_edited(marian_dir, tmp_path, decoder_attention_heads=2),
+         "decoder_attention_heads=2 cannot be imported: seq2seq has one n_heads"),
+        (_edited(marian_dir, tmp_path, decoder_vocab_size=vocab + 3),
+         f"decoder_vocab_size={vocab + 3} cannot be imported: seq2seq has one vocabulary"),
+        (_edited(marian_dir, tmp_path, add_bias_logits=True), "add_bias_logits=True"),
+        (_edited(marian_dir, tmp_path, tie_word_embeddings=False), "tie_word_embeddings=False"),
+        (other_tokenizer, "tokenizer class BertTokenizer (tokenizer_config.json) is not supported"),
+        (m2m_dir, "multilingual M2M100ForConditionalGeneration: give --src_lang and --tgt_lang, "
+         "codes of its 100 languages (af, am, ar, ast, az, ba, ...)"),
+    ]  # fmt: skip
+    for folder, expected in cases:
+        output = tmp_path / "out.ckpt"
+        code, out, err = run_main(
+            monkeypatch, capsys, "import", "--input", str(folder), "--output", str(output)
+        )
+        assert code == 1 and out == "", (folder, err)
+        assert len(err) == 1 and expected in err[0], (expected, err)
+        assert not output.exists()
+
+
+def test_import_command_writes_and_replaces_only_its_own_output(
+    marian, our_ckpt, tmp_path, monkeypatch, capsys
+):
+    from seq2seq.checkpoint import CHECKPOINT_KEY, load_checkpoint
+    from seq2seq.checkpoint.format import IMPORTED_FROM
+
+    folder = marian[0]
+    output = tmp_path / "imported.ckpt"
+    argv = ("import", "--input", str(folder), "--output", str(output))
+    for _ in range(2):  # the second run replaces the first's output
+        code, out, err = run_main(monkeypatch, capsys, *argv)
+        assert code == 0, err
+        assert out.splitlines()[0].startswith(f"imported {folder} (MarianMTModel: 2+2 layers")
+        assert out.splitlines()[1] == (
+            f"not carried: max_length={POSITIONS} (the model's whole length, no limit: seq2seq "
+            "keeps its own, max_len_a * src_len + max_len_b); forced_eos_token_id=0 (generate "
+            "forces EOS at the length limit; a seq2seq hypothesis that reaches it ends without "
+            "one)"
+        )
+    checkpoint = load_checkpoint(output)
+    assert checkpoint[CHECKPOINT_KEY][IMPORTED_FROM]["class"] == "MarianMTModel"
+    assert checkpoint["hyper_parameters"]["decoding"]["beam_size"] == 4
+    shutil.copy(our_ckpt, tmp_path / "trained.ckpt")
+    code, _, err = run_main(
+        monkeypatch,
+        capsys,
+        "import",
+        "--input",
+        str(folder),
+        "--output",
+        str(tmp_path / "trained.ckpt"),
+    )
+    assert code == 2 and "exists and is a checkpoint that seq2seq import did not write" in err[-1]
+    assert torch.equal(
+        _state(tmp_path / "trained.ckpt")["model.output.weight"],
+        _state(our_ckpt)["model.output.weight"],
+    )
+
+
+def test_fit_refuses_to_resume_from_an_imported_checkpoint(marian, tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("SEQ2SEQ_TRACEBACK", raising=False)
+    monkeypatch.chdir(tmp_path)
+    ckpt = tmp_path / "imported.ckpt"
+    _import(marian[0], ckpt)
+    config = ["--config", str(CONFIGS / "tiny.yaml"), "--data.data_dir", str(tmp_path / "nodata")]
+    code, _, err = run_main(monkeypatch, capsys, "fit", *config, "--ckpt_path", str(ckpt))
+    assert code == 1 and len(err) == 1, err
+    assert f"{ckpt} was written by `seq2seq import` (from {marian[0].absolute()})" in err[0]
+    assert f"--init_from {ckpt}" in err[0]
+    assert not (tmp_path / "nodata").exists()
