@@ -21,14 +21,9 @@ from conftest import MULTI30K  # SEQ2SEQ_MULTI30K, else ../shared/data/multi30k
 
 from seq2seq.data.corpus import read_lines
 from seq2seq.data.datamodule import TranslationDataModule
+from seq2seq.data.pretrained_tokenizers import read_pretrained_tokenizer
 from seq2seq.data.tokenizer import Tokenizer
-from seq2seq.data.vocabulary import (
-    MAGIC,
-    VocabularyTokenizer,
-    load_tokenizer,
-    read_pretrained_tokenizer,
-    tokenizer_from_bytes,
-)
+from seq2seq.data.vocabulary import MAGIC, VocabularyTokenizer, load_tokenizer, tokenizer_from_bytes
 
 transformers = pytest.importorskip("transformers")
 from transformers.models.nllb.tokenization_nllb import FAIRSEQ_LANGUAGE_CODES  # noqa: E402

@@ -29,8 +29,8 @@ def import_model(argv: Sequence[str]) -> None:
     parser.add_argument(
         "--src_lang",
         default=None,
-        help="source language: the tokenizer's default and the checkpoint's language pair "
-        "(required for M2M-100 and NLLB: codes such as de or deu_Latn)",
+        help="source language as the model names it: the tokenizer's default (required for "
+        "M2M-100 and NLLB: codes such as de or deu_Latn)",
     )
     parser.add_argument(
         "--tgt_lang",

@@ -31,7 +31,7 @@ _HOMES = {
     "UNK_ID": "tokenizer",
     "Tokenizer": "tokenizer",
     "VocabularyTokenizer": "vocabulary",
-    "read_pretrained_tokenizer": "vocabulary",
+    "read_pretrained_tokenizer": "pretrained_tokenizers",
 }
 
 __all__ = sorted(_HOMES)

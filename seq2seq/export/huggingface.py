@@ -203,7 +203,11 @@ def build_model(source: ExportSource):
         ValueError: for a setting the class cannot represent (:func:`unsupported`).
         ModuleNotFoundError: without the ``export`` extra.
     """
-    refuse(source, "Hugging Face Transformers", unsupported(source.config))
+    refuse(
+        source,
+        "Hugging Face Transformers",
+        unsupported(source.config) + tokenizer_problems(source),
+    )
     transformers = require("transformers", "seq2seq export --format huggingface")
     config, decoding = source.config, source.decoding
     tok = source.tokenizer
@@ -281,20 +285,38 @@ def build_model(source: ExportSource):
     return model.eval()
 
 
+def tokenizer_problems(source: ExportSource) -> list[tuple[str, str]]:
+    """``(setting, why)`` for a tokenizer that ``MarianTokenizer`` cannot stand for: that of
+    an imported M2M-100 or NLLB model, whose language codes it would not add."""
+    family = getattr(source.tokenizer, "family", None)
+    if family in (None, "marian"):
+        return []
+    return [
+        (
+            "tokenizer",
+            f"the checkpoint carries an imported {family} tokenizer (language codes before "
+            "source and target), which MarianTokenizer cannot reproduce; export to "
+            "ctranslate2, or use the model's original Hugging Face folder",
+        )
+    ]
+
+
 def build_tokenizer(source: ExportSource, folder: Path):
-    """A ``MarianTokenizer`` over the checkpoint's SentencePiece model, its files written to
+    """A ``MarianTokenizer`` over the checkpoint's SentencePiece model(s), its files written to
     ``folder`` (``source.spm``, ``target.spm``, ``vocab.json`` with the model's ids,
-    :func:`vocabulary_order`), saved there."""
+    :func:`vocabulary_order`), saved there. An imported Marian model's tokenizer keeps its
+    own two SentencePiece models and vocabulary (in our id order)."""
     transformers = require("transformers", "seq2seq export --format huggingface")
     tok = source.tokenizer
-    blob = tok.to_bytes()
-    (folder / "source.spm").write_bytes(blob)
-    (folder / "target.spm").write_bytes(blob)
+    imported = getattr(tok, "family", None) == "marian"
+    (folder / "source.spm").write_bytes(tok.source_model if imported else tok.to_bytes())
+    (folder / "target.spm").write_bytes(tok.target_model if imported else tok.to_bytes())
     pieces = tok.id_to_piece(list(range(source.config["vocab_size"])))
     hf_ids = vocabulary_order(source.config)
-    (folder / "vocab.json").write_text(
-        json.dumps({piece: hf_ids[i] for i, piece in enumerate(pieces)}, ensure_ascii=False)
-    )
+    vocab: dict[str, int] = {}
+    for i, piece in enumerate(pieces):
+        vocab.setdefault(piece, hf_ids[i])  # ids without a piece read as unk's: unk wins
+    (folder / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))
     src, tgt = source.languages or (None, None)
     import warnings
 

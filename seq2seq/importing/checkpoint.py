@@ -97,9 +97,9 @@ def _tokenizer(
 
     Raises:
         ValueError: for a multilingual model without both languages (naming a few of its
-            codes), or as :func:`~seq2seq.data.vocabulary.read_pretrained_tokenizer`.
+            codes), or as :func:`~seq2seq.data.pretrained_tokenizers.read_pretrained_tokenizer`.
     """
-    from seq2seq.data.vocabulary import read_pretrained_tokenizer
+    from seq2seq.data.pretrained_tokenizers import read_pretrained_tokenizer
 
     tokenizer = read_pretrained_tokenizer(folder.path, folder.config)
     languages = tuple(tokenizer.languages)
@@ -134,9 +134,11 @@ def import_huggingface(
         folder: a ``MarianMTModel``, ``M2M100ForConditionalGeneration`` or
             ``PegasusForConditionalGeneration`` folder with its tokenizer files.
         output: the ``.ckpt`` file to write.
-        src_lang, tgt_lang: the tokenizer's default languages and the checkpoint's language
-            pair (NLLB codes such as ``deu_Latn``, M2M-100's ``de``, Marian's target tags);
-            required for M2M-100 and NLLB.
+        src_lang, tgt_lang: the tokenizer's default languages, as the model names them
+            (NLLB codes such as ``deu_Latn``, M2M-100's ``de``, Marian's target tags);
+            required for M2M-100 and NLLB. The checkpoint records no data language pair:
+            ``test``, ``validate`` and ``fit --init_from`` read the files their config names
+            (``data.src_lang de``), whatever the model's codes.
 
     Returns:
         What was written (:class:`ImportResult`).
@@ -172,7 +174,8 @@ def import_huggingface(
         source.generation, source.config, pad_hf, config.max_positions
     )
     languages = (src_lang, tgt_lang) if src_lang and tgt_lang else None
-    checkpoint = build_checkpoint(config, state, tokenizer, decoding, languages)
+    # The model's codes (deu_Latn) are not the data files' names (de): no pair is recorded.
+    checkpoint = build_checkpoint(config, state, tokenizer, decoding, None)
     checkpoint[CHECKPOINT_KEY][IMPORTED_FROM] = {
         "folder": str(source.path.absolute()),
         "class": source.family.name,
