@@ -11,7 +11,12 @@ from lightning.pytorch.utilities import rank_zero_warn
 
 from seq2seq.callbacks.resume import ExactResume
 from seq2seq.callbacks.throughput import TokenThroughput
-from seq2seq.checkpoint.format import CHECKPOINT_KEY, TRAINING_WEIGHTS, tokenizer_tensor
+from seq2seq.checkpoint.format import (
+    CHECKPOINT_KEY,
+    INIT_FROM,
+    TRAINING_WEIGHTS,
+    tokenizer_tensor,
+)
 from seq2seq.checkpoint.restore import (
     check_model_settings,
     check_same_tokenizer,
@@ -150,6 +155,7 @@ class TranslationModule(L.LightningModule):
             if name not in METRICS:
                 raise ValueError(f"unknown metric {name!r} in metrics; choose from {METRICS}")
         self.tokenizer: Tokenizer | None = None
+        self.initialised_from: str | None = None  # fit --init_from's checkpoint
         #: The run's ``--checkpoint_dir`` (set by the command line when given), named in the
         #: messages that say how to resume.
         self.checkpoint_dir: str | None = None
@@ -193,6 +199,8 @@ class TranslationModule(L.LightningModule):
             extra["rng"] = rng
         if self.tokenizer is not None:
             extra["tokenizer"] = tokenizer_tensor(self.tokenizer.to_bytes())
+        if self.initialised_from is not None:
+            extra[INIT_FROM] = self.initialised_from
         checkpoint[CHECKPOINT_KEY] = extra
         logger = self._trainer.logger if self._trainer is not None else None
         if logger is not None and isinstance(getattr(logger, "version", None), int):
@@ -201,6 +209,7 @@ class TranslationModule(L.LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self._checkpoint_step = checkpoint.get("global_step")  # names validate/test outputs
+        self.initialised_from = (checkpoint.get(CHECKPOINT_KEY) or {}).get(INIT_FROM)
         check_model_settings(checkpoint, self.model_config)
         tokenizer = tokenizer_from_checkpoint(checkpoint)
         if tokenizer is not None:

@@ -7,18 +7,27 @@ from __future__ import annotations
 
 import json
 import shutil
-import warnings
 from pathlib import Path
 
 import pytest
 import torch
 from conftest import CONFIGS, multi30k_lines, run_main
+from hf_folders import (
+    D_MODEL,
+    FFN,
+    HEADS,
+    LAYERS,
+    POSITIONS,
+    fairseq_spm,
+    import_folder,
+    load_hf,
+    m2m_folder,
+    marian_folder,
+    nllb_folder,
+)
 
 transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-D_MODEL, HEADS, FFN, LAYERS, POSITIONS = 32, 4, 64, 2, 128
-NLLB_CODES = ("deu_Latn", "eng_Latn", "fra_Latn", "spa_Latn")
 
 
 # ---------------------------------------------------------------------- fixtures
@@ -29,185 +38,30 @@ def lines(multi30k_dir) -> dict[str, list[str]]:
 
 @pytest.fixture(scope="module")
 def spm_file(tmp_path_factory, multi30k_dir) -> Path:
-    """A SentencePiece model laid out as fairseq's and OPUS-MT's: unk 0, bos 1, eos 2, no
-    padding piece."""
-    import sentencepiece as spm
-
-    folder = tmp_path_factory.mktemp("spm")
-    text = multi30k_lines("train", "de", 2000, multi30k_dir)
-    text += multi30k_lines("train", "en", 2000, multi30k_dir)
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(text),
-        model_prefix=str(folder / "m"),
-        vocab_size=200,
-        character_coverage=1.0,
-        unk_id=0,
-        bos_id=1,
-        eos_id=2,
-        pad_id=-1,
-        minloglevel=2,
-    )
-    return folder / "m.model"
-
-
-def _pieces(spm_file: Path) -> list[str]:
-    import sentencepiece as spm
-
-    processor = spm.SentencePieceProcessor(model_file=str(spm_file))
-    return [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
-
-
-def _randomise(model, seed: int, eos: int | None = None) -> None:
-    """Weights far from Hugging Face's near-zero initialisation, so that the distributions
-    are peaked and an arg-max is not decided by rounding; the (tied) embedding row of ``eos``
-    scaled up, so that hypotheses end at varied lengths."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            noise = torch.randn(param.shape, generator=g)
-            if "layer_norm" in name and name.endswith("weight"):
-                param.copy_(1.0 + 0.2 * noise)
-            elif name.endswith("bias"):
-                param.copy_(0.25 * noise)
-            else:
-                param.copy_(0.25 * noise)
-        if eos is not None:
-            model.get_input_embeddings().weight[eos] *= 2.0
-
-
-def _save(model, folder: Path) -> Path:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        model.save_pretrained(str(folder))
-    return folder
-
-
-def _common(vocab_size: int, **ids) -> dict:
-    return dict(
-        vocab_size=vocab_size,
-        d_model=D_MODEL,
-        encoder_layers=LAYERS,
-        decoder_layers=LAYERS,
-        encoder_attention_heads=HEADS,
-        decoder_attention_heads=HEADS,
-        encoder_ffn_dim=FFN,
-        decoder_ffn_dim=FFN,
-        max_position_embeddings=POSITIONS,
-        dropout=0.1,
-        attention_dropout=0.0,
-        activation_dropout=0.0,
-        **ids,
-    )
-
-
-def _marian_folder(folder: Path, spm_file: Path) -> Path:
-    """OPUS-MT's layout: ``</s>`` 0, ``<unk>`` 1, the pieces, ``<pad>`` last; swish, Post-LN,
-    a random ``final_logits_bias`` (EOS raised, so that hypotheses end at varied lengths)."""
-    vocab = {"</s>": 0, "<unk>": 1}
-    for piece in _pieces(spm_file)[3:]:
-        vocab[piece] = len(vocab)
-    pad = vocab["<pad>"] = len(vocab)
-    folder.mkdir(parents=True)
-    for name in ("source.spm", "target.spm"):
-        shutil.copy(spm_file, folder / name)
-    (folder / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
-    (folder / "tokenizer_config.json").write_text(
-        json.dumps({"tokenizer_class": "MarianTokenizer", "source_lang": "de", "target_lang": "en"})
-    )
-    config = transformers.MarianConfig(
-        **_common(len(vocab), pad_token_id=pad, eos_token_id=0, decoder_start_token_id=pad),
-        activation_function="swish",
-        scale_embedding=True,
-        forced_eos_token_id=0,
-    )
-    model = transformers.MarianMTModel(config)
-    _randomise(model, 1)
-    g = torch.Generator().manual_seed(2)
-    with torch.no_grad():
-        model.final_logits_bias.copy_(torch.randn(1, len(vocab), generator=g))
-        model.final_logits_bias[0, 0] += 4.0
-    model.generation_config.num_beams = 4
-    model.generation_config.max_length = POSITIONS
-    model.generation_config.bad_words_ids = [[pad]]
-    return _save(model, folder)
-
-
-def _m2m_config(vocab_size: int):
-    return transformers.M2M100Config(
-        **_common(vocab_size, pad_token_id=1, eos_token_id=2, bos_token_id=0),
-        decoder_start_token_id=2,
-        activation_function="relu",
-        scale_embedding=True,
-        encoder_layerdrop=0.0,
-        decoder_layerdrop=0.0,
-    )
-
-
-def _m2m_folder(folder: Path, spm_file: Path) -> Path:
-    """M2M-100's layout: fairseq's specials, the pieces (vocab.json), 100 language tokens and
-    8 made-up words after them."""
-    folder.mkdir(parents=True)
-    vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
-    for piece in _pieces(spm_file)[3:]:
-        vocab.setdefault(piece, len(vocab))
-    (folder / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
-    shutil.copy(spm_file, folder / "sentencepiece.bpe.model")
-    settings = {"tokenizer_class": "M2M100Tokenizer", "language_codes": "m2m100"}
-    (folder / "tokenizer_config.json").write_text(json.dumps(settings))
-    model = transformers.M2M100ForConditionalGeneration(_m2m_config(len(vocab) + 100 + 8))
-    _randomise(model, 3, eos=2)
-    return _save(model, folder)
-
-
-def _nllb_folder(folder: Path, spm_file: Path) -> Path:
-    """NLLB's layout: ``sentencepiece.bpe.model`` with fairseq's id offset, then the language
-    codes and ``<mask>`` as added special tokens."""
-    folder.mkdir(parents=True)
-    shutil.copy(spm_file, folder / "sentencepiece.bpe.model")
-    size = 4 + len(_pieces(spm_file)) - 3
-    added = {str(size + i): {"content": c, "special": True} for i, c in enumerate(NLLB_CODES)}
-    added[str(size + len(NLLB_CODES))] = {"content": "<mask>", "special": True}
-    settings = {"tokenizer_class": "NllbTokenizer", "added_tokens_decoder": added}
-    (folder / "tokenizer_config.json").write_text(json.dumps(settings))
-    model = transformers.M2M100ForConditionalGeneration(_m2m_config(size + len(NLLB_CODES) + 1))
-    _randomise(model, 4, eos=2)
-    return _save(model, folder)
-
-
-def _import(folder: Path, output: Path, **languages):
-    from seq2seq.importing import import_huggingface
-    from seq2seq.translator import Translator
-
-    import_huggingface(folder, output, **languages)
-    return Translator.from_checkpoint(output, device="cpu")
-
-
-def _hf(folder: Path):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return transformers.AutoModelForSeq2SeqLM.from_pretrained(str(folder)).eval()
+    return fairseq_spm(tmp_path_factory.mktemp("spm"), multi30k_dir)
 
 
 @pytest.fixture(scope="module")
 def marian(tmp_path_factory, spm_file):
     root = tmp_path_factory.mktemp("marian")
-    folder = _marian_folder(root / "hf", spm_file)
-    return folder, _hf(folder), _import(folder, root / "marian.ckpt")
+    folder = marian_folder(root / "hf", spm_file)
+    return folder, load_hf(folder), import_folder(folder, root / "marian.ckpt")
 
 
 @pytest.fixture(scope="module")
 def m2m(tmp_path_factory, spm_file):
     root = tmp_path_factory.mktemp("m2m")
-    folder = _m2m_folder(root / "hf", spm_file)
-    return folder, _hf(folder), _import(folder, root / "m2m.ckpt", src_lang="de", tgt_lang="en")
+    folder = m2m_folder(root / "hf", spm_file)
+    translator = import_folder(folder, root / "m2m.ckpt", src_lang="de", tgt_lang="en")
+    return folder, load_hf(folder), translator
 
 
 @pytest.fixture(scope="module")
 def nllb(tmp_path_factory, spm_file):
     root = tmp_path_factory.mktemp("nllb")
-    folder = _nllb_folder(root / "hf", spm_file)
-    translator = _import(folder, root / "nllb.ckpt", src_lang="deu_Latn", tgt_lang="eng_Latn")
-    return folder, _hf(folder), translator
+    folder = nllb_folder(root / "hf", spm_file)
+    translator = import_folder(folder, root / "nllb.ckpt", src_lang="deu_Latn", tgt_lang="eng_Latn")
+    return folder, load_hf(folder), translator
 
 
 # ---------------------------------------------------------------------- helpers
@@ -437,9 +291,9 @@ def test_our_checkpoint_exported_and_imported_is_the_same_model(our_ckpt, tmp_pa
     from seq2seq.translator import Translator
 
     folder = export_huggingface(our_ckpt, tmp_path / "hf")
-    translator = _import(folder, tmp_path / "back.ckpt")
-    assert type(_hf(folder)).__name__ == "PegasusForConditionalGeneration"
-    _assert_same_logits(translator, _hf(folder), lines["de"][:8], lines["en"][:8])
+    translator = import_folder(folder, tmp_path / "back.ckpt")
+    assert type(load_hf(folder)).__name__ == "PegasusForConditionalGeneration"
+    _assert_same_logits(translator, load_hf(folder), lines["de"][:8], lines["en"][:8])
     before, after = _state(our_ckpt), _state(tmp_path / "back.ckpt")
     assert before.keys() == after.keys()
     vocab = translator.model.vocab_size  # rows past it pad the matrices and are never used
@@ -459,7 +313,7 @@ def test_imported_marian_exported_to_ctranslate2_translates_the_same(marian, tmp
 
     folder, model, translator = marian
     ckpt = tmp_path / "marian.ckpt"
-    _import(folder, ckpt)
+    import_folder(folder, ckpt)
     ct2 = Translator.from_checkpoint(export_ctranslate2(ckpt, tmp_path / "ct2"), device="cpu")
     sentences = lines["de"][:60]
     settings = {"beam_size": 1, "max_len_a": 0.5, "max_len_b": 5}
@@ -473,9 +327,9 @@ def test_imported_marian_exported_to_hugging_face_gives_back_its_logits(marian, 
 
     folder, model, translator = marian
     ckpt = tmp_path / "marian.ckpt"
-    _import(folder, ckpt)
+    import_folder(folder, ckpt)
     sentences = lines["de"][:6]
-    exported = _hf(export_huggingface(ckpt, tmp_path / "hf"))
+    exported = load_hf(export_huggingface(ckpt, tmp_path / "hf"))
     assert type(exported).__name__ == "MarianMTModel"
     tok = translator.tokenizer
     (src, tgt), (hf_src, hf_tgt), _, _ = _batch(translator, sentences[:6], lines["en"][:6])
@@ -588,7 +442,7 @@ def test_fit_refuses_to_resume_from_an_imported_checkpoint(marian, tmp_path, mon
     monkeypatch.delenv("SEQ2SEQ_TRACEBACK", raising=False)
     monkeypatch.chdir(tmp_path)
     ckpt = tmp_path / "imported.ckpt"
-    _import(marian[0], ckpt)
+    import_folder(marian[0], ckpt)
     config = ["--config", str(CONFIGS / "tiny.yaml"), "--data.data_dir", str(tmp_path / "nodata")]
     code, _, err = run_main(monkeypatch, capsys, "fit", *config, "--ckpt_path", str(ckpt))
     assert code == 1 and len(err) == 1, err

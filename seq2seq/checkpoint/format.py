@@ -9,7 +9,8 @@ states; seq2seq adds ``checkpoint[CHECKPOINT_KEY]``, a dictionary of:
 * ``"tokenizer"``: the serialized SentencePiece model as a uint8 tensor (optional);
 * ``"rng"``: the random generators' states for an exact resume (training only);
 * ``"log"``: the logger's name and version, so that a resumed run logs into the same folder;
-* :data:`IMPORTED_FROM`: in a checkpoint written by ``seq2seq import``, where it came from.
+* :data:`IMPORTED_FROM`: in a checkpoint written by ``seq2seq import``, where it came from;
+* :data:`INIT_FROM`: in the checkpoints of a run started with ``fit --init_from``, that file.
 
 The decoding settings are the module's hyperparameter ``"decoding"``, a plain dictionary of
 :class:`seq2seq.nn.DecodingConfig`'s fields (flat keys in checkpoints written before it
@@ -36,6 +37,7 @@ __all__ = [
     "CHECKPOINT_KEY",
     "EMA_KEY",
     "IMPORTED_FROM",
+    "INIT_FROM",
     "LIGHTNING_VERSION",
     "NON_STRUCTURAL",
     "TRAINING_WEIGHTS",
@@ -60,6 +62,11 @@ AVERAGED_FROM = "averaged_from"
 IMPORTED_FROM = "imported_from"
 """Key of ``checkpoint[CHECKPOINT_KEY]`` that ``seq2seq import`` writes: the source folder and
 its Hugging Face class (such a checkpoint has no training state to resume)."""
+
+INIT_FROM = "init_from"
+"""Key of ``checkpoint[CHECKPOINT_KEY]`` in the checkpoints of a run started with ``fit
+--init_from``: that checkpoint's path. Such a run took its model settings from there, not from
+its config, so its resume takes them from its own checkpoint."""
 
 TRAINING_WEIGHTS = "training_state_dict"
 """Key of the training weights in a checkpoint whose ``state_dict`` holds an exponential moving

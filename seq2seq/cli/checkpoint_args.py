@@ -23,6 +23,7 @@ from seq2seq.checkpoint import (
 from seq2seq.checkpoint.format import (
     CHECKPOINT_KEY,
     IMPORTED_FROM,
+    INIT_FROM,
     differing_settings,
     weights_name,
 )
@@ -153,6 +154,10 @@ def _check_resumable(config, path: str, checkpoint: dict, step: int | None) -> N
         )
     saved = checkpoint.get(CHECKPOINT_KEY, {}).get("model_config", {})
     if saved and hasattr(config.get("model"), "get"):
+        if checkpoint.get(CHECKPOINT_KEY, {}).get(INIT_FROM):
+            # The run took its model settings from its --init_from checkpoint, not from the
+            # config (a fine-tuning config names none): its resume takes them from its own.
+            _take_model_settings(saved, config)
         differing = other_architecture(saved, config["model"])
         if differing:
             raise ValueError(
@@ -289,6 +294,7 @@ def load_initial_weights(model, datamodule, path: str, read: CheckpointReader) -
             )
     datamodule.tokenizer = tokenizer
     model.tokenizer = tokenizer
+    model.initialised_from = str(path)
     state = {
         key[len("model.") :]: value
         for key, value in checkpoint["state_dict"].items()

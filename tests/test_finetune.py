@@ -1,0 +1,107 @@
+"""Fine-tuning an imported Hugging Face model on Multi30k, as a user would: ``fit --init_from``
+tokenises the corpus with the checkpoint's own tokenizer (no SentencePiece model is trained),
+the loss falls, a SIGKILL and resume is exact, ``test`` scores every set with sacreBLEU and
+``translate`` works."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import multi30k_lines, run_main
+from hf_folders import fairseq_spm, marian_folder, nllb_folder
+from test_resume import CKPT_EVERY, KILL_AT, MAX_STEPS, _config, _fit, _logged, _write_corpus
+
+from seq2seq.checkpoint import load_checkpoint
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory, multi30k_dir) -> dict[str, Path]:
+    """Imported checkpoints of a tiny random Marian and NLLB model, and a 600-line corpus."""
+    from seq2seq.importing import import_huggingface
+
+    root = tmp_path_factory.mktemp("finetune")
+    spm = fairseq_spm(root, multi30k_dir)
+    import_huggingface(marian_folder(root / "marian", spm), root / "marian.ckpt")
+    nllb = nllb_folder(root / "nllb", spm)
+    import_huggingface(nllb, root / "nllb.ckpt", src_lang="deu_Latn", tgt_lang="eng_Latn")
+    data = _write_corpus(
+        multi30k_dir, root / "data", {"train": 600, "val": 20, "test_2016_flickr": 20}
+    )
+    return {"root": root, "marian": root / "marian.ckpt", "nllb": root / "nllb.ckpt", "data": data}
+
+
+@pytest.fixture(scope="module")
+def reference(imported) -> Path:
+    """An uninterrupted fine-tuning run of the imported Marian model (``MAX_STEPS`` steps)."""
+    root = imported["root"]
+    run = _fit(_config(root, imported["data"], "reference"), "--init_from", str(imported["marian"]))
+    assert run.returncode == 0, run.stderr[-3000:]
+    return root / "reference"
+
+
+def test_fit_init_from_an_imported_model_trains_with_its_tokenizer(imported, reference):
+    losses = _logged(reference, "train/loss")
+    assert sorted(losses) == list(range(MAX_STEPS))
+    first, last = sum(losses[s] for s in range(3)), sum(losses[s] for s in range(9, 12))
+    assert last < first, losses
+    # no SentencePiece model was trained: the corpus was tokenised with the imported one
+    assert not list((imported["root"] / "cache").rglob("spm_*.model"))
+    started = load_checkpoint(imported["marian"])["seq2seq"]["tokenizer"]
+    trained = load_checkpoint(reference / "checkpoints" / "last.ckpt")["seq2seq"]["tokenizer"]
+    assert torch.equal(started, trained)
+
+
+def test_imported_and_fine_tuned_models_test_and_translate(
+    imported, reference, monkeypatch, capsys
+):
+    last = reference / "checkpoints" / "last.ckpt"
+    data, tiny = imported["data"], Path(__file__).parent.parent / "configs" / "tiny.yaml"
+    for ckpt in (imported["marian"], last):  # zero-shot, then fine-tuned
+        code, out, err = run_main(
+            monkeypatch, capsys, "test", "--config", str(tiny), "--data.data_dir", str(data),
+            "--data.test_splits", "[test_2016_flickr]",
+            "--data.cache_dir", str(imported["root"] / "cache"), "--ckpt_path", str(ckpt),
+            "--trainer.logger", "false", "--trainer.limit_test_batches", "null",
+        )  # fmt: skip
+        assert code == 0, err[-20:]
+        assert "test/bleu" in out and "nrefs:1|case:mixed|eff:no|tok:13a" in out + "\n".join(err)
+    sources = multi30k_lines("val", "de", 5)
+    for ckpt, extra in ((last, []), (imported["nllb"], ["--tgt_lang", "fra_Latn"])):
+        code, out, err = run_main(
+            monkeypatch, capsys, "translate", "--ckpt_path", str(ckpt), *extra,
+            stdin="\n".join(sources).encode() + b"\n",
+        )  # fmt: skip
+        assert code == 0, err
+        assert len(out.splitlines()) == 5 and "__" not in out and "_Latn" not in out
+    code, out, err = run_main(
+        monkeypatch, capsys, "translate", "--ckpt_path", str(imported["nllb"]),
+        "--tgt_lang", "xx", stdin=b"Ein Hund.\n",
+    )  # fmt: skip
+    assert code != 0 and len(err) == 1
+    assert "'xx'" in err[0] and "deu_Latn, eng_Latn, fra_Latn, spa_Latn" in err[0]
+
+
+@pytest.mark.slow  # 2 more fit processes; CI runs the slow tier too (.ci/run)
+def test_sigkill_and_resume_of_a_fine_tuning_run_is_exact(imported, reference):
+    root, init = imported["root"], ["--init_from", str(imported["marian"])]
+    killed = _fit(_config(root, imported["data"], "resumed", kill_at=KILL_AT), *init)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    last = root / "resumed" / "checkpoints" / "last.ckpt"
+    assert load_checkpoint(last)["global_step"] == KILL_AT // CKPT_EVERY * CKPT_EVERY
+    # a resume continues the run: --ckpt_path alone (the run's own checkpoint)
+    resumed = _fit(_config(root, imported["data"], "resumed"), "--ckpt_path", "last")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    final, expected = load_checkpoint(last), load_checkpoint(reference / "checkpoints/last.ckpt")
+    assert final["global_step"] == expected["global_step"] == MAX_STEPS
+    for key, value in expected["state_dict"].items():
+        assert torch.equal(final["state_dict"][key], value), key
+    start = KILL_AT // CKPT_EVERY * CKPT_EVERY
+    got, want = _logged(root / "resumed", "train/loss"), _logged(reference, "train/loss")
+    assert {s: got[s] for s in range(start, MAX_STEPS)} == {
+        s: want[s] for s in range(start, MAX_STEPS)
+    }
