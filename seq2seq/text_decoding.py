@@ -187,12 +187,13 @@ def _search(
 ):
     """The search (or sampling) that ``config`` asks for: the one call of
     :mod:`seq2seq.nn.search` and :mod:`seq2seq.nn.sampling`."""
-    src, src_mask, prefix = batch["src"], batch["src_mask"], batch.get("prefix")
+    src, src_mask = batch["src"], batch["src_mask"]
+    forced = {"prefix": batch.get("prefix"), "unscored_prefix": batch.get("unscored_prefix", 0)}
     if config.sampling:
-        return sample(model, src, src_mask, bos, eos, config, prefix=prefix)
+        return sample(model, src, src_mask, bos, eos, config, **forced)
     if config.beam_size == 1:
-        return greedy_search(model, src, src_mask, bos, eos, config, prefix=prefix)
-    return beam_search(model, src, src_mask, bos, eos, config, n_best=n_best, prefix=prefix)
+        return greedy_search(model, src, src_mask, bos, eos, config, **forced)
+    return beam_search(model, src, src_mask, bos, eos, config, n_best=n_best, **forced)
 
 
 @torch.no_grad()
@@ -210,8 +211,10 @@ def decode_batch(
         tokenizer: its SentencePiece model.
         batch: ``src`` ``(B, S)`` long and ``src_mask`` ``(B, 1, 1, S)`` bool; optionally
             ``"prefix"``, one list of target ids per sentence forced at the start of its
-            hypotheses (the text returned starts with it). Without it, the tokenizer's
-            target-language prefix (:func:`language_prefixes`) is forced, if it has one.
+            hypotheses (the text returned starts with it), and ``"unscored_prefix"``, how many
+            of its leading tokens are not scored (a language token). Without a prefix, the
+            tokenizer's target-language prefix (:func:`language_prefixes`) is forced, if it
+            has one, unscored (as Hugging Face's ``forced_bos_token_id``).
         config: the decoding settings.
         n_best: hypotheses per sentence (at most ``config.beam_size``; with sampling, 1 or
             ``config.n_samples``, which is what is returned).
@@ -235,6 +238,7 @@ def decode_batch(
         forced = language_prefixes(tokenizer)[1]
         if forced:  # e.g. NLLB's target-language code, the first decoder token
             batch = {**batch, "prefix": [forced] * batch["src"].size(0)}
+            batch["unscored_prefix"] = len(forced)
     results = _search(model, batch, tokenizer.bos_id, tokenizer.eos_id, config, n_best)
     n_out = config.n_samples if config.sampling else n_best
     output = []

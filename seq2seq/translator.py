@@ -263,6 +263,7 @@ class Translator:
             batch = source_batch([encoded[i] for i in chunk], self.tokenizer.pad_id, self.device)
             if forced is not None:
                 batch["prefix"] = [forced[i] for i in chunk]
+                batch["unscored_prefix"] = len(language[1])  # the language token
             hyps = decode_batch(self.model, self.tokenizer, batch, config, n_best)
             for i, h in zip(chunk, hyps, strict=True):
                 results[i] = h[0][0] if n_out == 1 and not return_scores else h

@@ -117,7 +117,7 @@ def _our_ids(translator, sources, beam: int, limits, prefix=None, lp=1.0) -> lis
         forced = None if prefix is None else [prefix] * len(chunk)
         hyps = search(
             translator.model, batch["src"], batch["src_mask"], tok.bos_id, tok.eos_id, config,
-            prefix=forced,
+            prefix=forced, unscored_prefix=0 if prefix is None else len(prefix),
         )  # fmt: skip
         results += [h[0].tokens for h in hyps]
     return results
@@ -163,7 +163,7 @@ def _hf_ids(
 def _search_differences(translator, model, src_lines, beam, prefix=None, forced_bos=None, lp=1.0):
     """The sentences (indices) whose output differs between our search and ``generate``, both
     under the limit ``int(0.5 * src_len + 5)``, after checking that the outputs are varied
-    (some end with EOS before the limit)."""
+    (some end with EOS before the limit, or most differ)."""
     from seq2seq.export.common import max_len
 
     tok = translator.tokenizer
@@ -174,7 +174,8 @@ def _search_differences(translator, model, src_lines, beam, prefix=None, forced_
     ended = [
         len(h) < max_len(len(s), 0.5, 5, POSITIONS) for h, s in zip(ours, sources, strict=True)
     ]
-    assert sum(ended) >= 10 and len(set(map(tuple, ours))) > 10
+    distinct = len(set(map(tuple, ours)))
+    assert distinct > 10 and (sum(ended) >= 10 or distinct > 50)
     return [i for i, (a, b) in enumerate(zip(ours, theirs, strict=True)) if a != b]
 
 
@@ -213,21 +214,17 @@ def test_marian_greedy_and_beam_search_are_generates(marian, lines, beam):
     assert len(differ) <= 2, differ  # 99% of 200; none differ today
 
 
-@pytest.mark.parametrize(("beam", "lp"), [(1, 1.0), (5, 0.0)])
+@pytest.mark.parametrize(("beam", "lp"), [(1, 1.0), (5, 0.0), (5, 1.0), (5, 0.6)])
 def test_nllb_search_with_the_forced_language_is_generates(nllb, lines, beam, lp):
-    """Our target-language prefix against ``generate``'s ``forced_bos_token_id``. Our prefix
-    tokens are scored (their log-probabilities count, as the rules of seq2seq.nn.rules say);
-    ``generate`` gives the forced token log-probability 0. With ``length_penalty`` 0 that is
-    the same constant in every hypothesis of a sentence, so beam search ranks as ``generate``
-    does; with a length penalty, ``log p(code)`` divided by each hypothesis' own length tilts
-    the ranking (a model that does not expect its code, as this random one, ends up
-    preferring other lengths; a trained NLLB model gives its code a log-probability near 0)."""
+    """Our target-language prefix, forced unscored (``unscored_prefix``, as the Translator and
+    the data module's decoding force it), against ``generate``'s ``forced_bos_token_id``,
+    which gives the forced token log-probability 0: with and without a length penalty."""
     folder, model, translator = nllb
     tok = translator.tokenizer
     _, prefix = tok.language_prefix("eng_Latn")
     forced = tok.to_hf_ids(prefix)[0]
     differ = _search_differences(translator, model, lines["de"], beam, prefix, forced, lp)
-    assert len(differ) <= 2, differ
+    assert len(differ) <= 2, differ  # at least 99% of 200
 
 
 def test_our_score_of_a_target_is_hugging_faces_log_probability(marian, nllb, lines):

@@ -223,6 +223,35 @@ def test_a_forced_prefix_is_kept_and_greedy_continues_as_plain_decoding(model, s
     assert plain[0][0].tokens[:3] != prefix[0]
 
 
+def test_unscored_prefix_tokens_count_in_the_length_but_not_in_the_score(model, sources):
+    """``unscored_prefix=1``: the first prefix token (a target-language token) is forced with
+    log-probability 0, as generate's forced_bos_token_id; the same tokens come out."""
+    mask = padding_mask(sources, PAD)
+    prefix = [[13, 4], [6], [12, 5]]
+    short = DecodingConfig(max_len_a=0.0, max_len_b=4)
+    scored = greedy_search(model, sources, mask, BOS, EOS, short, prefix=prefix)
+    free = greedy_search(model, sources, mask, BOS, EOS, short, prefix=prefix, unscored_prefix=1)
+    for i, ((a,), (b,), forced) in enumerate(zip(scored, free, prefix, strict=True)):
+        assert a.tokens == b.tokens and a.tokens[: len(forced)] == forced
+        seq = a.tokens + ([EOS] if len(a.tokens) < max(4, len(forced) + 1) else [])
+        first = _lprobs(model, sources[i], [])[0, forced[0]].item()
+        assert b.score == pytest.approx(a.score - first / len(seq), abs=1e-5)
+    beams = [
+        beam_search(
+            model,
+            sources,
+            mask,
+            BOS,
+            EOS,
+            DecodingConfig(beam_size=3),
+            prefix=prefix,
+            unscored_prefix=k,
+        )  # fmt: skip
+        for k in (0, 1)
+    ]
+    assert all(h[0].score > g[0].score for g, h in zip(*beams, strict=True))
+
+
 def test_beam_and_sampling_with_a_prefix_start_with_it(model, sources):
     mask = padding_mask(sources, PAD)
     prefix = [[13, 13, 4], [], [6, 12]]

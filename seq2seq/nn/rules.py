@@ -24,7 +24,10 @@ beams or ``B * n_samples`` draws).
   hypothesis is inside its sentence's prefix every other token is banned, so the search goes
   on after the prefix. Prefix tokens count as generated: the returned tokens start with them,
   the score includes their log-probabilities, they are part of the history that the n-gram
-  ban and the repetition penalty read, and ``max_len`` is at least ``len(prefix) + 1``.
+  ban and the repetition penalty read, and ``max_len`` is at least ``len(prefix) + 1``. The
+  first ``unscored_prefix`` tokens of every prefix (a target-language token such as NLLB's)
+  are forced with log-probability 0 instead, as Hugging Face's ``forced_bos_token_id`` forces
+  them: they count in the length but not in the score.
 * ``no_repeat_ngram_size = n``: a token that would complete an n-gram already in the
   hypothesis (its prefix included, BOS not) is banned, as fairseq's
   ``--no-repeat-ngram-size`` and Hugging Face's ``no_repeat_ngram_size``. Should that ban
@@ -184,6 +187,8 @@ class StepRules:
         n: number of sentences ``B``.
         eos_id: end-of-sentence id (never forced; left allowed when a ban leaves nothing).
         device: where the search runs.
+        unscored_prefix: leading prefix tokens forced with log-probability 0 (module
+            docstring).
 
     Raises:
         ValueError: for a prefix list of another length than ``B``, a prefix holding EOS,
@@ -198,8 +203,10 @@ class StepRules:
         n: int,
         eos_id: int,
         device: torch.device,
+        unscored_prefix: int = 0,
     ) -> None:
         self.pad_id = model.pad_id
+        self.unscored = unscored_prefix
         self.eos_id = eos_id
         self.min_len = config.min_len
         self.ngram = config.no_repeat_ngram_size
@@ -289,6 +296,8 @@ class StepRules:
             forced = (self.lengths[sentence] > step).unsqueeze(1)
             token = self.tokens[sentence, step].unsqueeze(1)
             value = scores.gather(1, token)  # before the n-gram ban: the prefix wins
+            if step < self.unscored:  # chosen by the caller, not the model: not scored
+                value = torch.zeros_like(value)
         if self.ngram and history is not None and history.size(1) >= self.ngram:
             eos = scores[:, self.eos_id].clone()
             _ban_repeated_ngrams(scores, history, self.ngram)

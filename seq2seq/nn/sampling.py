@@ -117,6 +117,7 @@ def sample(
     config: DecodingConfig | None = None,
     *,
     prefix: Sequence[Sequence[int]] | None = None,
+    unscored_prefix: int = 0,
 ) -> list[list[Hypothesis]]:
     """Random sampling (ancestral, with top-k, nucleus and temperature; see the module
     docstring), ``n_samples`` draws per sentence, vectorised over ``batch * n_samples`` rows.
@@ -131,6 +132,8 @@ def sample(
             ``sampling_topk``, ``sampling_topp``, ``temperature``, ``sampling_seed`` and the
             shared ones; ``beam_size`` and ``sampling`` are not read.
         prefix: one list of target ids per sentence, forced before sampling continues.
+        unscored_prefix: its leading tokens forced with log-probability 0
+            (:mod:`seq2seq.nn.rules`).
 
     Returns:
         One list per sentence of ``n_samples`` hypotheses, in sample order (sample ``i`` is
@@ -147,7 +150,7 @@ def sample(
     b = src.size(0)
     n_samples = config.n_samples
     device = src.device
-    rules = StepRules(model, config, prefix, b, eos_id, device)
+    rules = StepRules(model, config, prefix, b, eos_id, device, unscored_prefix)
     max_len = rules.max_lengths(max_lengths(model, src, src_mask, config))
     steps = int(max_len.max())
 

@@ -43,6 +43,7 @@ def greedy_search(
     config: DecodingConfig | None = None,
     *,
     prefix: Sequence[Sequence[int]] | None = None,
+    unscored_prefix: int = 0,
     scores: bool = True,
 ) -> list[list[Hypothesis]]:
     """Greedy (arg-max) decoding, by the rules of :mod:`seq2seq.nn.rules`.
@@ -57,6 +58,8 @@ def greedy_search(
             fields are not read, ``length_penalty`` only scales the reported scores.
         prefix: one list of target ids per sentence, forced first; the tokens returned start
             with it.
+        unscored_prefix: its leading tokens forced with log-probability 0
+            (:mod:`seq2seq.nn.rules`).
         scores: compute each hypothesis' score. ``False`` skips the log-softmax normaliser of
             every step (the arg-max of the logits is the same token) and reports ``nan``
             scores, as Hugging Face's ``generate`` returns no scores unless asked.
@@ -72,7 +75,7 @@ def greedy_search(
     check_mask(src, src_mask)
     n = src.size(0)
     device = src.device
-    rules = StepRules(model, config, prefix, n, eos_id, device)
+    rules = StepRules(model, config, prefix, n, eos_id, device, unscored_prefix)
     max_len = rules.max_lengths(max_lengths(model, src, src_mask, config))
     steps = int(max_len.max())
     memory = model.encode(src, src_mask)
@@ -128,6 +131,7 @@ def beam_search(
     *,
     n_best: int = 1,
     prefix: Sequence[Sequence[int]] | None = None,
+    unscored_prefix: int = 0,
 ) -> list[list[Hypothesis]]:
     """Beam search with length penalty over ``batch * beam_size`` rows, by the rules of
     :mod:`seq2seq.nn.rules`; the loop's comments give its steps and stopping rule (Hugging
@@ -144,6 +148,8 @@ def beam_search(
         n_best: number of hypotheses returned per sentence (``<= beam_size``).
         prefix: one list of target ids per sentence, forced first; every hypothesis returned
             starts with it.
+        unscored_prefix: its leading tokens forced with log-probability 0
+            (:mod:`seq2seq.nn.rules`).
 
     Returns:
         One list per sentence of ``n_best`` hypotheses, best first.
@@ -162,7 +168,7 @@ def beam_search(
     check_mask(src, src_mask)
     n = src.size(0)
     device = src.device
-    rules = StepRules(model, config, prefix, n, eos_id, device)
+    rules = StepRules(model, config, prefix, n, eos_id, device, unscored_prefix)
     max_len = rules.max_lengths(max_lengths(model, src, src_mask, config))
     steps = int(max_len.max())
     lp = length_penalty_value(
