@@ -319,6 +319,39 @@ def test_imported_marian_exported_to_ctranslate2_translates_the_same(marian, tmp
     assert ct2.translate(sentences, **settings) == expected
 
 
+def test_imported_nllb_translates_into_a_chosen_language_here_and_through_ctranslate2(
+    nllb, tmp_path, lines
+):
+    """``tgt_lang`` with greedy and beam search, prefixes, sampling and an ensemble, and the
+    same translations from the CTranslate2 export (its target prefix is the code)."""
+    from seq2seq.export.ctranslate2 import export_ctranslate2
+    from seq2seq.translator import Translator
+
+    folder, model, translator = nllb
+    ckpt = tmp_path / "nllb.ckpt"
+    import_folder(folder, ckpt, src_lang="deu_Latn", tgt_lang="eng_Latn")
+    sentences, settings = lines["de"][:40], {"max_len_a": 0.5, "max_len_b": 5}
+    english = translator.translate(sentences, beam_size=1, **settings)
+    french = translator.translate(sentences, beam_size=1, tgt_lang="fra_Latn", **settings)
+    assert english != french and len(set(french)) > 5
+    ct2 = Translator.from_checkpoint(export_ctranslate2(ckpt, tmp_path / "ct2"), device="cpu")
+    for beam in (1, 3):
+        ours = translator.translate(sentences, beam_size=beam, tgt_lang="fra_Latn", **settings)
+        assert ct2.translate(sentences, beam_size=beam, tgt_lang="fra_Latn", **settings) == ours
+    with pytest.raises(ValueError, match="'xx_Latn' is not a language of the model: deu_Latn"):
+        translator.translate(sentences, tgt_lang="xx_Latn")
+    # a prefix continues after the forced code; sampling and an ensemble take the language
+    word = french[0].split()[0]
+    forced = translator.translate(sentences[:3], prefixes=[word] * 3, tgt_lang="fra_Latn")
+    assert all(text.startswith(word) for text in forced)
+    drawn = translator.translate(sentences[:3], sampling=True, tgt_lang="fra_Latn", **settings)
+    assert len(drawn) == 3
+    twin = tmp_path / "twin.ckpt"
+    import_folder(folder, twin, src_lang="deu_Latn", tgt_lang="eng_Latn")
+    pair = Translator.from_checkpoint([ckpt, twin], device="cpu")
+    assert pair.translate(sentences, beam_size=1, tgt_lang="fra_Latn", **settings) == french
+
+
 def test_imported_marian_exported_to_hugging_face_gives_back_its_logits(marian, tmp_path, lines):
     from seq2seq.export.huggingface import export_huggingface
 
