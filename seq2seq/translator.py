@@ -206,27 +206,22 @@ class Translator:
             n_best: with 1, one string per sentence; with more, ``(text, score)`` pairs per
                 sentence, best first (the score is the length-penalised log-probability).
             return_scores: with ``n_best`` 1, ``[(text, score)]`` instead of the string.
-            prefixes: target-side text forced at the start of each translation, one per
-                sentence (``""`` for none; a str for a single sentence), encoded without EOS;
-                the translation starts with its text and the score includes its tokens.
-            tgt_lang: the target language, as the model names it (``"fra_Latn"`` for NLLB,
-                ``"fr"`` for M2M-100, ``"fra"`` for a Marian model's ``>>fra<<``); ``None``:
-                the checkpoint's. Its token is forced first (NLLB, M2M-100) or put before the
-                source (Marian), ahead of any prefix.
+            prefixes: target text forced first, one per sentence (``""``: none; a str for a
+                str), without EOS; the translation starts with it, the score includes it.
+            tgt_lang: for a model with language tokens, the target language as it names it
+                (NLLB ``"fra_Latn"``; :func:`~seq2seq.text_decoding.language_prefixes`).
             **decoding: this call's :class:`~seq2seq.nn.DecodingConfig` fields (``seed`` for
                 ``sampling_seed``), under :func:`~seq2seq.text_decoding.sampling_rules`; with
                 sampling, ``n_samples`` pairs per sentence above 1, in sample order.
 
         Returns:
-            For a list, one result per sentence in input order (``list[str]``, or lists of
-            pairs); for a single ``str``, its result alone.
+            Per sentence in input order (``list[str]``, or lists of pairs); a str's alone.
 
         Raises:
             TypeError: if ``sentences`` is bytes, or an entry is not a string (naming its index).
             ValueError: naming the entry, for one holding a line break; naming the setting,
-                for one unknown, out of range or against the sampling rules, or an ``n_best``
-                above the beam size; for ``prefixes`` of another length than ``sentences``; for
-                a ``tgt_lang`` the model has no token for, naming those it has.
+                for one unknown, out of range or against the sampling rules, an ``n_best``
+                above the beam size, ``prefixes`` not one per sentence, or an unknown tgt_lang.
         """
         language = language_prefixes(self.tokenizer, tgt_lang)  # checked before any work
         if "seed" in decoding:  # the seed of sampling, sampling_seed in the settings

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pickle
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +86,17 @@ def load_checkpoint(
     if not isinstance(checkpoint, dict):
         raise CheckpointError(f"{path} is not a checkpoint dictionary (found {type(checkpoint)})")
     return checkpoint
+
+
+def written_by(path: str | Path, marker: Callable[[Mapping[str, Any]], bool]) -> bool | None:
+    """Whether the existing file ``path`` is a checkpoint that ``marker`` recognises (a
+    command's own earlier output, which that command may replace); ``None`` when it is no
+    readable checkpoint at all."""
+    try:
+        checkpoint = load_checkpoint(path, mmap=True)
+    except Exception:  # not a checkpoint at all, or an unreadable one
+        return None
+    return bool(marker(checkpoint))
 
 
 def check_model_checkpoint(

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from seq2seq.checkpoint import AVERAGED_FROM, average_checkpoints, load_checkpoint
 from seq2seq.checkpoint.format import EMA_KEY
+from seq2seq.checkpoint.load import written_by
 from seq2seq.commands.parsing import Parser, check_output, plain
 
 __all__ = ["average"]
@@ -168,14 +169,10 @@ def _check_replaceable(parser: argparse.ArgumentParser, output: Path) -> None:
     (say ``last.ckpt`` or the best one) or any other file there would be lost."""
     if not output.exists():
         return
-    try:
-        checkpoint = load_checkpoint(output, mmap=True)
-    except Exception:  # not a checkpoint at all, or an unreadable one
-        what = "is not a checkpoint"
-    else:
-        if AVERAGED_FROM in checkpoint:
-            return  # an earlier average's output
-        what = "is a training checkpoint"
+    own = written_by(output, lambda checkpoint: AVERAGED_FROM in checkpoint)
+    if own:
+        return  # an earlier average's output
+    what = "is not a checkpoint" if own is None else "is a training checkpoint"
     parser.error(
         f"--output {output} exists and {what}; averaging would replace it: give another file "
         "name (only a file written by seq2seq average is replaced)"

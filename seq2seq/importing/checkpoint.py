@@ -22,7 +22,7 @@ from seq2seq.checkpoint.format import (
     LIGHTNING_VERSION,
     tokenizer_tensor,
 )
-from seq2seq.checkpoint.load import load_checkpoint
+from seq2seq.checkpoint.load import written_by
 from seq2seq.files import atomic_write, check_output_file
 from seq2seq.importing.generation import decoding_settings
 from seq2seq.importing.huggingface import HuggingFaceFolder, model_settings, read_folder
@@ -76,14 +76,14 @@ def check_replaceable(output: str | Path) -> None:
     check_output_file(output, "--output")
     if not output.exists():
         return
-    try:
-        checkpoint = load_checkpoint(output, mmap=True)
-    except Exception:  # not a checkpoint at all, or an unreadable one
-        what = "is not a checkpoint"
-    else:
-        if IMPORTED_FROM in (checkpoint.get(CHECKPOINT_KEY) or {}):
-            return
-        what = "is a checkpoint that seq2seq import did not write"
+    own = written_by(output, lambda checkpoint: IMPORTED_FROM in checkpoint.get(CHECKPOINT_KEY, {}))
+    if own:
+        return
+    what = (
+        "is not a checkpoint"
+        if own is None
+        else "is a checkpoint that seq2seq import did not write"
+    )
     raise FileExistsError(
         f"--output {output} exists and {what}; importing would replace it: give another file "
         "name (only a file written by seq2seq import is replaced)"

@@ -162,10 +162,9 @@ def linear_label_smoothed_cross_entropy(
     """Output projection fused with :func:`label_smoothed_cross_entropy`.
 
     ``label_smoothed_cross_entropy(hidden @ weight.T + bias, target, epsilon)`` over chunks of
-    ``chunk_size`` rows, so the ``(N, V)`` logits are never held at once; the gradients are
-    computed chunk by chunk in the forward pass and scaled in backward (as Liger Kernel, Hsu et
-    al. 2024, and Cut Cross-Entropy, Wijmans et al. 2024). Under autocast the products run in
-    the autocast dtype and the softmax in float32, as in the unfused path.
+    ``chunk_size`` rows, never holding the ``(N, V)`` logits; gradients are computed chunk by
+    chunk in the forward pass and scaled in backward (as Liger Kernel, Hsu et al. 2024, and Cut
+    Cross-Entropy, Wijmans et al. 2024). Products in the autocast dtype, softmax in float32.
 
     Args:
         hidden: ``(N, D)`` float hidden states (e.g. the decoder's final states at the target
@@ -174,10 +173,9 @@ def linear_label_smoothed_cross_entropy(
         target: ``(N,)`` long target ids.
         epsilon: smoothing ``eps`` in ``[0, 1]``.
         ignore_index: target id that contributes nothing (padding).
-        chunk_size: rows per chunk; default 256 on CPU (a chunk's logits stay in cache) and
-            4096 on other devices (fewer kernel launches).
-        bias: optional ``(V,)`` float bias of the logits (``Transformer.output_bias``),
-            differentiable too.
+        chunk_size: rows per chunk; default 256 on CPU (a chunk's logits stay in cache), 4096
+            elsewhere (fewer kernel launches).
+        bias: optional ``(V,)`` differentiable bias of the logits (``Transformer.output_bias``).
 
     Returns:
         ``(loss_sum, nll_sum)`` float32 scalars summed over non-ignored tokens. Only

@@ -131,9 +131,8 @@ def sample(
         config: the decoding settings (``None``: the defaults): ``n_samples``,
             ``sampling_topk``, ``sampling_topp``, ``temperature``, ``sampling_seed`` and the
             shared ones; ``beam_size`` and ``sampling`` are not read.
-        prefix: one list of target ids per sentence, forced before sampling continues.
-        unscored_prefix: its leading tokens forced with log-probability 0
-            (:mod:`seq2seq.nn.rules`).
+        prefix, unscored_prefix: target ids forced before sampling continues, one list per
+            sentence, and how many of them are unscored (seq2seq.nn.rules).
 
     Returns:
         One list per sentence of ``n_samples`` hypotheses, in sample order (sample ``i`` is

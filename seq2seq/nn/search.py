@@ -56,10 +56,8 @@ def greedy_search(
         eos_id: end-of-sentence id.
         config: the decoding settings (``None``: the defaults); ``beam_size`` and the sampling
             fields are not read, ``length_penalty`` only scales the reported scores.
-        prefix: one list of target ids per sentence, forced first; the tokens returned start
-            with it.
-        unscored_prefix: its leading tokens forced with log-probability 0
-            (:mod:`seq2seq.nn.rules`).
+        prefix, unscored_prefix: target ids forced first, one list per sentence (the tokens
+            returned start with them), and how many of them are unscored (seq2seq.nn.rules).
         scores: compute each hypothesis' score. ``False`` skips the log-softmax normaliser of
             every step (the arg-max of the logits is the same token) and reports ``nan``
             scores, as Hugging Face's ``generate`` returns no scores unless asked.
@@ -146,10 +144,8 @@ def beam_search(
         config: the decoding settings (``None``: the defaults); the sampling fields are not
             read.
         n_best: number of hypotheses returned per sentence (``<= beam_size``).
-        prefix: one list of target ids per sentence, forced first; every hypothesis returned
-            starts with it.
-        unscored_prefix: its leading tokens forced with log-probability 0
-            (:mod:`seq2seq.nn.rules`).
+        prefix, unscored_prefix: target ids forced first, one list per sentence (every
+            hypothesis starts with them), and how many of them are unscored (seq2seq.nn.rules).
 
     Returns:
         One list per sentence of ``n_best`` hypotheses, best first.
