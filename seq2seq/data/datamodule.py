@@ -30,7 +30,7 @@ from seq2seq.data.resume import (
 from seq2seq.data.spm_files import SentencePieceSettings, load_or_train
 from seq2seq.data.streaming import StreamingLoader, StreamingPairs
 from seq2seq.data.token_cache import ENCODE_CHUNK, cached_split
-from seq2seq.data.tokenizer import PAD_ID, Tokenizer
+from seq2seq.data.tokenizer import BOS_ID, PAD_ID, Tokenizer
 
 # Start of Lightning's warning about drop_last and custom batch samplers in prediction.
 _CUSTOM_SAMPLER = "You are using a custom batch sampler `TokenBudgetBatchSampler` for prediction"
@@ -435,7 +435,7 @@ class TranslationDataModule(L.LightningDataModule):
             collate_fn=partial(
                 collate,
                 pad_id=PAD_ID,
-                bos_id=self.tokenizer.bos_id,
+                bos_id=BOS_ID if self.tokenizer is None else self.tokenizer.bos_id,
                 pad_to_multiple_of=self.pad_to_multiple_of,
             ),
             num_workers=self.num_workers,
