@@ -69,6 +69,7 @@ def test_imported_and_fine_tuned_models_test_and_translate(
             "--trainer.logger", "false", "--trainer.limit_test_batches", "null",
         )  # fmt: skip
         assert code == 0, err[-20:]
+        assert not [line for line in err if "other model settings" in line]  # none configured
         assert "test/bleu" in out and "nrefs:1|case:mixed|eff:no|tok:13a" in out + "\n".join(err)
     sources = multi30k_lines("val", "de", 5)
     for ckpt, extra in ((last, []), (imported["nllb"], ["--tgt_lang", "fra_Latn"])):

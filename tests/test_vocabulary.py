@@ -177,7 +177,9 @@ def test_marian_language_tags(folders, test_set):
     assert tok.decode(tok.encode(de[:3])) == _ours(folders, "marian_tags").decode(
         tok.encode(de[:3])
     )  # nor in the text: decode drops tags
-    with pytest.raises(ValueError, match=r"'deu' is not a language of the model: eng, fra"):
+    with pytest.raises(
+        ValueError, match=r"'deu' is not a language of the model; its languages: eng, fra"
+    ):
         tok.language_prefix("deu")
     with pytest.raises(ValueError, match=r"tgt_lang 'deu' is not a language"):
         _ours(folders, "marian_tags", tgt_lang="deu")
@@ -210,9 +212,14 @@ def test_language_codes_and_overrides(folders, test_set, tmp_path, name):
     assert [tok.to_hf_ids([*x, tok.eos_id]) for x in got] == expected
     assert tok.encode(en, src_lang=other)[0][0] == code[other]
     with pytest.raises(
-        ValueError, match=rf"tgt_lang 'xx' is not a language of the model: {tok.languages[0]}, "
+        ValueError,
+        match=rf"tgt_lang 'xx' is not a language of the model; its languages: "
+        rf"{tok.languages[0]}, ",
     ):
         tok.language_prefix("xx")
+    if name == "nllb":  # a prefix of a code is suggested
+        with pytest.raises(ValueError, match=r"'fra' is not a language .*did you mean fra_Latn\?"):
+            tok.language_prefix("fra")
     with pytest.raises(ValueError, match="src_lang 'xx'"):
         _ours(folders, name, src_lang="xx")
     unset = tmp_path / "unset"  # a folder that names no target language

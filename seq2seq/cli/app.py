@@ -155,8 +155,8 @@ class Seq2SeqCLI(compat.SkipCheckpointHparams, LightningCLI):
             type=str | None,
             default=None,
             help="fit only: start a new run from the model weights of this checkpoint (written "
-            "by seq2seq fit or seq2seq average), with its model settings and SentencePiece "
-            "model; optimizer, learning-rate schedule, step count and data position start "
+            "by seq2seq fit, average or import), with its model settings and tokenizer; "
+            "optimizer, learning-rate schedule, step count and data position start "
             "afresh (fine-tuning). Not with --ckpt_path, which resumes a run.",
         )
 

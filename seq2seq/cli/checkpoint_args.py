@@ -154,7 +154,7 @@ def _check_resumable(config, path: str, checkpoint: dict, step: int | None) -> N
         )
     saved = checkpoint.get(CHECKPOINT_KEY, {}).get("model_config", {})
     if saved and hasattr(config.get("model"), "get"):
-        if checkpoint.get(CHECKPOINT_KEY, {}).get(INIT_FROM):
+        if _settings_from_a_checkpoint(checkpoint):
             # The run took its model settings from its --init_from checkpoint, not from the
             # config (a fine-tuning config names none): its resume takes them from its own.
             _take_model_settings(saved, config)
@@ -258,8 +258,16 @@ def apply_checkpoint_architecture(subcommand: str, config, read: CheckpointReade
         config["model"]["tgt_lang"] = tgt  # sacreBLEU's tokenizer choice
     saved = checkpoint.get(CHECKPOINT_KEY, {}).get("model_config", {})
     if saved:
-        warn_other_architecture(subcommand, ckpt_path, saved, config["model"])
+        if not _settings_from_a_checkpoint(checkpoint):  # else the config names none
+            warn_other_architecture(subcommand, ckpt_path, saved, config["model"])
         _take_model_settings(saved, config)
+
+
+def _settings_from_a_checkpoint(checkpoint: dict) -> bool:
+    """Whether the model settings were never a config's: an imported checkpoint, or one of a
+    run started with ``--init_from``."""
+    extra = checkpoint.get(CHECKPOINT_KEY) or {}
+    return IMPORTED_FROM in extra or bool(extra.get(INIT_FROM))
 
 
 def checkpoint_tokenizer(subcommand: str, config, datamodule, read: CheckpointReader):

@@ -41,6 +41,7 @@ from typing import Any
 import sentencepiece as spm
 
 from seq2seq.data.tokenizer import CONTAINER_MAGIC, EOS_ID, PAD_ID, UNK_ID, Tokenizer
+from seq2seq.spelling import did_you_mean
 
 MAGIC = CONTAINER_MAGIC
 """First line of :meth:`VocabularyTokenizer.to_bytes` (never the start of a SentencePiece
@@ -225,8 +226,10 @@ class VocabularyTokenizer(Tokenizer):
             return None
         known = dict(self._header["languages"])
         if lang not in known:
-            have = ", ".join(known) or "none"
-            raise ValueError(f"{self.name}: {what} {lang!r} is not a language of the model: {have}")
+            raise ValueError(
+                f"{what} {lang!r} is not a language of the model{_suggestion(lang, known)}; "
+                f"its languages: {_listing(list(known))}"
+            )
         return self._ours[known[lang]]
 
     def language_prefix(
@@ -248,7 +251,7 @@ class VocabularyTokenizer(Tokenizer):
         tgt_lang = tgt_lang or self.tgt_lang
         if self.family == "marian" and not self._languages and tgt_lang != self.tgt_lang:
             raise ValueError(
-                f"{self.name}: target language {tgt_lang!r} cannot be selected: the model has "
+                f"target language {tgt_lang!r} cannot be selected: the model has "
                 f"no language tags (it translates into {self.tgt_lang or 'one language'})"
             )
         return self._prefix("source", src_lang, tgt_lang), self._prefix(
@@ -262,7 +265,7 @@ class VocabularyTokenizer(Tokenizer):
         key, lang = ("src_lang", src_lang) if side == "source" else ("tgt_lang", tgt_lang)
         lang = lang or self._header[key]
         if lang is None:
-            have = ", ".join(self._languages)
+            have = _listing(list(self._languages))
             raise ValueError(f"{self.name}: set {key} to encode {side} text (one of: {have})")
         return [self._language_token(lang, key)]
 
@@ -339,6 +342,22 @@ class VocabularyTokenizer(Tokenizer):
             f"VocabularyTokenizer(name={self.name!r}, family={self.family!r}, "
             f"vocab_size={self.vocab_size}, languages={len(self.languages)})"
         )
+
+
+def _listing(languages: list[str], shown: int = 8) -> str:
+    """``a, b, c`` for a few languages; the first ``shown`` and their number for many."""
+    if len(languages) <= shown + 2:
+        return ", ".join(languages) or "none"
+    return f"{', '.join(languages[:shown])}, ... ({len(languages)} in all)"
+
+
+def _suggestion(lang: str, known: Sequence[str]) -> str:
+    """`` (did you mean fra_Latn?)``: the codes that start with ``lang`` (``fra``, ``fr`` ->
+    ``fra_Latn``), else the closest spellings."""
+    starting = [code for code in known if code.lower().startswith(lang.lower())]
+    if 0 < len(starting) <= 3:
+        return f" (did you mean {' or '.join(starting)}?)"
+    return did_you_mean(lang, known)
 
 
 def processor_from_bytes(data: bytes, name: str) -> spm.SentencePieceProcessor:

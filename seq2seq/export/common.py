@@ -164,7 +164,10 @@ def refuse(source: ExportSource, engine: str, problems: Iterable[tuple[str, str]
     """
     problems = list(problems)
     if problems:
-        what = "; ".join(f"model.{name}={source.config[name]!r}: {why}" for name, why in problems)
+        what = "; ".join(
+            f"model.{name}={source.config[name]!r}: {why}" if name in source.config else why
+            for name, why in problems
+        )
         raise ValueError(f"{source.path} cannot be exported to {engine}: {what}")
 
 
@@ -284,7 +287,8 @@ def read_marker(folder: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise FileNotFoundError(
             f"{folder} is a folder without {MARKER}: not a model folder written by seq2seq "
-            "export (give a .ckpt file or an exported CTranslate2 folder)"
+            "export (give a .ckpt file or an exported CTranslate2 folder; a Hugging Face "
+            "folder becomes a checkpoint with seq2seq import)"
         )
     return json.loads(path.read_text())
 

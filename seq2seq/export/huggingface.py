@@ -294,7 +294,7 @@ def tokenizer_problems(source: ExportSource) -> list[tuple[str, str]]:
     return [
         (
             "tokenizer",
-            f"the checkpoint carries an imported {family} tokenizer (language codes before "
+            f"its imported {family} tokenizer (language codes before "
             "source and target), which MarianTokenizer cannot reproduce; export to "
             "ctranslate2, or use the model's original Hugging Face folder",
         )
