@@ -351,6 +351,11 @@ def test_imported_nllb_translates_into_a_chosen_language_here_and_through_ctrans
     twin = tmp_path / "twin.ckpt"
     import_folder(folder, twin, src_lang="deu_Latn", tgt_lang="eng_Latn")
     pair = Translator.from_checkpoint([ckpt, twin], device="cpu")
+    from seq2seq.export.huggingface import export_huggingface
+
+    with pytest.raises(ValueError, match="its imported nllb tokenizer") as refused:
+        export_huggingface(ckpt, tmp_path / "hf")
+    assert "\n" not in str(refused.value) and not (tmp_path / "hf").exists()
     assert pair.translate(sentences, beam_size=1, tgt_lang="fra_Latn", **settings) == french
 
 
