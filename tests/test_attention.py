@@ -216,3 +216,27 @@ def test_cached_single_query_accepts_a_mask_broadcast_over_the_batch():
     mask = torch.tensor([True, True, True, False, False]).view(1, 1, 1, 5)
     cached = mha(query, memory, mask=mask, cache=KVCache(True))
     torch.testing.assert_close(cached, mha(query, memory, mask=mask.expand(3, 1, 1, 5)))
+
+
+def test_bfloat16_cpu_training_attends_through_the_math_path():
+    """Under CPU bfloat16 autocast with autograd, attention avoids the flash kernel (whose
+    backward is slow there) and its gradients stay those of float32 within bfloat16 rounding;
+    without autograd (decoding) the flash kernel still runs."""
+    from torch.profiler import ProfilerActivity, profile
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(4, 2, 16, 8, generator=g, requires_grad=True) for _ in range(3))
+    mask = torch.ones(4, 1, 1, 16, dtype=torch.bool)
+    mask[0, ..., 10:] = False
+    reference = attention(q, k, v, mask)
+    (want,) = torch.autograd.grad(reference.square().sum(), q)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        out = attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), mask)
+        (got,) = torch.autograd.grad(out.float().square().sum(), q)
+    names = {event.key for event in prof.key_averages()}
+    assert not any("flash" in name for name in names) and "aten::bmm" in names
+    torch.testing.assert_close(out.float(), reference, atol=3e-2, rtol=3e-2)
+    torch.testing.assert_close(got, want, atol=6e-2, rtol=6e-2)
+    with torch.no_grad(), profile(activities=[ProfilerActivity.CPU]) as prof:
+        attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), mask)
+    assert any("flash" in event.key for event in prof.key_averages())

@@ -27,6 +27,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from seq2seq.nn import fast
 from seq2seq.nn.kv_cache import DecoderCache, KVCache
@@ -90,9 +91,22 @@ def attention(
         is_causal = False
     if mask is not None:
         mask = attend_first_if_empty(mask)
+    k, v = k.to(q.dtype), v.to(q.dtype)
+    if _cpu_bfloat16_training(q):
+        # PyTorch's CPU flash-attention backward is slow in bfloat16 (40% of a README-size
+        # training step); the math path's bfloat16 batched products are fast (benchmarks/README).
+        with sdpa_kernel([SDPBackend.MATH]):
+            return F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal
+            )
     return F.scaled_dot_product_attention(
-        q, k.to(q.dtype), v.to(q.dtype), attn_mask=mask, dropout_p=dropout, is_causal=is_causal
+        q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal
     )
+
+
+def _cpu_bfloat16_training(q: Tensor) -> bool:
+    """Whether ``q`` is a bfloat16 CPU tensor that autograd tracks (training under autocast)."""
+    return q.device.type == "cpu" and q.dtype == torch.bfloat16 and q.requires_grad
 
 
 def attention_probs(q: Tensor, k: Tensor, mask: Tensor | None, is_causal: bool) -> Tensor:
