@@ -1,0 +1,126 @@
+"""bfloat16 against float32 training on this CPU, side by side in one process.
+
+Prints the CPU (``lscpu`` model name, whether ``amx_bf16`` / ``avx512_bf16`` are present), the
+``torch.mm`` 2048^3 rate of each dtype (the physical ceiling of the ratio), and the training
+throughput of a README-size step (``configs/multi30k_de_en.yaml``'s model: d_model 256, 4 heads,
+3 + 3 layers, d_ff 1024, vocabulary 8000; ``--batch`` sentences of ``--length`` source and
+target tokens) as ``TranslationModule`` runs it: the decoder states at the target positions
+and the fused output projection + label-smoothed loss, backward, AdamW. bfloat16 means
+``torch.autocast("cpu", dtype=torch.bfloat16)`` around the forward pass, float32 weights and
+optimizer state, as ``--trainer.precision bf16-mixed``. Each repetition times both dtypes, in
+alternating order (``common.time_interleaved``); the medians and their ratio are the result.
+
+    python benchmarks/cpu_bf16.py                   # about 2 minutes on 2 cores
+    python benchmarks/cpu_bf16.py --profile bf16    # torch.profiler's top operators instead
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import time_interleaved  # noqa: E402
+
+from seq2seq.nn import Transformer, TransformerConfig  # noqa: E402
+from seq2seq.nn.loss import linear_label_smoothed_cross_entropy  # noqa: E402
+
+
+def cpu() -> str:
+    """``lscpu``'s model name and the bfloat16 flags present."""
+    try:
+        text = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown CPU (no lscpu)"
+    lines = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+    flags = lines.get("Flags", "").split()
+    present = [f for f in ("amx_bf16", "avx512_bf16") if f in flags] or ["no bf16 flags"]
+    return f"{lines.get('Model name', '?').strip()} ({', '.join(present)})"
+
+
+def matmul_rates(repeats: int) -> dict[str, float]:
+    """GFLOP/s of a 2048^3 ``torch.mm`` per dtype (medians, interleaved)."""
+    n = 2048
+    pairs = {
+        name: (torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype))
+        for name, dtype in (("float32", torch.float32), ("bf16", torch.bfloat16))
+    }
+    times = time_interleaved({k: (lambda a=a, b=b: a @ b) for k, (a, b) in pairs.items()}, repeats)
+    return {k: 2 * n**3 / statistics.median(t) / 1e9 for k, t in times.items()}
+
+
+def training_step(batch: int, length: int, seed: int = 0):
+    """``step(bf16: bool)``: one training step of a fresh README-size model (its own
+    optimizer), and the target tokens a step trains on."""
+    torch.manual_seed(seed)
+    config = TransformerConfig(
+        vocab_size=8000, d_model=256, n_heads=4, n_encoder_layers=3, n_decoder_layers=3,
+        d_ff=1024, dropout=0.1,
+    )  # fmt: skip
+    src = torch.randint(4, 8000, (batch, length))
+    tgt = torch.randint(4, 8000, (batch, length + 1))
+    mask = torch.ones(batch, 1, 1, length, dtype=torch.bool)
+    index = torch.arange(batch * length)
+    models = {dtype: Transformer(config).train() for dtype in (False, True)}
+    optimizers = {k: torch.optim.AdamW(m.parameters(), lr=1e-4) for k, m in models.items()}
+
+    def step(bf16: bool) -> None:
+        model, optimizer = models[bf16], optimizers[bf16]
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            hidden = model.features(src, tgt[:, :-1], mask, index, tgt_index=index)
+            loss, _ = linear_label_smoothed_cross_entropy(
+                hidden, model.output_weight, tgt[:, 1:].reshape(-1), 0.1, bias=model.output_bias
+            )
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step, batch * length
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--batch", type=int, default=160, help="sentences per step")
+    parser.add_argument("--length", type=int, default=16, help="source and target tokens")
+    parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--profile", choices=["float32", "bf16"], default=None)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    step, tokens = training_step(args.batch, args.length)
+    print(f"CPU: {cpu()}; {args.threads} threads; torch {torch.__version__}")
+    if args.profile:
+        from torch.profiler import ProfilerActivity, profile
+
+        bf16 = args.profile == "bf16"
+        for _ in range(2):
+            step(bf16)
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for _ in range(3):
+                step(bf16)
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15))
+        return
+    rates = matmul_rates(args.repeats)
+    times = time_interleaved(
+        {"float32": lambda: step(False), "bf16": lambda: step(True)}, args.repeats, warmup=2
+    )
+    speed = {k: tokens / statistics.median(t) for k, t in times.items()}
+    print("| measure | float32 | bf16 | bf16 / float32 |")
+    print("| --- | --- | --- | --- |")
+    print(
+        f"| torch.mm 2048^3 (GFLOP/s) | {rates['float32']:.0f} | {rates['bf16']:.0f} | "
+        f"{rates['bf16'] / rates['float32']:.2f}x |"
+    )
+    print(
+        f"| README-size training step, B={args.batch}, S=T={args.length} (target tokens/s) | "
+        f"{speed['float32']:.0f} | {speed['bf16']:.0f} | {speed['bf16'] / speed['float32']:.2f}x |"
+    )
+
+
+if __name__ == "__main__":
+    main()
