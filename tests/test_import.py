@@ -334,6 +334,7 @@ def test_imported_nllb_translates_into_a_chosen_language_here_and_through_ctrans
     english = translator.translate(sentences, beam_size=1, **settings)
     french = translator.translate(sentences, beam_size=1, tgt_lang="fra_Latn", **settings)
     assert english != french and len(set(french)) > 5
+    assert translator.translate(["", "Ein Hund."], beam_size=1)[0] == ""  # only its code
     ct2 = Translator.from_checkpoint(export_ctranslate2(ckpt, tmp_path / "ct2"), device="cpu")
     for beam in (1, 3):
         ours = translator.translate(sentences, beam_size=beam, tgt_lang="fra_Latn", **settings)
