@@ -114,6 +114,24 @@ def test_ctranslate2_scores_are_our_log_probabilities(ours, ct2_dir):
         )
 
 
+def _ct2_scores_are_ours(ckpt, output):
+    """Exports ``ckpt`` to CTranslate2 at ``output`` and checks that its token scores of 6
+    (source, target) pairs are our log-probabilities; returns our translator and the folder."""
+    from seq2seq.export.ctranslate2 import export_ctranslate2
+
+    translator = Translator.from_checkpoint(ckpt, device="cpu")
+    folder = export_ctranslate2(ckpt, output)
+    pairs = _pairs(translator, 6)
+    for (src, tgt), theirs in zip(pairs, _ct2_scores(folder, translator, pairs), strict=True):
+        torch.testing.assert_close(
+            torch.tensor(theirs, dtype=torch.float64),
+            _our_log_probs(translator, src, tgt),
+            atol=1e-4,
+            rtol=0,
+        )
+    return translator, folder
+
+
 @pytest.mark.parametrize(
     "settings",
     [
@@ -123,19 +141,9 @@ def test_ctranslate2_scores_are_our_log_probabilities(ours, ct2_dir):
     ids=["post_ln_gelu", "learned_untied"],
 )
 def test_ctranslate2_reproduces_other_architectures(tiny_ckpt, tmp_path, settings):
-    from seq2seq.export.ctranslate2 import export_ctranslate2
 
     ckpt = _variant(tiny_ckpt, tmp_path / "variant.ckpt", **settings)
-    translator = Translator.from_checkpoint(ckpt, device="cpu")
-    folder = export_ctranslate2(ckpt, tmp_path / "ct2")
-    pairs = _pairs(translator, 6)
-    for (src, tgt), theirs in zip(pairs, _ct2_scores(folder, translator, pairs), strict=True):
-        torch.testing.assert_close(
-            torch.tensor(theirs, dtype=torch.float64),
-            _our_log_probs(translator, src, tgt),
-            atol=1e-4,
-            rtol=0,
-        )
+    translator, folder = _ct2_scores_are_ours(ckpt, tmp_path / "ct2")
 
 
 def test_ctranslate2_greedy_and_beam_output_is_ours(ours, ct2_dir):
@@ -222,19 +230,9 @@ HF_CLASS = {
 def test_ctranslate2_reproduces_the_new_options(tiny_ckpt, tmp_path, name):
     """silu, unscaled embeddings, an output bias and fairseq's positions: CTranslate2's scores
     are our log-probabilities, its greedy output is ours."""
-    from seq2seq.export.ctranslate2 import export_ctranslate2
 
     ckpt = _variant(tiny_ckpt, tmp_path / "variant.ckpt", **NEW_OPTIONS[name])
-    translator = Translator.from_checkpoint(ckpt, device="cpu")
-    folder = export_ctranslate2(ckpt, tmp_path / "ct2")
-    pairs = _pairs(translator, 6)
-    for (src, tgt), theirs in zip(pairs, _ct2_scores(folder, translator, pairs), strict=True):
-        torch.testing.assert_close(
-            torch.tensor(theirs, dtype=torch.float64),
-            _our_log_probs(translator, src, tgt),
-            atol=1e-4,
-            rtol=0,
-        )
+    translator, folder = _ct2_scores_are_ours(ckpt, tmp_path / "ct2")
     lines = _lines(12)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # lines cut at max_positions
