@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from seq2seq.checkpoint.format import pair_names
 from seq2seq.nn import DecodingConfig, Transformer, beam_search, greedy_search, sample
 
 if TYPE_CHECKING:
@@ -22,10 +23,12 @@ __all__ = [
     "apply_overrides",
     "as_config",
     "decode_batch",
+    "default_target_prefix",
     "keyword",
     "language_prefixes",
     "sampling_rules",
     "source_batch",
+    "zero_shot_warning",
 ]
 
 
@@ -120,31 +123,66 @@ def as_config(
 
 
 def language_prefixes(
-    tokenizer: Tokenizer, tgt_lang: str | None = None
+    tokenizer: Tokenizer, tgt_lang: str | None = None, src_lang: str | None = None
 ) -> tuple[list[int], list[int]]:
     """The ids that select the target language: ``(source prefix, target prefix)``.
 
-    A tokenizer with language tokens (an imported NLLB, M2M-100 or multilingual Marian model,
-    :class:`~seq2seq.data.vocabulary.VocabularyTokenizer`) names them; NLLB and M2M-100 force
-    the target language as the first decoder token, Marian puts ``>>xx<<`` at the start of the
-    source. A tokenizer without them gives ``([], [])``.
+    A tokenizer with language tokens names them (``tokenizer.language_prefix``): our
+    multilingual models and imported Marian ones put the tag ``>>xx<<`` at the start of the
+    source; imported NLLB and M2M-100 models force the target language as the first decoder
+    token (:class:`~seq2seq.data.vocabulary.VocabularyTokenizer`). A tokenizer without
+    ``language_prefix`` gives ``([], [])``.
 
     Args:
         tokenizer: the model's tokenizer.
-        tgt_lang: the target language as the model names it; ``None``: the tokenizer's own.
+        tgt_lang: the target language as the model names it; ``None``: the tokenizer's own
+            (a model of ours with tags has none, and needs one).
+        src_lang: the source language (NLLB and M2M-100 codes; ignored by tags).
 
     Raises:
-        ValueError: for a ``tgt_lang`` the model has no token for, naming those it has.
+        ValueError: for a ``tgt_lang`` the model has no token for, naming those it has; for
+            none on a model of ours with tags, naming its languages.
     """
     choose = getattr(tokenizer, "language_prefix", None)
     if choose is not None:
-        return choose(tgt_lang)
+        return choose(tgt_lang, src_lang)
     if tgt_lang is not None:
         raise ValueError(
             f"tgt_lang={tgt_lang!r}: this model has no target-language tokens; it translates "
             "into the one language it was trained on (leave tgt_lang out)"
         )
     return [], []
+
+
+def default_target_prefix(tokenizer: Tokenizer) -> list[int]:
+    """The target ids forced where a batch gives none: an imported NLLB or M2M-100 model's
+    code of its default target language; none for tokenizers that tag the source (ours,
+    Marian's), whose batches carry the tag already."""
+    if getattr(tokenizer, "family", None) in (None, "marian"):
+        return []
+    return language_prefixes(tokenizer)[1]
+
+
+def zero_shot_warning(
+    pairs: Sequence[tuple[str, str]] | None, src_lang: str | None, tgt_lang: str | None
+) -> str | None:
+    """``"de->fr was not trained (pairs: de-en, en-de, fr-en); translating zero-shot"`` when
+    ``src_lang`` is given and ``(src_lang, tgt_lang)`` is none of the trained ``pairs``, else
+    ``None`` (also where the pairs are not known, or ``src_lang`` is not given). Without
+    ``tgt_lang``, the target is the pairs' one target language."""
+    if not pairs or src_lang is None:
+        return None
+    if tgt_lang is None:
+        targets = {tgt for _, tgt in pairs}
+        if len(targets) != 1:
+            return None  # the tokenizer asks for tgt_lang
+        (tgt_lang,) = targets
+    if (src_lang, tgt_lang) in set(map(tuple, pairs)):
+        return None
+    return (
+        f"{src_lang}->{tgt_lang} was not trained (pairs: {pair_names(sorted(pairs))}); "
+        "translating zero-shot"
+    )
 
 
 def source_batch(
@@ -214,8 +252,8 @@ def decode_batch(
             ``"prefix"``, one list of target ids per sentence forced at the start of its
             hypotheses (the text returned starts with it), and ``"unscored_prefix"``, how many
             of its leading tokens are not scored (a language token). Without a prefix, the
-            tokenizer's target-language prefix (:func:`language_prefixes`) is forced, if it
-            has one, unscored (as Hugging Face's ``forced_bos_token_id``).
+            tokenizer's target-language prefix (:func:`default_target_prefix`) is forced, if
+            it has one, unscored (as Hugging Face's ``forced_bos_token_id``).
         config: the decoding settings.
         n_best: hypotheses per sentence (at most ``config.beam_size``; with sampling, 1 or
             ``config.n_samples``, which is what is returned).
@@ -236,7 +274,7 @@ def decode_batch(
     if not config.sampling and n_best > config.beam_size:
         raise ValueError(f"n_best ({n_best}) exceeds the beam size ({config.beam_size})")
     if batch.get("prefix") is None:
-        forced = language_prefixes(tokenizer)[1]
+        forced = default_target_prefix(tokenizer)
         if forced:  # e.g. NLLB's target-language code, the first decoder token
             batch = {**batch, "prefix": [forced] * batch["src"].size(0)}
             batch["unscored_prefix"] = len(forced)

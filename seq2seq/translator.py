@@ -21,6 +21,7 @@ is imported when a checkpoint is read.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, overload
@@ -36,6 +37,7 @@ from seq2seq.text_decoding import (
     language_prefixes,
     sampling_rules,
     source_batch,
+    zero_shot_warning,
 )
 
 __all__ = ["Translator"]
@@ -63,6 +65,8 @@ class Translator:
         model: its Transformer (an :class:`~seq2seq.nn.Ensemble` of several checkpoints'
             Transformers).
         tokenizer: its SentencePiece model.
+        pairs: the ``(src, tgt)`` language pairs the checkpoint was trained on (``None``: not
+            known), which :meth:`translate` warns outside of.
     """
 
     def __init__(self, module: Any, device: str | torch.device = "cpu", max_tokens: int = 4096):
@@ -75,6 +79,7 @@ class Translator:
         self.tokenizer = self.module.tokenizer
         self.device = torch.device(device)
         self.max_tokens = max_tokens
+        self.pairs: tuple[tuple[str, str], ...] | None = getattr(self.module, "pairs", None)
 
     @property
     def decoding(self) -> DecodingConfig:
@@ -134,7 +139,7 @@ class Translator:
         first = loaded[0]
         if len(loaded) > 1:  # the first checkpoint's tokenizer and decoding settings
             first = CheckpointModel(
-                Ensemble([m.model for m in loaded]), first.tokenizer, first.decoding
+                Ensemble([m.model for m in loaded]), first.tokenizer, first.decoding, first.pairs
             )
         if device is None:
             device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -161,11 +166,15 @@ class Translator:
         """
         return self._encode(sentences)
 
-    def _encode(self, sentences: Sequence[str], tgt_lang: str | None = None) -> list[list[int]]:
+    def _encode(
+        self, sentences: Sequence[str], tgt_lang: str | None = None, src_lang: str | None = None
+    ) -> list[list[int]]:
         """:meth:`encode`; its warning points at the code that called :meth:`encode` or
-        :meth:`translate`. ``tgt_lang``: the target language a source tag selects (Marian)."""
+        :meth:`translate`. ``tgt_lang``: the target language a source tag selects;
+        ``src_lang``: the source language (NLLB's source code)."""
         limit = self.model.max_positions
-        ids = source_ids(self.tokenizer, sentences, limit, stacklevel=4, tgt_lang=tgt_lang)
+        languages = {"tgt_lang": tgt_lang, "src_lang": src_lang}
+        ids = source_ids(self.tokenizer, sentences, limit, stacklevel=4, **languages)
         return [row + [self.tokenizer.eos_id] for row in ids]
 
     @overload
@@ -196,6 +205,7 @@ class Translator:
         return_scores: bool = False,
         prefixes: Sequence[str] | str | None = None,
         tgt_lang: str | None = None,
+        src_lang: str | None = None,
         **decoding: Any,
     ) -> str | list[tuple[str, float]] | list[str] | list[list[tuple[str, float]]]:
         """Translate one sentence, or a list of sentences keeping their order.
@@ -209,7 +219,11 @@ class Translator:
             prefixes: target text forced first, one per sentence (``""``: none; a str for a
                 str), without EOS; the translation starts with it, the score includes it.
             tgt_lang: for a model with language tokens, the target language as it names it
-                (NLLB ``"fra_Latn"``; :func:`~seq2seq.text_decoding.language_prefixes`).
+                (``"fr"`` for our ``>>fr<<``, NLLB ``"fra_Latn"``;
+                :func:`~seq2seq.text_decoding.language_prefixes`); a model of ours trained
+                into several languages needs it.
+            src_lang: the source language (NLLB's code; optional): outside the trained
+                :attr:`pairs`, a ``UserWarning`` says the direction is zero-shot.
             **decoding: this call's :class:`~seq2seq.nn.DecodingConfig` fields (``seed`` for
                 ``sampling_seed``), under :func:`~seq2seq.text_decoding.sampling_rules`; with
                 sampling, ``n_samples`` pairs per sentence above 1, in sample order.
@@ -221,9 +235,13 @@ class Translator:
             TypeError: if ``sentences`` is bytes, or an entry is not a string (naming its index).
             ValueError: naming the entry, for one holding a line break; naming the setting,
                 for one unknown, out of range or against the sampling rules, an ``n_best``
-                above the beam size, ``prefixes`` not one per sentence, or an unknown tgt_lang.
+                above the beam size, ``prefixes`` not one per sentence, an unknown tgt_lang,
+                or none for a model that translates into several languages.
         """
-        language = language_prefixes(self.tokenizer, tgt_lang)  # checked before any work
+        language = language_prefixes(self.tokenizer, tgt_lang, src_lang)  # before any work
+        zero_shot = zero_shot_warning(self.pairs, src_lang, tgt_lang)
+        if zero_shot:
+            warnings.warn(zero_shot, UserWarning, stacklevel=2)
         if "seed" in decoding:  # the seed of sampling, sampling_seed in the settings
             decoding["sampling_seed"] = decoding.pop("seed")
         if beam_size is not None:
@@ -244,7 +262,7 @@ class Translator:
         forced = self._encode_prefixes(prefixes, len(sentences), tgt_lang)
         if forced is None and language[1]:
             forced = [list(language[1]) for _ in sentences]
-        encoded = self._encode(sentences, tgt_lang)
+        encoded = self._encode(sentences, tgt_lang, src_lang)
         order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
         results: list[Any] = [None] * len(encoded)
         start = 0

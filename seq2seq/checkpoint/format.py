@@ -22,12 +22,13 @@ With an exponential moving average of the weights (:class:`seq2seq.callbacks.EMA
 run needs: :data:`TRAINING_WEIGHTS` (the weights the optimizer trains) and :data:`EMA_KEY` (the
 average's settings and number of updates).
 
-The language pair is the data module's (``datamodule_hyper_parameters``).
+The language pair, or the pairs of a multilingual run (``data.pairs``), are the data module's
+(``datamodule_hyper_parameters``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -43,7 +44,10 @@ __all__ = [
     "TRAINING_WEIGHTS",
     "differing_settings",
     "language_pair",
+    "language_pairs",
     "model_config",
+    "pair_names",
+    "split_pair",
     "tokenizer_blob",
     "tokenizer_tensor",
     "weights_name",
@@ -101,10 +105,36 @@ def tokenizer_tensor(data: bytes) -> torch.Tensor:
 
 def language_pair(checkpoint: Mapping[str, Any]) -> tuple[str, str] | None:
     """``(src_lang, tgt_lang)`` of the data module a checkpoint was trained with (Lightning
-    saves its settings as ``datamodule_hyper_parameters``), or ``None`` if it does not say."""
+    saves its settings as ``datamodule_hyper_parameters``; ``data.pairs`` of one pair counts
+    as that pair), or ``None`` if it does not say or was trained on several pairs."""
+    pairs = language_pairs(checkpoint)
+    return pairs[0] if pairs is not None and len(pairs) == 1 else None
+
+
+def language_pairs(checkpoint: Mapping[str, Any]) -> tuple[tuple[str, str], ...] | None:
+    """The ``(src, tgt)`` pairs a checkpoint was trained on: its data module's ``pairs``
+    (``"de-en"`` strings) where set, else its one ``(src_lang, tgt_lang)``; ``None`` if it
+    records neither (a checkpoint of another origin)."""
     settings = checkpoint.get("datamodule_hyper_parameters") or {}
+    pairs = settings.get("pairs")
+    if pairs:
+        return tuple(split_pair(str(pair)) for pair in pairs)
     src, tgt = settings.get("src_lang"), settings.get("tgt_lang")
-    return (src, tgt) if isinstance(src, str) and isinstance(tgt, str) else None
+    return ((src, tgt),) if isinstance(src, str) and isinstance(tgt, str) else None
+
+
+def split_pair(pair: str) -> tuple[str, str]:
+    """``"de-en"`` -> ``("de", "en")``: a ``data.pairs`` entry, cut at its first ``-``."""
+    src, _, tgt = pair.partition("-")
+    return src, tgt
+
+
+def pair_names(pairs: Sequence[tuple[str, str]], shown: int = 8) -> str:
+    """``de-en, fr-en`` for messages: the first ``shown`` pairs, then ``...`` and the count."""
+    names = [f"{src}-{tgt}" for src, tgt in pairs]
+    if len(names) <= shown + 2:
+        return ", ".join(names)
+    return f"{', '.join(names[:shown])}, ... ({len(names)} in all)"
 
 
 def differing_settings(

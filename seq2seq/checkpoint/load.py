@@ -21,7 +21,7 @@ from seq2seq.checkpoint.format import (
     LIGHTNING_VERSION,
     TRAINING_WEIGHTS,
     differing_settings,
-    language_pair,
+    language_pairs,
     model_config,
 )
 from seq2seq.files import atomic_write, check_output_file
@@ -308,7 +308,8 @@ def check_same_vocabulary(
     checkpoints: per-step log-probabilities) both need each id to stand for the same piece in
     every checkpoint, which equal shapes do not show: two vocabularies of one size give equal
     shapes, but each id stands for another piece. The language pairs (``data.src_lang``,
-    ``data.tgt_lang``) are compared where both record one; a SentencePiece model (the joint
+    ``data.tgt_lang``, or the set of ``data.pairs`` of a multilingual run) are compared where
+    both record them; a SentencePiece model (the joint
     source/target vocabulary) must be carried by both checkpoints or by neither, and be
     byte-for-byte the same.
 
@@ -321,13 +322,13 @@ def check_same_vocabulary(
     Raises:
         IncompatibleCheckpointsError: naming both files and what differs.
     """
-    pair_a, pair_b = language_pair(first), language_pair(checkpoint)
-    if pair_a and pair_b and pair_a != pair_b:
+    pairs_a, pairs_b = language_pairs(first), language_pairs(checkpoint)
+    if pairs_a and pairs_b and set(pairs_a) != set(pairs_b):
         # One joint SentencePiece model serves both directions, so nothing else tells them apart.
+        what = "one language pair" if len(pairs_a) == 1 else "the same language pairs"
         raise IncompatibleCheckpointsError(
             f"cannot {use} {path} with {first_path}: they translate other directions "
-            f"({'->'.join(pair_b)} and {'->'.join(pair_a)}); {use} checkpoints of one language "
-            "pair"
+            f"({_directions(pairs_b)} and {_directions(pairs_a)}); {use} checkpoints of {what}"
         )
     blob_a = (first.get(CHECKPOINT_KEY) or {}).get("tokenizer")
     blob_b = (checkpoint.get(CHECKPOINT_KEY) or {}).get("tokenizer")
@@ -348,6 +349,11 @@ def check_same_vocabulary(
         f"(the joint source/target tokenizer): {difference}; {use} checkpoints trained with "
         "the same tokenizer (data.* settings)"
     )
+
+
+def _directions(pairs: Sequence[tuple[str, str]]) -> str:
+    """``de->en`` or ``de->en, fr->en`` (sorted), for messages."""
+    return ", ".join(f"{src}->{tgt}" for src, tgt in sorted(pairs))
 
 
 def _tokenizer_difference(

@@ -17,7 +17,9 @@ import torch
 
 from seq2seq.checkpoint.format import (
     CHECKPOINT_KEY,
+    IMPORTED_FROM,
     differing_settings,
+    language_pairs,
     model_config,
     tokenizer_blob,
 )
@@ -45,14 +47,22 @@ class CheckpointModel:
         model: the Transformer.
         tokenizer: its SentencePiece model.
         decoding: the decoding settings (``None``: the defaults).
+        pairs: the ``(src, tgt)`` language pairs it was trained on (``None``: not known, as
+            for an imported model), for the zero-shot warning of
+            :meth:`seq2seq.translator.Translator.translate`.
     """
 
     def __init__(
-        self, model: Transformer, tokenizer: Tokenizer, decoding: DecodingConfig | None = None
+        self,
+        model: Transformer,
+        tokenizer: Tokenizer,
+        decoding: DecodingConfig | None = None,
+        pairs: Sequence[tuple[str, str]] | None = None,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.decoding = decoding or DecodingConfig()
+        self.pairs = None if pairs is None else tuple(pairs)
 
     @property
     def model_config(self) -> dict[str, Any]:
@@ -185,4 +195,6 @@ def load_model(
     prefix = "model."  # TranslationModule keeps the Transformer as its `model`
     state = checkpoint["state_dict"]
     model.load_state_dict({k.removeprefix(prefix): v for k, v in state.items()})
-    return CheckpointModel(model, tokenizer, settings), identity
+    # An imported model records the languages it was imported with, not what it learned.
+    pairs = None if IMPORTED_FROM in extra else language_pairs(checkpoint)
+    return CheckpointModel(model, tokenizer, settings, pairs), identity

@@ -28,6 +28,12 @@ from seq2seq.checkpoint.format import (
     weights_name,
 )
 from seq2seq.checkpoint.restore import tokenizer_from_checkpoint
+from seq2seq.cli.checkpoint_languages import (
+    check_target_tags,
+    other_languages,
+    report_new_languages,
+    saved_pair_setting,
+)
 from seq2seq.cli.messages import UNTRAINED, USES, cli_value
 from seq2seq.cli.run_folder import refuse_earlier_checkpoints
 from seq2seq.data.datamodule import TranslationDataModule
@@ -168,9 +174,10 @@ def _check_resumable(config, path: str, checkpoint: dict, step: int | None) -> N
     if hasattr(config.get("data"), "get"):
         other = other_languages(checkpoint, config["data"])
         if other:
+            what = "language pairs" if "data.pairs" in other else "direction"
             raise ValueError(
                 f"{path} was trained {other}; training resumes only in the checkpoint's "
-                "direction (start a new run, in another --checkpoint_dir, for the other one)"
+                f"{what} (start a new run, in another --checkpoint_dir, for the other one)"
             )
     data_state = checkpoint.get(TranslationDataModule.__qualname__)
     if data_state and hasattr(config.get("data"), "get"):
@@ -217,12 +224,14 @@ def apply_init_from(
         warn_other_architecture("fit --init_from", path, saved, config["model"])
         _take_model_settings(saved, config)
     other = other_languages(checkpoint, config["data"])
-    if other and rank_zero_only.rank == 0:
-        print(
-            f"seq2seq: warning: --init_from {path} was trained {other}; fit trains "
-            "it on the configured pairs",
-            file=sys.stderr,
-        )
+    if other:
+        check_target_tags(path, checkpoint, config["data"])
+        if rank_zero_only.rank == 0:
+            print(
+                f"seq2seq: warning: --init_from {path} was trained {other}; fit trains "
+                "it on the configured pairs",
+                file=sys.stderr,
+            )
     return path
 
 
@@ -237,9 +246,10 @@ def _take_model_settings(saved: dict, config) -> None:
 
 
 def apply_checkpoint_architecture(subcommand: str, config, read: CheckpointReader) -> None:
-    """``validate``/``test``/``predict``: the model architecture and the language pair of
-    ``--ckpt_path``, warning where the config differs. Decoding settings (``beam_size``,
-    ``length_penalty``, ...) are not saved as architecture: the config's apply."""
+    """``validate``/``test``/``predict``: the model architecture and the language pair (or
+    ``data.pairs``) of ``--ckpt_path``, warning where the config differs. Decoding settings
+    (``beam_size``, ``length_penalty``, ...) are not saved as architecture: the config's
+    apply."""
     ckpt_path = config.get("ckpt_path")
     if subcommand == "fit" or untrained_or_none(ckpt_path) or not Path(ckpt_path).is_file():
         return
@@ -253,9 +263,12 @@ def apply_checkpoint_architecture(subcommand: str, config, read: CheckpointReade
                 "checkpoint's languages",
                 file=sys.stderr,
             )
-        src, tgt = language_pair(checkpoint)
-        data["src_lang"], data["tgt_lang"] = src, tgt
-        config["model"]["tgt_lang"] = tgt  # sacreBLEU's tokenizer choice
+        if "pairs" in data:  # the data module's setting (None: bilingual)
+            data["pairs"] = saved_pair_setting(checkpoint)
+        pair = language_pair(checkpoint)
+        if pair is not None:
+            data["src_lang"], data["tgt_lang"] = pair
+            config["model"]["tgt_lang"] = pair[1]  # sacreBLEU's tokenizer choice
     saved = checkpoint.get(CHECKPOINT_KEY, {}).get("model_config", {})
     if saved:
         if not _settings_from_a_checkpoint(checkpoint):  # else the config names none
@@ -303,6 +316,8 @@ def load_initial_weights(model, datamodule, path: str, read: CheckpointReader) -
     datamodule.tokenizer = tokenizer
     model.tokenizer = tokenizer
     model.initialised_from = str(path)
+    if rank_zero_only.rank == 0:
+        report_new_languages(path, checkpoint, datamodule, tokenizer)
     state = {
         key[len("model.") :]: value
         for key, value in checkpoint["state_dict"].items()
@@ -403,21 +418,6 @@ def warn_resuming_behind_last(ckpt_path: str | Path, step: int | None) -> None:
             f"{path} --checkpoint_dir NEW_FOLDER",
             file=sys.stderr,
         )
-
-
-def other_languages(checkpoint: dict, data: dict | Namespace) -> str | None:
-    """``"de->en (data.src_lang de, data.tgt_lang en), not en->de as configured"`` when the
-    checkpoint's language pair differs from the config's ``data`` settings, else ``None``."""
-    saved = language_pair(checkpoint)
-    if saved is None or not hasattr(data, "get"):
-        return None
-    mine = (data.get("src_lang"), data.get("tgt_lang"))
-    if None in mine or tuple(saved) == mine:
-        return None
-    return (
-        f"{saved[0]}->{saved[1]} (data.src_lang {saved[0]}, data.tgt_lang {saved[1]}), not "
-        f"{mine[0]}->{mine[1]} as configured"
-    )
 
 
 DATA_LINKED = ("vocab_size", "max_positions")

@@ -20,7 +20,7 @@ from seq2seq.commands.parsing import Parser, check_output, plain
 from seq2seq.data.corpus import decode_lines, read_lines
 from seq2seq.files import atomic_write, stream_errors
 from seq2seq.nn import DecodingConfig
-from seq2seq.text_decoding import apply_overrides, sampling_rules
+from seq2seq.text_decoding import apply_overrides, language_prefixes, sampling_rules
 
 __all__ = ["add_decoding_flags", "translate"]
 
@@ -53,7 +53,9 @@ def translate(argv: Sequence[str]) -> None:
     any other line. The decoding options override the checkpoint's ``model.decoding``; a
     sampling option asks for sampling (:func:`seq2seq.text_decoding.sampling_rules`), whose
     ``--n_samples N > 1`` writes N ``index<TAB>score<TAB>text`` rows per line, as ``--n_best``.
-    ``--prefix_file`` forces the start of each translation.
+    ``--prefix_file`` forces the start of each translation. A model trained into several
+    target languages (``data.pairs``) needs ``--tgt_lang``; ``--src_lang`` outside its trained
+    pairs translates zero-shot, with a warning.
     Several checkpoints decode as an ensemble: each step takes the mean of the
     models' log-probabilities (renormalised); they must carry the same SentencePiece model and
     language pair, and the decoding settings are the first checkpoint's.
@@ -91,8 +93,15 @@ def translate(argv: Sequence[str]) -> None:
     parser.add_argument(
         "--tgt_lang",
         default=None,
-        help="target language of a model with language tokens, as it names them (NLLB "
-        "fra_Latn, M2M-100 fr, Marian fra for >>fra<<; default: the checkpoint's)",
+        help="target language of a model with language tokens, as it names them (fr for "
+        "the >>fr<< tag of a model trained on several target languages, which needs it; "
+        "NLLB fra_Latn, M2M-100 fr, Marian fra for >>fra<<; default: the checkpoint's)",
+    )
+    parser.add_argument(
+        "--src_lang",
+        default=None,
+        help="source language (optional; NLLB deu_Latn, M2M-100 de): a direction the "
+        "checkpoint was not trained on (data.pairs) is warned about as zero-shot",
     )
     add_decoding_flags(parser)
     parser.add_argument("--seed", type=int, default=None, help="the same as --sampling_seed")
@@ -142,6 +151,8 @@ def translate(argv: Sequence[str]) -> None:
         translator = Translator.from_checkpoint(
             args.ckpt_path[0], device=args.device, max_tokens=args.max_tokens, **decoding
         )
+    # A missing or unknown language is one error line before any input is read.
+    language_prefixes(translator.tokenizer, args.tgt_lang, args.src_lang)
     if Path(args.ckpt_path[0]).is_dir():  # a CTranslate2 folder (seq2seq.export), which searches
         beam, n_samples = translator.beam_size, translator.settings.get("n_samples", 1)
     else:
@@ -168,8 +179,9 @@ def translate(argv: Sequence[str]) -> None:
                 "for none)"
             )
     options = {"prefixes": prefixes} if prefixes is not None else {}
-    if args.tgt_lang is not None:
-        options["tgt_lang"] = args.tgt_lang
+    for name in ("tgt_lang", "src_lang"):
+        if getattr(args, name) is not None:
+            options[name] = getattr(args, name)
     results = translator.translate(lines, n_best=args.n_best, return_scores=args.scores, **options)
     rows = args.n_best > 1 or (sampling and n_samples > 1)
     if not rows and args.n_best == 1 and not args.scores:

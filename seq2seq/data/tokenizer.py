@@ -401,6 +401,7 @@ def source_ids(
     limit: int,
     stacklevel: int = 2,
     tgt_lang: str | None = None,
+    src_lang: str | None = None,
 ) -> list[list[int]]:
     """Source sentences as ids without EOS, each cut to ``limit - 1`` tokens so that with EOS
     it fits ``max_positions`` (``limit``); the cut lines (1-based) are named in one
@@ -412,6 +413,7 @@ def source_ids(
         limit: the model's ``max_positions``.
         stacklevel: of the warning, as for :func:`warnings.warn`.
         tgt_lang: the target language a source tag selects (``Tokenizer.encode``'s keyword).
+        src_lang: the source language (``Tokenizer.encode``'s keyword; NLLB's source code).
 
     Raises:
         TypeError: for a str, bytes or a non-str entry instead of a list of str.
@@ -443,7 +445,8 @@ def source_ids(
             "sentence per entry, e.g. text.splitlines(), not several lines in one string"
         )
     encoded, cut = [], []
-    languages = {} if tgt_lang is None else {"tgt_lang": tgt_lang}
+    given = {"tgt_lang": tgt_lang, "src_lang": src_lang}
+    languages = {key: value for key, value in given.items() if value is not None}
     for i, ids in enumerate(tokenizer.encode(sentences, **languages)):
         if len(ids) + 1 > limit:
             cut.append((i + 1, len(ids) + 1))

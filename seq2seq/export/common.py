@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from seq2seq.checkpoint import check_model_checkpoint, language_pair, load_checkpoint
+from seq2seq.checkpoint.format import IMPORTED_FROM, language_pairs
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.data.vocabulary import tokenizer_from_bytes
 from seq2seq.files import disk_error, write_error
@@ -79,7 +80,9 @@ class ExportSource:
         decoding: the checkpoint's decoding settings (those it does not record take their
             defaults).
         tokenizer: the SentencePiece model the checkpoint carries.
-        languages: ``(src_lang, tgt_lang)`` when the checkpoint records them.
+        languages: ``(src_lang, tgt_lang)`` when the checkpoint records them (and one pair).
+        pairs: the ``(src, tgt)`` pairs it was trained on (``data.pairs``, or its one pair);
+            ``None`` where not known (an imported model).
     """
 
     path: Path
@@ -88,6 +91,7 @@ class ExportSource:
     decoding: DecodingConfig
     tokenizer: Tokenizer
     languages: tuple[str, str] | None
+    pairs: tuple[tuple[str, str], ...] | None = None
 
     def weight(self, name: str) -> torch.Tensor:
         """A parameter by its ``seq2seq.nn.Transformer`` name, e.g. ``decoder.norm.weight``.
@@ -142,13 +146,14 @@ def read_checkpoint(path: str | Path) -> ExportSource:
     blob = extra["tokenizer"]
     tokenizer = tokenizer_from_bytes(bytes(blob.numpy().tobytes()), name=f"{path} (tokenizer)")
     languages = language_pair(checkpoint)
+    pairs = None if IMPORTED_FROM in extra else language_pairs(checkpoint)
     config = dict(extra["model_config"])
     for key in ("positional", "tie_embeddings", "activation", "norm_first"):
         config.setdefault(key, hparams.get(key))
     for key, default in TransformerConfig().to_dict().items():  # fields newer than the file
         if config.get(key) is None:
             config[key] = default if hparams.get(key) is None else hparams[key]
-    return ExportSource(path, weights, config, decoding, tokenizer, languages)
+    return ExportSource(path, weights, config, decoding, tokenizer, languages, pairs)
 
 
 def refuse(source: ExportSource, engine: str, problems: Iterable[tuple[str, str]]) -> None:
@@ -294,7 +299,9 @@ def read_marker(folder: str | Path) -> dict[str, Any]:
 
 
 def source_record(source: ExportSource, fmt: str) -> dict[str, Any]:
-    """The common part of :data:`MARKER`: format, checkpoint, settings and versions."""
+    """The common part of :data:`MARKER`: format, checkpoint, settings, languages (the trained
+    ``pairs`` as ``[src, tgt]`` lists, for the zero-shot warning of a CTranslate2 folder) and
+    versions."""
     from seq2seq import __version__
 
     return {
@@ -303,5 +310,6 @@ def source_record(source: ExportSource, fmt: str) -> dict[str, Any]:
         "model_config": source.config,
         "decoding": source.decoding.to_dict(),
         "languages": list(source.languages) if source.languages else None,
+        "pairs": [list(pair) for pair in source.pairs] if source.pairs else None,
         "seq2seq_version": __version__,
     }

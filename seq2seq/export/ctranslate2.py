@@ -22,6 +22,7 @@ decoding settings in ``seq2seq_export.json``.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,7 @@ from seq2seq.export.common import (
     write_folder,
 )
 from seq2seq.nn.decoding import DecodingConfig
-from seq2seq.text_decoding import language_prefixes
+from seq2seq.text_decoding import language_prefixes, zero_shot_warning
 
 #: ``--quantization`` values: CTranslate2's weight types (``none`` keeps float32).
 QUANTIZATIONS = (
@@ -307,6 +308,8 @@ class CTranslate2Translator:
             compute_type=compute_type,
             intra_threads=intra_threads,
         )
+        pairs = marker.get("pairs")  # folders exported before it was written: not known
+        self.pairs = None if not pairs else tuple((src, tgt) for src, tgt in pairs)
         self._pieces = self.tokenizer.id_to_piece(list(range(self.model_config["vocab_size"])))
         self._ids = {piece: i for i, piece in enumerate(self._pieces)}
 
@@ -326,11 +329,14 @@ class CTranslate2Translator:
         :meth:`seq2seq.translator.Translator.encode` names them."""
         return self._encode(sentences)
 
-    def _encode(self, sentences: Sequence[str], tgt_lang: str | None = None) -> list[list[int]]:
+    def _encode(
+        self, sentences: Sequence[str], tgt_lang: str | None = None, src_lang: str | None = None
+    ) -> list[list[int]]:
         """:meth:`encode`; its warning points at the code that called :meth:`encode` or
-        :meth:`translate`."""
+        :meth:`translate`. A target-language tag goes first (``tgt_lang``)."""
         limit = self.model_config["max_positions"]
-        return source_ids(self.tokenizer, sentences, limit, stacklevel=4, tgt_lang=tgt_lang)
+        languages = {"tgt_lang": tgt_lang, "src_lang": src_lang}
+        return source_ids(self.tokenizer, sentences, limit, stacklevel=4, **languages)
 
     def translate(
         self,
@@ -340,12 +346,14 @@ class CTranslate2Translator:
         return_scores: bool = False,
         prefixes: Sequence[str] | str | None = None,
         tgt_lang: str | None = None,
+        src_lang: str | None = None,
         **decoding: Any,
     ):
         """Translate one sentence or a list of them, as
         :meth:`seq2seq.translator.Translator.translate` does (same arguments and results;
         ``prefixes`` and a forced target-language token go to CTranslate2's
-        ``target_prefix``).
+        ``target_prefix``, a ``>>xx<<`` tag to the source; the folder's trained ``pairs``
+        give the same zero-shot warning).
 
         Raises:
             ValueError: if ``n_best`` exceeds the beam size, for an unknown decoding setting or
@@ -354,7 +362,10 @@ class CTranslate2Translator:
                 ``prefixes`` of another length than ``sentences``, or a ``tgt_lang`` the model
                 has no token for.
         """
-        language = language_prefixes(self.tokenizer, tgt_lang)
+        language = language_prefixes(self.tokenizer, tgt_lang, src_lang)
+        zero_shot = zero_shot_warning(self.pairs, src_lang, tgt_lang)
+        if zero_shot:
+            warnings.warn(zero_shot, UserWarning, stacklevel=2)
         _check_known(decoding, set(DecodingConfig.field_names()) - {"beam_size"})
         if beam_size is not None:
             decoding = {**decoding, "beam_size": beam_size}
@@ -367,7 +378,7 @@ class CTranslate2Translator:
         single = isinstance(sentences, str)
         if single and isinstance(prefixes, str):
             prefixes = [prefixes]
-        encoded = self._encode([sentences] if single else sentences, tgt_lang)
+        encoded = self._encode([sentences] if single else sentences, tgt_lang, src_lang)
         forced = _prefix_ids(self.tokenizer, prefixes, len(encoded), tgt_lang)
         if forced is None and language[1]:  # e.g. NLLB's target-language code
             forced = [list(language[1]) for _ in encoded]

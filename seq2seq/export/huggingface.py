@@ -26,7 +26,10 @@ the ids of the config and ``vocab.json``.
 
 The tokenizer is ``MarianTokenizer`` over the checkpoint's SentencePiece model
 (``source.spm`` = ``target.spm``, ``vocab.json`` mapping each piece to its id in the model:
-ours, but for M2M-100 as above); it appends EOS to sources, as our data module does. The
+ours, but for M2M-100 as above); it appends EOS to sources, as our data module does. A
+multilingual model's source starts with its target tag, as OPUS-MT's: ``>>fr<< Ein Mann.``
+(``MarianTokenizer`` takes a leading ``>>xx<<`` as one token; the tags are special tokens, so
+``skip_special_tokens`` drops them from outputs, as we do). The
 generation config carries the checkpoint's beam size, length penalty, ``min_len`` and
 ``repetition_penalty``, decoding from ``<s>``,
 ``early_stopping=False`` (our beam search's stopping rule) and the padding token suppressed
@@ -305,7 +308,8 @@ def build_tokenizer(source: ExportSource, folder: Path):
     """A ``MarianTokenizer`` over the checkpoint's SentencePiece model(s), its files written to
     ``folder`` (``source.spm``, ``target.spm``, ``vocab.json`` with the model's ids,
     :func:`vocabulary_order`), saved there. An imported Marian model's tokenizer keeps its
-    own two SentencePiece models and vocabulary (in our id order)."""
+    own two SentencePiece models and vocabulary (in our id order). A multilingual model's
+    ``>>xx<<`` tags are special tokens: its sources are written ``>>fr<< text``."""
     transformers = require("transformers", "seq2seq export --format huggingface")
     tok = source.tokenizer
     imported = getattr(tok, "family", None) == "marian"
@@ -318,11 +322,15 @@ def build_tokenizer(source: ExportSource, folder: Path):
         vocab.setdefault(piece, hf_ids[i])  # ids without a piece read as unk's: unk wins
     (folder / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))
     src, tgt = source.languages or (None, None)
+    # Our >>xx<< tags as special tokens, so that decode(..., skip_special_tokens=True) drops
+    # them as ours does; MarianTokenizer splits a leading tag off the source either way.
+    tags = [] if imported else tok.id_to_piece(sorted(getattr(tok, "language_ids", ())))
     import warnings
 
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Recommended: pip install sacremoses")
         tokenizer = transformers.MarianTokenizer(
+            additional_special_tokens=tags,
             source_spm=str(folder / "source.spm"),
             target_spm=str(folder / "target.spm"),
             vocab=str(folder / "vocab.json"),

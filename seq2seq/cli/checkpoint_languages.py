@@ -1,0 +1,159 @@
+"""The languages of a checkpoint against the config's: ``data.src_lang``/``data.tgt_lang`` or
+the ``data.pairs`` of a multilingual run, compared for ``validate``/``test``/``predict`` and
+resume (:func:`other_languages`), and checked when ``fit --init_from`` starts a run on
+pairs the checkpoint was not trained on (:func:`check_target_tags`,
+:func:`report_new_languages`)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+from jsonargparse import Namespace
+
+from seq2seq.checkpoint.format import (
+    CHECKPOINT_KEY,
+    IMPORTED_FROM,
+    language_pairs,
+    pair_names,
+    split_pair,
+)
+from seq2seq.checkpoint.restore import tokenizer_from_checkpoint
+
+SAMPLE_SENTENCES = 1000
+"""Training sentences of a language new to an ``--init_from`` checkpoint on which its share of
+unknown pieces is measured."""
+
+Pairs = tuple[tuple[str, str], ...]
+
+
+def configured_pairs(data: dict | Namespace) -> Pairs | None:
+    """The ``(src, tgt)`` pairs of a config's ``data`` settings: ``data.pairs`` where set,
+    else ``(data.src_lang, data.tgt_lang)``; ``None`` where they are not given."""
+    if not hasattr(data, "get"):
+        return None
+    pairs = data.get("pairs")
+    if pairs:
+        return tuple(split_pair(str(pair)) for pair in pairs)
+    mine = (data.get("src_lang"), data.get("tgt_lang"))
+    return None if None in mine else (mine,)
+
+
+def saved_pair_setting(checkpoint: dict) -> list[str] | None:
+    """The checkpoint's ``data.pairs`` as saved (``None``: a bilingual run)."""
+    pairs = (checkpoint.get("datamodule_hyper_parameters") or {}).get("pairs")
+    return list(pairs) if pairs else None
+
+
+def other_languages(checkpoint: dict, data: dict | Namespace) -> str | None:
+    """``"de->en (data.src_lang de, data.tgt_lang en), not en->de as configured"`` when the
+    checkpoint's language pair differs from the config's ``data`` settings; ``"on the pairs
+    de-en, fr-en (data.pairs), not de-en as configured"`` where either names ``data.pairs``
+    (compared as sets); else ``None``."""
+    saved, mine = language_pairs(checkpoint), configured_pairs(data)
+    if saved is None or mine is None or set(saved) == set(mine):
+        return None
+    bilingual = not saved_pair_setting(checkpoint) and not data.get("pairs")
+    if bilingual and len(saved) == len(mine) == 1:
+        (src, tgt), (my_src, my_tgt) = saved[0], mine[0]
+        return (
+            f"{src}->{tgt} (data.src_lang {src}, data.tgt_lang {tgt}), not "
+            f"{my_src}->{my_tgt} as configured"
+        )
+    return f"on the pairs {pair_names(saved)} (data.pairs), not {pair_names(mine)} as configured"
+
+
+def _imported(checkpoint: dict) -> bool:
+    return IMPORTED_FROM in (checkpoint.get(CHECKPOINT_KEY) or {})
+
+
+def check_target_tags(path: str, checkpoint: dict, data: dict | Namespace) -> None:
+    """``fit --init_from``: refuses configured pairs whose target languages need a ``>>xx<<``
+    tag (several targets, or a checkpoint with tags) that the checkpoint's SentencePiece
+    model lacks: the run keeps that model, whose pieces cannot grow. Imported checkpoints,
+    whose language tokens follow their family's rules, are not checked.
+
+    Raises:
+        ValueError: naming the missing tags, the checkpoint's and ``data.pairs``.
+    """
+    mine = configured_pairs(data)
+    if not mine or _imported(checkpoint):
+        return
+    tags = tuple(getattr(tokenizer_from_checkpoint(checkpoint), "languages", ()))
+    targets = sorted({tgt for _, tgt in mine})
+    missing = [tgt for tgt in targets if tgt not in tags] if tags or len(targets) > 1 else []
+    if missing:
+        lacking = ", ".join(f">>{tgt}<<" for tgt in missing)
+        have = ", ".join(f">>{tag}<<" for tag in tags) or "none"
+        raise ValueError(
+            f"--init_from {path}: its vocabulary has no {lacking} tag for the target "
+            f"language{'s' if len(missing) > 1 else ''} of data.pairs [{pair_names(mine)}] "
+            f"(its tags: {have}), and its SentencePiece model cannot grow; train from scratch "
+            "with the new pairs (data.pairs, without --init_from)"
+        )
+
+
+def report_new_languages(path: str, checkpoint: dict, datamodule, tokenizer) -> None:
+    """``fit --init_from``: one line on stderr for the languages of the data module's pairs
+    that the checkpoint was not trained on (nor its SentencePiece model, which the run
+    keeps), with the share of their pieces that are ``<unk>``
+    (:func:`~seq2seq.data.tokenizer.unknown_rate`) on up to :data:`SAMPLE_SENTENCES`
+    training sentences each. Nothing for checkpoints that record no pairs (imported ones),
+    or where the training text cannot be read yet (the data module reports that)."""
+    saved = None if _imported(checkpoint) else language_pairs(checkpoint)
+    mine = data_module_pairs(datamodule)
+    if not saved or not mine:
+        return
+    seen = {lang for pair in saved for lang in pair}
+    new = sorted({lang for pair in mine for lang in pair} - seen)
+    if not new:
+        return
+    from seq2seq.data.tokenizer import unknown_rate
+
+    rates = []
+    for lang in new:
+        try:
+            texts = training_sentences(datamodule, mine, lang, SAMPLE_SENTENCES)
+        except (OSError, ValueError):
+            return
+        if texts:
+            rates.append(f"{lang}: {unknown_rate(tokenizer, texts):.1%} in {len(texts)}")
+    if rates:
+        print(
+            f"seq2seq: warning: --init_from {path} was not trained on {', '.join(new)} "
+            f"(pairs {pair_names(saved)}): its SentencePiece model is kept, so their text is "
+            f"encoded with its existing pieces; unknown pieces ({'; '.join(rates)} training "
+            "sentences)",
+            file=sys.stderr,
+        )
+
+
+def data_module_pairs(datamodule) -> Pairs | None:
+    """The ``(src, tgt)`` pairs a data module trains on (``None`` for another object)."""
+    pairs = getattr(datamodule, "language_pairs", None)
+    if pairs:
+        return tuple(map(tuple, pairs))
+    src, tgt = getattr(datamodule, "src_lang", None), getattr(datamodule, "tgt_lang", None)
+    return None if src is None or tgt is None else ((src, tgt),)
+
+
+def training_sentences(datamodule, pairs: Sequence[tuple[str, str]], lang: str, limit: int):
+    """Up to ``limit`` training sentences of ``lang``, from the first of ``pairs`` that has it.
+
+    Raises:
+        OSError, ValueError: as :func:`seq2seq.data.corpus.locate_split` and its reading.
+    """
+    from seq2seq.data.corpus import locate_split
+
+    src, tgt = next(pair for pair in pairs if lang in pair)
+    corpus = locate_split(
+        datamodule.data_dir,
+        datamodule.train_split,
+        src,
+        tgt,
+        datamodule.hf_dataset,
+        datamodule.hf_config,
+    )
+    for sources, targets in corpus.iter_chunks(limit):
+        return list(sources if lang == src else targets)
+    return []
