@@ -125,13 +125,13 @@ def as_config(
 def language_prefixes(
     tokenizer: Tokenizer, tgt_lang: str | None = None, src_lang: str | None = None
 ) -> tuple[list[int], list[int]]:
-    """The ids that select the target language: ``(source prefix, target prefix)``.
+    """The ids that select the target language: ``(source prefix, target prefix)``, as the
+    tokenizer's ``language_prefix`` gives them.
 
-    A tokenizer with language tokens names them (``tokenizer.language_prefix``): our
-    multilingual models and imported Marian ones put the tag ``>>xx<<`` at the start of the
-    source; imported NLLB and M2M-100 models force the target language as the first decoder
-    token (:class:`~seq2seq.data.vocabulary.VocabularyTokenizer`). A tokenizer without
-    ``language_prefix`` gives ``([], [])``.
+    NLLB and M2M-100 (:class:`~seq2seq.data.vocabulary.VocabularyTokenizer`) force the target
+    language as the first decoder token; Marian and a SentencePiece model with tags
+    (:class:`~seq2seq.data.tokenizer.Tokenizer`) put ``>>xx<<`` at the start of the source. A
+    tokenizer without language tokens gives ``([], [])``.
 
     Args:
         tokenizer: the model's tokenizer.
@@ -141,17 +141,10 @@ def language_prefixes(
 
     Raises:
         ValueError: for a ``tgt_lang`` the model has no token for, naming those it has; for
-            none on a model of ours with tags, naming its languages.
+            none on a model of ours with tags (naming its languages), or any ``tgt_lang``
+            on a SentencePiece model without tags.
     """
-    choose = getattr(tokenizer, "language_prefix", None)
-    if choose is not None:
-        return choose(tgt_lang, src_lang)
-    if tgt_lang is not None:
-        raise ValueError(
-            f"tgt_lang={tgt_lang!r}: this model has no target-language tokens; it translates "
-            "into the one language it was trained on (leave tgt_lang out)"
-        )
-    return [], []
+    return tokenizer.language_prefix(tgt_lang, src_lang)
 
 
 def default_target_prefix(tokenizer: Tokenizer) -> list[int]:
