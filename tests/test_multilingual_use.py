@@ -8,6 +8,7 @@ their outputs are arbitrary but deterministic, which is all that comparing engin
 
 from __future__ import annotations
 
+import os
 import warnings
 from pathlib import Path
 from types import SimpleNamespace
@@ -281,22 +282,24 @@ def test_init_from_refuses_missing_tags_and_reports_unknown_pieces(models, tmp_p
     with pytest.raises(ValueError, match=r"no >>en<< tag .*\(its tags: >>de<<, >>fr<<\)"):
         check_target_tags("t.ckpt", tagged, {"pairs": ["en-de", "de-en"]})
     check_target_tags("b.ckpt", bilingual, {"pairs": ["de-en", "fr-en"]})  # many-to-one
-    italian = ["Ciao a tutti.", "Un gatto nero."]
-    corpus = write_corpus(tmp_path, {"train": (italian, ["Hi all.", "A black cat."])}, ("it", "en"))
+    greek = ["Ένας άντρας.", "Δύο σκύλοι."]
+    corpus = write_corpus(tmp_path, {"train": (greek, ["A man.", "Two dogs."])}, ("el", "en"))
     datamodule = SimpleNamespace(
-        language_pairs=[("de", "en"), ("it", "en")], data_dir=str(corpus), train_split="train",
+        language_pairs=[("de", "en"), ("el", "en")], data_dir=str(corpus), train_split="train",
         hf_dataset=None, hf_config=None,
     )  # fmt: skip
     tokenizer = Translator.from_checkpoint(models["bilingual"], device="cpu").tokenizer
     report_new_languages("b.ckpt", bilingual, datamodule, tokenizer)
     from seq2seq.data.tokenizer import unknown_rate
 
-    rate = unknown_rate(tokenizer, italian)
+    rate = unknown_rate(tokenizer, greek)
     assert capsys.readouterr().err.splitlines() == [
-        "seq2seq: warning: --init_from b.ckpt was not trained on it (pairs de-en): its "
-        "SentencePiece model is kept, so their text is encoded with its existing pieces; "
-        f"unknown pieces (it: {rate:.1%} in 2 training sentences)"
+        "seq2seq: warning: --init_from b.ckpt was trained on the pairs de-en (data.pairs), not "
+        "de-en, el-en as configured; fit trains it on the configured pairs with its "
+        "SentencePiece model, which has no pieces learnt from el: their text is encoded with "
+        f"its existing pieces (el {rate:.1%} of pieces unknown in 2 training sentences)"
     ]
+    assert rate > 0
 
 
 # ---------------------------------------------------------------------- a trained run
@@ -320,13 +323,18 @@ def trained(tmp_path_factory) -> SimpleNamespace:
         "--trainer.logger", "false", "--trainer.max_steps", "3",
         "--trainer.val_check_interval", "3", "--trainer.limit_val_batches", "1",
     ]  # fmt: skip
-    cli_main(
-        ["fit", *flags, "--data.pairs", "[en-de, en-fr]", "--checkpoint_dir", str(root / "ckpt")]
-    )
+    previous = Path.cwd()
+    os.chdir(root)  # the run's own files (config.yaml) go there
+    try:
+        cli_main(["fit", *flags, "--data.pairs", "[en-de, en-fr]", "--checkpoint_dir", "ckpt"])
+    finally:
+        os.chdir(previous)
     return SimpleNamespace(root=root, corpus=corpus, flags=flags, ckpt=root / "ckpt" / "last.ckpt")
 
 
-def test_a_trained_multilingual_checkpoint_translates_tests_and_grows(trained, monkeypatch, capsys):
+def test_a_trained_multilingual_checkpoint_translates_tests_and_grows(
+    trained, in_tmp, monkeypatch, capsys
+):
     monkeypatch.delenv("SEQ2SEQ_TRACEBACK", raising=False)
     translator = Translator.from_checkpoint(trained.ckpt, device="cpu")
     assert translator.tokenizer.languages == ("de", "fr")
@@ -362,5 +370,6 @@ def test_a_trained_multilingual_checkpoint_translates_tests_and_grows(trained, m
         "--trainer.max_steps", "1", "--checkpoint_dir", str(trained.root / "grown"),
     )  # fmt: skip
     assert code in (0, None), err
-    notes = [line for line in err if "was not trained on it" in line]
-    assert len(notes) == 1 and "unknown pieces (it: " in notes[0], err
+    notes = [line for line in err if f"--init_from {trained.ckpt}" in line]
+    assert len(notes) == 1 and "pieces learnt from it:" in notes[0], err
+    assert "(it 0.0% of pieces unknown in 200 training sentences)" in notes[0]

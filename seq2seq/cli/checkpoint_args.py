@@ -30,6 +30,8 @@ from seq2seq.checkpoint.format import (
 from seq2seq.checkpoint.restore import tokenizer_from_checkpoint
 from seq2seq.cli.checkpoint_languages import (
     check_target_tags,
+    configured_pairs,
+    new_languages,
     other_languages,
     report_new_languages,
     saved_pair_setting,
@@ -226,7 +228,9 @@ def apply_init_from(
     other = other_languages(checkpoint, config["data"])
     if other:
         check_target_tags(path, checkpoint, config["data"])
-        if rank_zero_only.rank == 0:
+        # With languages new to the checkpoint, report_new_languages says it in one line.
+        new = new_languages(checkpoint, configured_pairs(config["data"]))
+        if not new and rank_zero_only.rank == 0:
             print(
                 f"seq2seq: warning: --init_from {path} was trained {other}; fit trains "
                 "it on the configured pairs",

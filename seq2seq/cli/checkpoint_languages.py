@@ -93,19 +93,24 @@ def check_target_tags(path: str, checkpoint: dict, data: dict | Namespace) -> No
         )
 
 
-def report_new_languages(path: str, checkpoint: dict, datamodule, tokenizer) -> None:
-    """``fit --init_from``: one line on stderr for the languages of the data module's pairs
-    that the checkpoint was not trained on (nor its SentencePiece model, which the run
-    keeps), with the share of their pieces that are ``<unk>``
-    (:func:`~seq2seq.data.tokenizer.unknown_rate`) on up to :data:`SAMPLE_SENTENCES`
-    training sentences each. Nothing for checkpoints that record no pairs (imported ones),
-    or where the training text cannot be read yet (the data module reports that)."""
+def new_languages(checkpoint: dict, pairs: Sequence[tuple[str, str]] | None) -> list[str]:
+    """The languages of ``pairs`` that the checkpoint was not trained on (sorted); none where
+    it records no pairs (an imported checkpoint)."""
     saved = None if _imported(checkpoint) else language_pairs(checkpoint)
-    mine = data_module_pairs(datamodule)
-    if not saved or not mine:
-        return
+    if not saved or not pairs:
+        return []
     seen = {lang for pair in saved for lang in pair}
-    new = sorted({lang for pair in mine for lang in pair} - seen)
+    return sorted({lang for pair in pairs for lang in pair} - seen)
+
+
+def report_new_languages(path: str, checkpoint: dict, datamodule, tokenizer) -> None:
+    """``fit --init_from`` on languages the checkpoint was not trained on (nor its
+    SentencePiece model, which the run keeps): one line on stderr saying so, with the share
+    of their pieces that are ``<unk>`` (:func:`~seq2seq.data.tokenizer.unknown_rate`) on up
+    to :data:`SAMPLE_SENTENCES` training sentences each (left out where the training text
+    cannot be read yet: the data module reports that)."""
+    mine = data_module_pairs(datamodule)
+    new = new_languages(checkpoint, mine)
     if not new:
         return
     from seq2seq.data.tokenizer import unknown_rate
@@ -115,17 +120,20 @@ def report_new_languages(path: str, checkpoint: dict, datamodule, tokenizer) -> 
         try:
             texts = training_sentences(datamodule, mine, lang, SAMPLE_SENTENCES)
         except (OSError, ValueError):
-            return
+            texts = []
         if texts:
-            rates.append(f"{lang}: {unknown_rate(tokenizer, texts):.1%} in {len(texts)}")
-    if rates:
-        print(
-            f"seq2seq: warning: --init_from {path} was not trained on {', '.join(new)} "
-            f"(pairs {pair_names(saved)}): its SentencePiece model is kept, so their text is "
-            f"encoded with its existing pieces; unknown pieces ({'; '.join(rates)} training "
-            "sentences)",
-            file=sys.stderr,
-        )
+            rate = unknown_rate(tokenizer, texts)
+            rates.append(f"{lang} {rate:.1%} of pieces unknown in {len(texts)} training sentences")
+    data = {"src_lang": mine[0][0], "tgt_lang": mine[0][1]}
+    data["pairs"] = [f"{src}-{tgt}" for src, tgt in mine] if len(mine) > 1 else None
+    measured = f" ({'; '.join(rates)})" if rates else ""
+    print(
+        f"seq2seq: warning: --init_from {path} was trained {other_languages(checkpoint, data)}; "
+        f"fit trains it on the configured pairs with its SentencePiece model, which has no "
+        f"pieces learnt from {', '.join(new)}: their text is encoded with its existing "
+        f"pieces{measured}",
+        file=sys.stderr,
+    )
 
 
 def data_module_pairs(datamodule) -> Pairs | None:
