@@ -351,6 +351,17 @@ def test_a_trained_multilingual_checkpoint_translates_tests_and_grows(
         f"seq2seq: warning: {trained.ckpt} was trained on the pairs en-de, en-fr (data.pairs), "
         "not de-en as configured; test uses the checkpoint's languages"
     ) in err
+    # resuming on other pairs: refused before any data is read
+    code, out, err = run_main(
+        monkeypatch, capsys, "fit", *trained.flags, "--data.pairs", "[en-de]",
+        "--ckpt_path", str(trained.ckpt), "--checkpoint_dir", str(trained.ckpt.parent),
+    )  # fmt: skip
+    assert code == 1 and len(err) == 1, err
+    assert err[0].startswith(
+        f"seq2seq: error: {trained.ckpt} was trained on the pairs en-de, en-fr (data.pairs), "
+        "not en-de as configured; training resumes only in the checkpoint's language pairs "
+        "(start a new run"
+    )
     # a new target language without a tag: refused before any data is read
     grow = [*trained.flags, "--init_from", str(trained.ckpt)]
     code, out, err = run_main(
