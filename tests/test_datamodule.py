@@ -414,6 +414,8 @@ def test_resume_with_other_batching_settings_warns_or_refuses(corpus, cache, dm)
         "max_positions": MAX_POSITIONS,
         "max_length_ratio": 3.0,
         "seed": 1,
+        "pairs": None,
+        "pair_temperature": 1.0,
     }
 
     def resumed(**kwargs) -> TranslationDataModule:
