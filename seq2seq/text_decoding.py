@@ -198,6 +198,7 @@ def decode_batch(
     batch: Mapping[str, Any],
     config: DecodingConfig,
     n_best: int = 1,
+    tgt_lang: str | None = None,
 ) -> list[list[tuple[str, float]]]:
     """Decode a batch of sources into detokenized text, as ``config`` says.
 
@@ -213,6 +214,8 @@ def decode_batch(
         config: the decoding settings.
         n_best: hypotheses per sentence (at most ``config.beam_size``; with sampling, 1 or
             ``config.n_samples``, which is what is returned).
+        tgt_lang: the target language whose prefix is forced without a ``"prefix"``
+            (``None``: the tokenizer's own); a source-side tag is already in ``src``.
 
     Returns:
         For each sentence, ``n_best`` pairs of (text, score), best first (``n_samples`` in
@@ -230,7 +233,7 @@ def decode_batch(
     if not config.sampling and n_best > config.beam_size:
         raise ValueError(f"n_best ({n_best}) exceeds the beam size ({config.beam_size})")
     if batch.get("prefix") is None:
-        forced = language_prefixes(tokenizer)[1]
+        forced = language_prefixes(tokenizer, tgt_lang)[1]
         if forced:  # e.g. NLLB's target-language code, the first decoder token
             batch = {**batch, "prefix": [forced] * batch["src"].size(0)}
             batch["unscored_prefix"] = len(forced)
