@@ -297,6 +297,7 @@ class TranslationModule(L.LightningModule):
         batch: dict[str, Any],
         beam_size: int | None = None,
         n_best: int = 1,
+        tgt_lang: str | None = None,
         **decoding: Any,
     ) -> list[list[tuple[str, float]]]:
         """Decode a batch of sources into detokenized text
@@ -308,6 +309,8 @@ class TranslationModule(L.LightningModule):
                 ``(B, 1, 1, S)`` bool.
             beam_size: ``None``: that of :attr:`decoding`; 1 is greedy.
             n_best: hypotheses returned per sentence (at most the beam size).
+            tgt_lang: the target language, for a tokenizer that forces it as the first
+                decoder token (NLLB); ``None``: the tokenizer's own.
             **decoding: other :class:`~seq2seq.nn.DecodingConfig` fields.
 
         Returns:
@@ -327,11 +330,12 @@ class TranslationModule(L.LightningModule):
         if "sampling" not in decoding and trainer is not None and not trainer.predicting:
             decoding["sampling"] = False  # held-out scores are those of the search
         config = apply_overrides(self.decoding, {"beam_size": beam_size, **decoding})
-        return decode_batch(self.model, self.tokenizer, batch, config, n_best)
+        return decode_batch(self.model, self.tokenizer, batch, config, n_best, tgt_lang)
 
     def _held_out_step(self, batch: dict[str, Any], key: str, beam: int | None) -> None:
         sums = self._loss_sums(batch)
-        best = [hyps[0][0] for hyps in self.translate_batch(batch, beam_size=beam)]
+        hyps = self.translate_batch(batch, beam_size=beam, tgt_lang=self._decoding_lang(key))
+        best = [n_best[0][0] for n_best in hyps]
         refs = batch.get("ref_text") or [""] * len(best)
         self._held_out.add(key, sums, batch["index"].tolist(), best, refs)
 
@@ -353,7 +357,10 @@ class TranslationModule(L.LightningModule):
 
     def predict_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0):
         """Returns a list of ``(index, [(text, score), ...])`` for the batch's sentences."""
-        hyps = self.translate_batch(batch, n_best=self.n_best)
+        lang = getattr(getattr(self.trainer, "datamodule", None), "tgt_lang", None)
+        if lang not in getattr(self.tokenizer, "languages", ()):
+            lang = None  # the tokenizer's default (data.tgt_lang names no token of it)
+        hyps = self.translate_batch(batch, n_best=self.n_best, tgt_lang=lang)
         return list(zip(batch["index"].tolist(), hyps, strict=True))
 
     def _datamodule_keys(self, stage: str) -> list[str]:
@@ -372,6 +379,12 @@ class TranslationModule(L.LightningModule):
         """The target language of held-out set ``key``, which picks sacreBLEU's tokenizer."""
         tgt_lang = getattr(getattr(self.trainer, "datamodule", None), "heldout_tgt_lang", None)
         return tgt_lang(key) if tgt_lang is not None else self.hparams.tgt_lang
+
+    def _decoding_lang(self, key: str) -> str | None:
+        """The target language decoding is told for set ``key``: its own where the tokenizer
+        has a token for it (a tagged model, NLLB), else ``None`` (the tokenizer's default)."""
+        lang = self._tgt_lang(key)
+        return lang if lang in getattr(self.tokenizer, "languages", ()) else None
 
     def _pair_names(self) -> list[str]:
         return list(getattr(getattr(self.trainer, "datamodule", None), "pair_names", None) or [])

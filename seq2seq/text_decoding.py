@@ -147,13 +147,13 @@ def language_prefixes(
     return tokenizer.language_prefix(tgt_lang, src_lang)
 
 
-def default_target_prefix(tokenizer: Tokenizer) -> list[int]:
+def default_target_prefix(tokenizer: Tokenizer, tgt_lang: str | None = None) -> list[int]:
     """The target ids forced where a batch gives none: an imported NLLB or M2M-100 model's
-    code of its default target language; none for tokenizers that tag the source (ours,
-    Marian's), whose batches carry the tag already."""
+    code of ``tgt_lang`` (``None``: its default target language); none for tokenizers that
+    tag the source (ours, Marian's), whose batches carry the tag already."""
     if getattr(tokenizer, "family", None) in (None, "marian"):
         return []
-    return language_prefixes(tokenizer)[1]
+    return language_prefixes(tokenizer, tgt_lang)[1]
 
 
 def zero_shot_warning(
@@ -235,6 +235,7 @@ def decode_batch(
     batch: Mapping[str, Any],
     config: DecodingConfig,
     n_best: int = 1,
+    tgt_lang: str | None = None,
 ) -> list[list[tuple[str, float]]]:
     """Decode a batch of sources into detokenized text, as ``config`` says.
 
@@ -250,6 +251,8 @@ def decode_batch(
         config: the decoding settings.
         n_best: hypotheses per sentence (at most ``config.beam_size``; with sampling, 1 or
             ``config.n_samples``, which is what is returned).
+        tgt_lang: the target language whose prefix is forced without a ``"prefix"``
+            (``None``: the tokenizer's own); a source-side tag is already in ``src``.
 
     Returns:
         For each sentence, ``n_best`` pairs of (text, score), best first (``n_samples`` in
@@ -267,7 +270,7 @@ def decode_batch(
     if not config.sampling and n_best > config.beam_size:
         raise ValueError(f"n_best ({n_best}) exceeds the beam size ({config.beam_size})")
     if batch.get("prefix") is None:
-        forced = default_target_prefix(tokenizer)
+        forced = default_target_prefix(tokenizer, tgt_lang)
         if forced:  # e.g. NLLB's target-language code, the first decoder token
             batch = {**batch, "prefix": [forced] * batch["src"].size(0)}
             batch["unscored_prefix"] = len(forced)
