@@ -21,6 +21,7 @@ from seq2seq.data.batching import temperature_probs
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.data.pairs import parse_pairs
 from seq2seq.data.token_cache import CACHE_VERSION
+from seq2seq.data.tokenizer import EOS_ID
 
 # Held-out sentences above max_positions are truncated with a warning; none is tested here.
 pytestmark = pytest.mark.filterwarnings("ignore:.*truncated \\(never dropped\\):UserWarning")
@@ -234,6 +235,21 @@ def test_a_missing_pair_is_named_before_tokenising(folders, tmp_path):
     assert not list(tmp_path.glob("spm_*.model"))
 
 
+def test_predict_translates_into_data_tgt_lang(one_to_many, parallel, tmp_path):
+    lines = multi30k_lines("val", "en", 5, MULTI30K)
+    predict_file = write_lines(tmp_path / "input.en", lines)
+    settings = dict(pairs=["en-de", "en-fr"], predict_file=str(predict_file), src_lang="en")
+    dm = _dm(parallel, one_to_many.cache_dir, tgt_lang="fr", **settings)
+    dm.setup("predict")
+    fr = _tag(dm.tokenizer, "fr")
+    assert [dm.predict_set[i]["src"] for i in range(5)] == [
+        [fr, *ids, EOS_ID] for ids in dm.tokenizer.encode(lines)
+    ]
+    # a language without a tag is refused, naming the model's languages
+    with pytest.raises(ValueError, match="de, fr"):
+        _dm(parallel, one_to_many.cache_dir, tgt_lang="en", **settings).setup("predict")
+
+
 # ---------------------------------------------------------------------- bilingual
 def _first_batches(dm: TranslationDataModule, n: int = 3) -> list[dict]:
     return [b for _, b in zip(range(n), dm.train_dataloader(), strict=False)]
@@ -291,6 +307,11 @@ def test_state_dict_mid_epoch_resumes_the_remaining_batches(one_to_many, paralle
     # the next pass is the next epoch: other draws of each pair's examples
     again = [(b["pair"].tolist(), b["index"].tolist()) for b in loader]
     assert sorted(again) != sorted(full)
+    # other pairs (their order too) are refused, another temperature is warned about
+    with pytest.raises(ValueError, match=r"--data\.pairs=\[en-de, en-fr\]"):
+        _dm(parallel, cache, pairs=["en-fr", "en-de"]).load_state_dict(state)
+    with pytest.warns(UserWarning, match=r"--data\.pair_temperature=5\.0, but the checkpoint"):
+        _dm(parallel, cache, pairs=["en-de", "en-fr"], pair_temperature=5.0).load_state_dict(state)
 
 
 # ---------------------------------------------------------------------- training

@@ -234,7 +234,7 @@ class TranslationDataModule(PairsMixin, L.LightningDataModule):
             hf_config=hf_config,
         )
         self.pad_to_multiple_of = pad_to_multiple_of
-        if src_lang == tgt_lang:
+        if src_lang == tgt_lang and self.pairs is None:  # several pairs: for predict only
             rank_zero_warn(
                 f"--data.src_lang and --data.tgt_lang are both {src_lang!r}: source and target "
                 "are read from the same files (or dataset field), so the model learns to copy; "
