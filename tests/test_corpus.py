@@ -383,6 +383,18 @@ def test_download_verifies_and_skips_present_files(tmp_path, multi30k_server):
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names)  # no temporary files
 
 
+def test_download_fetches_the_french_files(tmp_path, multi30k_server):
+    """The French side of Multi30k (for fr-en and multilingual runs) is known and verified."""
+    names = ["val.fr.gz", "test_2016_flickr.fr.gz"]
+    got = download_multi30k(tmp_path, base_url=multi30k_server, files=names)
+    assert sorted(p.name for p in got) == sorted(names)
+    for path in got:
+        assert hashlib.sha256(path.read_bytes()).hexdigest() == MULTI30K_SHA256[path.name]
+    assert {f"{split}.fr.gz" for split in ("train", "val", "test_2016_flickr")} <= set(
+        MULTI30K_SHA256
+    )
+
+
 def test_download_hash_mismatch_removes_file(tmp_path, multi30k_server):
     wrong = "0" * 64
     with pytest.raises(ValueError) as info:
@@ -401,6 +413,7 @@ def test_download_unreachable_server_explains_what_to_do(tmp_path):
         download_multi30k(tmp_path / "m30k", base_url=f"http://127.0.0.1:{port}", timeout=5)
     message = str(info.value)
     assert "train.de.gz" in message and "test_2016_flickr.en.gz" in message
+    assert "val.fr.gz" in message  # every language, French too
     assert str(tmp_path / "m30k") in message and "--data.data_dir" in message
     assert not (tmp_path / "m30k").exists()  # no empty folder left (a mistyped data_dir)
 

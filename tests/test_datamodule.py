@@ -414,6 +414,8 @@ def test_resume_with_other_batching_settings_warns_or_refuses(corpus, cache, dm)
         "max_positions": MAX_POSITIONS,
         "max_length_ratio": 3.0,
         "seed": 1,
+        "pairs": None,
+        "pair_temperature": 1.0,
     }
 
     def resumed(**kwargs) -> TranslationDataModule:
@@ -525,16 +527,17 @@ def test_both_directions_share_one_sentencepiece_model(corpus, tmp_path, caplog)
     assert forward.train_set[0]["src"][:-1] == backward.train_set[0]["tgt"]
 
 
-def test_no_download_is_announced_for_files_that_are_there(tmp_path, monkeypatch):
-    """--data.src_lang fr on a Multi30k folder: the English files are there (gzipped), the
-    French ones are no Multi30k files: nothing to fetch, so no "Downloading" line; setup then
-    names the missing French file."""
+@pytest.mark.parametrize(("src_lang", "wanted"), [("fr", ["train.fr.gz", "val.fr.gz"]), ("it", [])])
+def test_no_download_is_announced_for_files_that_are_there(tmp_path, monkeypatch, src_lang, wanted):
+    """--data.src_lang fr on a de-en Multi30k folder: the English files are there (gzipped),
+    so only the French ones are fetched; Italian has no Multi30k files: nothing to fetch, so no
+    "Downloading" line (setup then names the missing file)."""
     folder = tmp_path / "data"
     folder.mkdir()
     for name in ("train.de.gz", "train.en.gz", "val.de.gz", "val.en.gz"):
         (folder / name).write_bytes((MULTI30K / name).read_bytes())
     asked = []
     monkeypatch.setattr(multi30k, "download_multi30k", lambda d, files: asked.extend(files))
-    dm = _dm(folder, tmp_path / "cache", download=True, tokenizer_path=None, src_lang="fr")
+    dm = _dm(folder, tmp_path / "cache", download=True, tokenizer_path=None, src_lang=src_lang)
     dm._download_missing(training=True, stage="fit")
-    assert asked == []
+    assert asked == wanted

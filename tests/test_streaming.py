@@ -525,6 +525,8 @@ def test_resume_with_other_batching_settings_warns_or_refuses(corpora, cache, sp
         "max_length_ratio": 3.0,
         "seed": 1,
         "stream_pool_size": POOL,
+        "pairs": None,
+        "pair_temperature": 1.0,
     }
     same = _dm(corpora["text"], cache, spm_file)
     same.load_state_dict(state)

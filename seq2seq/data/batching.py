@@ -39,6 +39,15 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
     rank gets at least one batch: a rank without batches would skip evaluation altogether and
     leave the others waiting in its collective operations.
 
+    Temperature sampling over pairs (``groups``, ``group_probs``; Arivazhagan et al. 2019,
+    "Massively Multilingual Neural Machine Translation in the Wild"; fairseq's
+    ``--sampling-method temperature``): each epoch first draws its N = ``len(lengths)``
+    examples, counts ~ Multinomial(N, ``group_probs``) from the epoch's generator, group ``g``
+    giving ``counts[g]`` examples from random permutations of its own (a fresh permutation
+    each time they run out, so an upsampled group repeats its examples evenly); that list,
+    repeats included, is sorted, cut and shuffled as above. Probabilities:
+    :func:`temperature_probs`.
+
     Resuming: the sampler counts the batches it has yielded in the current epoch;
     :meth:`state_dict` / :meth:`load_state_dict` carry that count (and the epoch), so the next
     iteration continues with exactly the batches not yet yielded.
@@ -61,10 +70,14 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
             random when shuffling). ``lengths`` only bounds the longer side of each pair;
             ordering equal-cost pairs by e.g. ``tgt_len * (max_len + 1) + src_len`` also keeps
             the shorter side's padding low.
+        groups: The group (language pair) of each example, ints in ``[0, len(group_probs))``;
+            None: every example once per epoch (no sampling over groups).
+        group_probs: Sampling probability of each group (sum 1), with ``groups``.
 
     Raises:
         ValueError: If ``max_tokens`` < 1, ``rank`` is outside ``[0, num_replicas)``, a
-            length is negative, or ``tie_breaker`` and ``lengths`` differ in size.
+            length is negative, ``tie_breaker`` or ``groups`` and ``lengths`` differ in size,
+            or ``groups`` / ``group_probs`` are invalid (see :func:`_group_members`).
     """
 
     def __init__(
@@ -78,6 +91,8 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         bucket_size: int | None = None,
         even_batches: bool = True,
         tie_breaker: Sequence[int] | None = None,
+        groups: Sequence[int] | None = None,
+        group_probs: Sequence[float] | None = None,
     ) -> None:
         if max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens}.")
@@ -97,6 +112,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
                     f"tie_breaker has {self.tie_breaker.size} entries for "
                     f"{self.lengths.size} lengths."
                 )
+        self.group_probs, self._members = _group_members(groups, group_probs, self.lengths.size)
         self.max_tokens = max_tokens
         self.shuffle = shuffle
         self.seed = seed
@@ -113,11 +129,26 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         """``indices`` stably sorted by (length, tie_breaker)."""
         return indices[np.lexsort((self.tie_breaker[indices], self.lengths[indices]))]
 
-    def _order(self, rng: np.random.Generator) -> np.ndarray:
-        n = self.lengths.size
+    def _draw(self, rng: np.random.Generator) -> np.ndarray:
+        """The epoch's (N,) examples under sampling over groups (see the class)."""
+        counts = rng.multinomial(self.lengths.size, self.group_probs)
+        drawn = [np.empty(0, dtype=np.int64)]
+        for members, count in zip(self._members, counts.tolist(), strict=True):
+            if count:  # a group of probability 0 may be empty
+                # A fresh permutation per round: an example comes again only after all the
+                # others of its group.
+                rounds = -(-count // members.size)
+                cycle = [members[rng.permutation(members.size)] for _ in range(rounds)]
+                drawn.append(np.concatenate(cycle)[:count])
+        return np.concatenate(drawn)
+
+    def _order(self, rng: np.random.Generator, items: np.ndarray | None = None) -> np.ndarray:
+        """``items`` (default: every example once; may repeat) in the order they are cut."""
+        items = np.arange(self.lengths.size) if items is None else items
         if not self.shuffle:
-            return self._sorted(np.arange(n))
-        perm = rng.permutation(n)
+            return self._sorted(items)
+        n = items.size
+        perm = items[rng.permutation(n)]
         if self.bucket_size is None:
             return self._sorted(perm)
         chunks = [perm[i : i + self.bucket_size] for i in range(0, n, self.bucket_size)]
@@ -160,7 +191,8 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         """
         epoch = self.epoch if epoch is None else epoch
         rng = np.random.default_rng(self.seed + epoch)
-        batches = self._cut(self._order(rng))
+        items = None if self.group_probs is None else self._draw(rng)
+        batches = self._cut(self._order(rng, items))
         if self.num_replicas > 1 and batches:
             if self.even_batches:
                 missing = -len(batches) % self.num_replicas
@@ -238,6 +270,80 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
                 )
         self.epoch = int(state["epoch"])
         self._yielded = int(state["batches_yielded"])
+
+
+def temperature_probs(sizes: Sequence[int], temperature: float) -> np.ndarray:
+    """Sampling probability of each language pair, ``p_i`` proportional to ``n_i ** (1 / T)``.
+
+    Temperature sampling (Arivazhagan et al. 2019, "Massively Multilingual Neural Machine
+    Translation in the Wild"; fairseq's ``--sampling-method temperature``): T = 1 samples in
+    proportion to the pairs' sizes, a larger T flattens towards uniform (fairseq uses 5), a
+    T below 1 sharpens towards the largest pair. An empty pair gets probability 0.
+
+    Args:
+        sizes: (G,) number of training examples of each pair, >= 0, with a positive total.
+        temperature: T > 0 (``data.pair_temperature``); ``inf``: uniform over non-empty pairs.
+
+    Returns:
+        (G,) float64 probabilities summing to 1.
+
+    Raises:
+        ValueError: Naming ``data.pair_temperature``, if T is not > 0, or a size is negative
+            or none is positive.
+    """
+    n = np.asarray(sizes, dtype=np.float64).reshape(-1)
+    if not temperature > 0:
+        raise ValueError(f"data.pair_temperature must be > 0, got {temperature}.")
+    if not (n >= 0).all() or not n.sum() > 0:
+        raise ValueError(
+            "data.pair_temperature: sampling over pairs needs pair sizes >= 0 with a positive "
+            f"total, got {np.asarray(sizes).tolist()}."
+        )
+    # In log space: n ** (1 / T) overflows float64 for a small T.
+    log_p = np.full(n.shape, -np.inf)
+    log_p[n > 0] = np.log(n[n > 0]) / temperature
+    p = np.exp(log_p - log_p.max())
+    return p / p.sum()
+
+
+def _group_members(
+    groups: Sequence[int] | None, group_probs: Sequence[float] | None, n: int
+) -> tuple[np.ndarray | None, list[np.ndarray]]:
+    """``(group_probs, members)`` for :class:`TokenBudgetBatchSampler`: the probabilities as
+    float64 renormalised to sum exactly 1 (``None`` without groups), and each group's example
+    indices in index order.
+
+    Raises:
+        ValueError: If only one of ``groups`` and ``group_probs`` is given, ``groups`` has
+            another size than ``n`` or a value outside ``[0, len(group_probs))``, a probability
+            is negative, the probabilities do not sum to 1 (within 1e-6), or a group of
+            positive probability has no examples.
+    """
+    if groups is None and group_probs is None:
+        return None, []
+    if groups is None or group_probs is None:
+        raise ValueError("groups and group_probs go together: give both or neither.")
+    probs = np.asarray(group_probs, dtype=np.float64).reshape(-1)
+    ids = np.asarray(groups).reshape(-1)
+    if ids.size != n:
+        raise ValueError(f"groups has {ids.size} entries for {n} lengths.")
+    if not probs.size or not (probs >= 0).all() or not abs(probs.sum() - 1) <= 1e-6:
+        raise ValueError(f"group_probs must be >= 0 and sum to 1, got {probs.tolist()}.")
+    if ids.size and not np.issubdtype(ids.dtype, np.integer):
+        raise ValueError(f"groups must be integers, got dtype {ids.dtype}.")
+    if ids.size and not 0 <= ids.min() <= ids.max() < probs.size:
+        raise ValueError(
+            f"groups must be in [0, {probs.size}) (one group per entry of group_probs), got "
+            f"values from {ids.min()} to {ids.max()}."
+        )
+    ids = ids.astype(np.int64)
+    sizes = np.bincount(ids, minlength=probs.size)
+    empty = np.flatnonzero((sizes == 0) & (probs > 0))
+    if empty.size:
+        g = int(empty[0])
+        raise ValueError(f"group {g} has probability {probs[g]} in group_probs but no examples.")
+    members = np.split(np.argsort(ids, kind="stable"), np.cumsum(sizes)[:-1])
+    return probs / probs.sum(), members
 
 
 def replicas_mismatch_message(saved: int, current: int) -> str:

@@ -1,5 +1,5 @@
-"""Multi30k (task 1, German-English): its files and their SHA-256, the verified download,
-and which missing files of a corpus folder are fetched.
+"""Multi30k (task 1: German, English, French, line-aligned): its files and their SHA-256, the
+verified download, and which missing files of a corpus folder are fetched.
 
 Only a Multi30k folder is completed: one without a training split yet, or whose
 ``train.<lang>.gz`` files are Multi30k's own (by SHA-256). A corpus of one's own that lacks a
@@ -31,8 +31,11 @@ MULTI30K_SHA256: dict[str, str] = {
     "val.en.gz": "14f7d25ddd868909a9213e361768460edcacdd6ab9d1e77b92560dc10c10dc28",
     "test_2016_flickr.de.gz": "9204244e408ccb38d2a55cfcd344df15005fc42a07a6e55ca6c52b6ababb8cc8",
     "test_2016_flickr.en.gz": "611d361c6334bc7246101d48097c13cf5c4413c5befc793cc629934359d532d9",
+    "train.fr.gz": "622e75069e9f4c577425c4f277116ce66e63a2401c0a2312d90073cb12379a3c",
+    "val.fr.gz": "ca3106f1a72390591d25f6c45cb4cd39dec4cd3f123e099748a3ce5256c160e9",
+    "test_2016_flickr.fr.gz": "6d326e188d259fb1d04ac19eae3af956559b3a0b93d7635e56c90987c40c8b90",
 }
-"""SHA-256 of each Multi30k German-English file (task 1, raw)."""
+"""SHA-256 of each Multi30k German, English and French file (task 1, raw)."""
 
 
 def download_multi30k(
@@ -41,7 +44,7 @@ def download_multi30k(
     files: Mapping[str, str] | Sequence[str] | None = None,
     timeout: float = 60.0,
 ) -> list[Path]:
-    """Downloads the Multi30k German-English files that are missing from ``data_dir``.
+    """Downloads the Multi30k files (German, English, French) missing from ``data_dir``.
 
     Each file is fetched from ``<base_url>/<name>`` into a temporary file next to its
     destination, checked against its SHA-256, and only then renamed into place, so an
@@ -52,7 +55,7 @@ def download_multi30k(
         data_dir: Destination folder (created if needed).
         base_url: URL of the folder holding the files.
         files: File names to fetch, as a mapping to their SHA-256 or a list of names from
-            :data:`MULTI30K_SHA256`; None fetches all six German-English files.
+            :data:`MULTI30K_SHA256`; None fetches all nine (three splits x de, en, fr).
         timeout: Seconds to wait on the network per request.
 
     Returns:

@@ -5,11 +5,14 @@ batches not yet trained on (one that Ctrl-C cut short included; streaming: with
 A data module's state holds the training position (:func:`sampler_position`,
 :func:`stream_position`) and the settings that decide the batches
 (:func:`batching_settings`). Other ``max_tokens``, ``bucket_size``, ``max_positions``,
-``max_length_ratio`` or ``streaming`` than the checkpoint's give other batches and are warned
-about (:func:`batching_differences`), each in one line naming the option and both values;
-another ``seed`` or ``stream_pool_size`` is refused once a position is saved (and only warned
-about otherwise), and so is another ``num_workers`` with a stream position mid-epoch
-(:func:`resume_refusal`; it needs no data, so it is checked before any is read).
+``max_length_ratio``, ``streaming`` or (with several pairs) ``pair_temperature`` than the
+checkpoint's give other batches and are warned about (:func:`batching_differences`), each in
+one line naming the option and both values; another ``seed`` or ``stream_pool_size`` is
+refused once a position is saved (and only warned about otherwise), and so is another
+``num_workers`` with a stream position mid-epoch; other ``pairs`` are always refused: other
+examples, vocabulary and language tags (:func:`resume_refusal`; it needs no data, so it is
+checked before any is read). A state saved before ``pairs`` existed counts as bilingual
+(:data:`PAIR_DEFAULTS`).
 """
 
 from __future__ import annotations
@@ -27,18 +30,29 @@ NOT_RESUMABLE = "You're resuming from a checkpoint that ended before the epoch e
 _MID_EPOCH = " (in the epoch under way, pairs may be skipped or trained twice)"
 
 
+#: The multilingual batching settings, and the values of a state saved without them.
+PAIR_DEFAULTS: dict[str, Any] = {"pairs": None, "pair_temperature": 1.0}
+
+
 def _value_text(value: Any) -> str:
-    """A setting's value as the messages show it: ``true``, ``null``, ``4096``."""
+    """A setting's value as the messages show it: ``true``, ``null``, ``4096``, ``[de-en]``."""
     if isinstance(value, bool):
         return str(value).lower()
+    if isinstance(value, (list, tuple)):
+        return f"[{', '.join(map(str, value))}]"
     return "null" if value is None else str(value)
+
+
+def _pairs(value: Any) -> list[str] | None:
+    """``data.pairs`` as a list (a checkpoint may hold a tuple), ``None`` if unset."""
+    return None if value is None else [str(pair) for pair in value]
 
 
 def saved_batching(state_dict: dict[str, Any], streaming: bool) -> tuple[dict, dict | None]:
     """The batching settings a data module state was saved with, and its training position
     (``None`` if none). A position carries the settings it cannot be reproduced without (also
     in checkpoints written before ``"batching"`` was saved)."""
-    saved = dict(state_dict.get("batching") or {})
+    saved = {**PAIR_DEFAULTS, **(state_dict.get("batching") or {})}
     position = state_dict.get("train_stream" if streaming else "train_sampler")
     if position:
         if "seed" in position:
@@ -50,13 +64,13 @@ def saved_batching(state_dict: dict[str, Any], streaming: bool) -> tuple[dict, d
 
 def resume_refusal(state_dict: dict[str, Any], settings: Mapping[str, Any]) -> str | None:
     """Why a run with these ``data.*`` settings cannot resume from this saved state, or
-    ``None``: a saved training position needs the ``seed`` (and, streaming,
-    ``stream_pool_size``) it was written with. Needs no data, so a command line can be
-    checked before any is read (``seq2seq fit --ckpt_path``).
+    ``None``: the run needs the checkpoint's ``pairs``, and a saved training position the
+    ``seed`` (and, streaming, ``stream_pool_size``) it was written with. Needs no data, so a
+    command line can be checked before any is read (``seq2seq fit --ckpt_path``).
 
     Args:
         state_dict: the data module's state from a checkpoint (:meth:`state_dict`).
-        settings: the run's ``data.*`` values by name (``streaming``, ``seed``,
+        settings: the run's ``data.*`` values by name (``streaming``, ``pairs``, ``seed``,
             ``stream_pool_size``, ``num_workers`` — a streamed position mid-epoch is kept
             per worker, 0 counting as 1; others are ignored).
 
@@ -65,6 +79,13 @@ def resume_refusal(state_dict: dict[str, Any], settings: Mapping[str, Any]) -> s
     """
     streaming = bool(settings.get("streaming"))
     saved, position = saved_batching(state_dict, streaming)
+    if "pairs" in settings and _pairs(settings["pairs"]) != _pairs(saved["pairs"]):
+        mine, value = _value_text(settings["pairs"]), _value_text(saved["pairs"])
+        return (
+            f"The checkpoint was written with --data.pairs={value}, but this run has "
+            f"--data.pairs={mine}: other pairs are other training examples, another "
+            f"vocabulary and other language tags; resume with --data.pairs={value}."
+        )
     if not position:
         return None
     for name in ("seed", "stream_pool_size") if streaming else ("seed",):
@@ -100,8 +121,10 @@ def batching_differences(
     mid_epoch = mid_epoch and bool(position.get("batches_yielded", position.get("batches")))
     warnings = []
     for name, value in saved.items():
-        if name not in current or current[name] == value:
-            continue
+        if name == "pairs" or name not in current or current[name] == value:
+            continue  # other pairs: refused by resume_refusal
+        if name == "pair_temperature" and len(saved["pairs"] or ()) < 2:
+            continue  # without several pairs nothing is sampled over pairs
         mine, value = _value_text(current[name]), _value_text(value)
         warnings.append(
             f"Resuming with --data.{name}={mine}, but the checkpoint was written with "
@@ -112,15 +135,20 @@ def batching_differences(
 
 
 #: The ``data.*`` settings that decide which training batches are built (and
-#: ``stream_pool_size`` with ``streaming``), in the order they are saved.
+#: ``stream_pool_size`` with ``streaming``, then those of :data:`PAIR_DEFAULTS`), in the
+#: order they are saved.
 BATCHING = ("streaming", "max_tokens", "bucket_size", "max_positions", "max_length_ratio", "seed")
 
 
 def batching_settings(values: Mapping[str, Any]) -> dict[str, Any]:
-    """The :data:`BATCHING` settings (and ``stream_pool_size`` with ``streaming``) of
-    ``values``, the run's ``data.*`` values by name."""
+    """The :data:`BATCHING` settings (and ``stream_pool_size`` with ``streaming``), then
+    ``pairs`` and ``pair_temperature`` of ``values``, the run's ``data.*`` values by name
+    (without the latter: a bilingual data module, :data:`PAIR_DEFAULTS`)."""
     names = (*BATCHING, "stream_pool_size") if values["streaming"] else BATCHING
-    return {name: values[name] for name in names}
+    settings = {name: values[name] for name in names}
+    for name, default in PAIR_DEFAULTS.items():
+        settings[name] = values.get(name, default)
+    return settings
 
 
 def sampler_position(
