@@ -1,6 +1,10 @@
 """Corpus-level scores through sacreBLEU, DDP-safe gathering of hypotheses, and the held-out
 sets' losses, score lines and hypothesis files of an evaluation.
 
+A held-out set is named by its key: ``val`` and ``test/<set>`` in a run of one language pair,
+``val/<pair>`` and ``test/<pair>/<set>`` (``val/de-en``) in a run of several, as the data
+module's ``heldout_keys(stage)`` lists them, one per loader.
+
 Scores are always computed by :mod:`sacrebleu` on detokenized hypotheses against the raw
 reference lines of the held-out set, so the figures equal what the ``sacrebleu`` command
 prints for the same files (Post, 2018, "A Call for Clarity in Reporting BLEU Scores").
@@ -8,7 +12,7 @@ prints for the same files (Post, 2018, "A Call for Clarity in Reporting BLEU Sco
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -124,8 +128,8 @@ def write_lines(path: str | Path, lines: Sequence[str]) -> Path:
 
 
 class HeldOutScores:
-    """One evaluation's held-out sets (``val``, ``test/<name>``): per set, the summed losses
-    and real target tokens, and each sentence's (index, hypothesis, reference)."""
+    """One evaluation's held-out sets (by key): per set, the summed losses and real target
+    tokens, and each sentence's (index, hypothesis, reference)."""
 
     def __init__(self) -> None:
         self._outputs: dict[str, list[tuple[int, str, str]]] = {}
@@ -151,17 +155,18 @@ class HeldOutScores:
         self._sums[key] = self._sums.get(key, 0) + total
         self._outputs.setdefault(key, []).extend(zip(indices, hypotheses, references, strict=True))
 
-    def gathered(
-        self, set_names: Sequence[str]
-    ) -> Iterator[tuple[str, list[tuple[int, str, str]]]]:
-        """Each set's triples from every process in corpus order (:func:`gather_in_order`),
-        ``val`` first, then the test sets in the order of ``set_names`` (``data.test_splits``):
-        the same order on every process, whichever set's batches came first."""
-        order = {f"test/{name}": i for i, name in enumerate(set_names)}
-        for key, items in sorted(
-            self._outputs.items(), key=lambda kv: (order.get(kv[0], -1), kv[0])
-        ):
-            yield key, gather_in_order(items)
+    def gathered(self, keys: Sequence[str]) -> Iterator[tuple[str, list[tuple[int, str, str]]]]:
+        """Each set's triples from every process in corpus order (:func:`gather_in_order`), in
+        the order of ``keys`` (the evaluation's held-out keys), then any other set by name: the
+        same order on every process, whichever set's batches came first. Every key of ``keys``
+        is gathered, so a process that saw no batch of a set still takes part; sets without
+        a sentence on any process are left out."""
+        order = {key: i for i, key in enumerate(keys)}
+        others = sorted(key for key in self._outputs if key not in order)
+        for key in [*order, *others]:
+            items = gather_in_order(self._outputs.get(key, []))
+            if items:
+                yield key, items
 
     def loss(
         self, key: str, reduce: Callable[[torch.Tensor], torch.Tensor]
@@ -198,7 +203,7 @@ def write_report(
     lines = [f"{key}: {score.text}\n  signature: {score.signature}" for score in scores.values()]
     total = _heldout_size(trainer, key)
     if total is not None and len(hypotheses) < total:
-        limit = "limit_val_batches" if key == "val" else "limit_test_batches"
+        limit = "limit_val_batches" if is_validation_key(key) else "limit_test_batches"
         lines.append(
             f"  scored on {len(hypotheses)} of the {total} sentences (--trainer.{limit}): not "
             "the whole set's score"
@@ -209,7 +214,7 @@ def write_report(
     logger = trainer.logger
     directory = getattr(logger, "log_dir", None) if logger is not None else None
     log_dir = Path(directory or trainer.default_root_dir)
-    name = key.replace("/", ".")  # val, test.<set>
+    name = key.replace("/", ".")  # val, test.<set>, val.de-en, test.de-en.<set>
     step = trainer.global_step
     if trainer.state.fn != "fit" and checkpoint_step is not None:
         step = checkpoint_step
@@ -220,42 +225,115 @@ def write_report(
     )
 
 
+def is_validation_key(key: str) -> bool:
+    """Whether held-out key ``key`` names a validation set (``val``, ``val/<pair>``)."""
+    return key == "val" or key.startswith("val/")
+
+
+def split_test_key(key: str, pairs: Sequence[str]) -> tuple[str | None, str]:
+    """``("de-en", set)`` for test key ``test/de-en/<set>`` when ``de-en`` is one of ``pairs``
+    (the data module's ``pair_names``), ``(None, set)`` for ``test/<set>``."""
+    rest = key.removeprefix("test/")
+    pair, sep, name = rest.partition("/")
+    return (pair, name) if sep and pair in pairs else (None, rest)
+
+
+def heldout_sets(trainer: Any, stage: str) -> dict[str, Any]:
+    """The held-out datasets of ``stage`` (``"validate"`` or ``"test"``) by key.
+
+    A data module with ``heldout_keys(stage)`` names its loaders, and each key's dataset is
+    that of the trainer's loader of the same index; otherwise (a data module of one pair) its
+    ``val_set`` is ``val`` and its ``test_sets[<set>]`` are ``test/<set>``. Empty when the
+    trainer has no such data module or loaders.
+    """
+    datamodule = getattr(trainer, "datamodule", None)
+    keys = getattr(datamodule, "heldout_keys", None)
+    if keys is None:
+        if stage == "validate":
+            val_set = getattr(datamodule, "val_set", None)
+            return {} if val_set is None else {"val": val_set}
+        test_sets = getattr(datamodule, "test_sets", None) or {}
+        return {f"test/{name}": dataset for name, dataset in test_sets.items()}
+    attribute = "val_dataloaders" if stage == "validate" else "test_dataloaders"
+    loaders = getattr(trainer, attribute, None)
+    if loaders is None:
+        return {}
+    loaders = list(loaders) if isinstance(loaders, list | tuple) else [loaders]
+    names = keys(stage)
+    if len(names) != len(loaders):  # loaders the data module did not make
+        return {}
+    return {
+        key: getattr(loader, "dataset", None) for key, loader in zip(names, loaders, strict=True)
+    }
+
+
 def _heldout_size(trainer: Any, key: str) -> int | None:
     """Sentences in the held-out set ``key`` of the trainer's data module, if it says."""
-    datamodule = getattr(trainer, "datamodule", None)
-    if key == "val":
-        dataset = getattr(datamodule, "val_set", None)
-    else:
-        dataset = (getattr(datamodule, "test_sets", None) or {}).get(key.partition("/")[2])
+    stage = "validate" if is_validation_key(key) else "test"
+    dataset = heldout_sets(trainer, stage).get(key)
     try:
         return len(dataset) if dataset is not None else None
     except TypeError:
         return None
 
 
-def score_table(scores: dict[str, dict[str, Score]]) -> str:
-    """One row per test set (keys ``test/<name>``, in ``data.test_splits`` order), one column
+def score_table(scores: dict[str, dict[str, Score]], pairs: Sequence[str] = ()) -> str:
+    """One row per test set (keys ``test/<set>``, in ``data.test_splits`` order), one column
     per metric::
 
     set               BLEU  chrF2    TER
     newstest2013     26.41  54.12  58.30
     newstest2014     27.02  55.60  57.11
     (test/bleu, test/chrf, test/ter: newstest2013's)
+
+    With keys ``test/<pair>/<set>`` (``pairs``: the data module's ``pair_names``), one row
+    per pair and set, in the keys' order, a column ``pair`` before ``set``, and with several
+    pairs one ``mean`` row per set (the unweighted mean over the pairs); the last line says
+    that ``test/<metric>`` are the means of the first set.
     """
-    names = [key.removeprefix("test/") for key in scores]
+    parts = [split_test_key(key, pairs) for key in scores]
     first = next(iter(scores.values()))
-    rows = [["set", *(score.text.split(" = ")[0] for score in first.values())]]
-    rows += [
-        [name, *(f"{score.value:.2f}" for score in sets.values())]
-        for name, sets in zip(names, scores.values(), strict=True)
-    ]
+    metrics = ", ".join(f"test/{m}" for m in first)
+    header = [score.text.split(" = ")[0] for score in first.values()]
+    values = [[score.value for score in sets.values()] for sets in scores.values()]
+    if all(pair is None for pair, _ in parts):
+        rows = [["set", *header]]
+        rows += [[name, *_cells(v)] for (_, name), v in zip(parts, values, strict=True)]
+        return _table(rows, 1) + f"\n({metrics}: {parts[0][1]}'s)"
+    rows = [["pair", "set", *header]]
+    rows += [[pair or "-", name, *_cells(v)] for (pair, name), v in zip(parts, values, strict=True)]
+    if len({pair for pair, _ in parts}) > 1:
+        rows += [
+            ["mean", name, *_cells(m.values())] for name, m in set_means(scores, pairs).items()
+        ]
+    return _table(rows, 2) + f"\n({metrics}: the mean over the pairs of {parts[0][1]})"
+
+
+def _cells(values: Iterable[float]) -> list[str]:
+    return [f"{value:.2f}" for value in values]
+
+
+def _table(rows: list[list[str]], text_columns: int) -> str:
+    """Rows as aligned columns: the first ``text_columns`` left-aligned, numbers right."""
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = [
+    return "\n".join(
         "  ".join(
-            cell.ljust(w) if i == 0 else cell.rjust(w)
+            cell.ljust(w) if i < text_columns else cell.rjust(w)
             for i, (cell, w) in enumerate(zip(row, widths, strict=True))
         )
         for row in rows
-    ]
-    lines.append(f"({', '.join(f'test/{m}' for m in first)}: {names[0]}'s)")
-    return "\n".join(lines)
+    )
+
+
+def set_means(
+    scores: dict[str, dict[str, Score]], pairs: Sequence[str]
+) -> dict[str, dict[str, float]]:
+    """Per test set, in the keys' order, each metric's unweighted mean over the set's keys:
+    over its pairs for keys ``test/<pair>/<set>``, the set's own score for ``test/<set>``."""
+    by_set: dict[str, list[dict[str, Score]]] = {}
+    for key, sets in scores.items():
+        by_set.setdefault(split_test_key(key, pairs)[1], []).append(sets)
+    return {
+        name: {m: sum(s[m].value for s in group) / len(group) for m in group[0]}
+        for name, group in by_set.items()
+    }

@@ -31,6 +31,8 @@ from seq2seq.evaluation import (
     Score,
     corpus_scores,
     score_table,
+    set_means,
+    split_test_key,
     write_report,
 )
 from seq2seq.nn import (
@@ -95,7 +97,8 @@ class TranslationModule(L.LightningModule):
         val_beam_size: beam size during validation in ``fit`` (``None``: that of
             ``decoding``).
         metrics: corpus metrics computed on held-out sets (``bleu``, ``chrf``, ``ter``).
-        tgt_lang: target language code for sacreBLEU's tokenizer choice (``None``: 13a).
+        tgt_lang: target language code for sacreBLEU's tokenizer choice (``None``: 13a), for
+            a data module that does not name each held-out set's (``heldout_tgt_lang``).
         compile: run the training and evaluation forward pass through ``torch.compile``
             (decoding stays eager). Pair it with ``data.pad_to_multiple_of: 8`` so that
             variable-length batches reuse a few compiled shapes.
@@ -160,6 +163,7 @@ class TranslationModule(L.LightningModule):
         #: messages that say how to resume.
         self.checkpoint_dir: str | None = None
         self._held_out = HeldOutScores()
+        self._heldout_keys: list[str] = []  # of the evaluation's loaders, by dataloader_idx
         self._window = StepWindow()
         self._resume = ExactResume()
         self._throughput = TokenThroughput()
@@ -331,28 +335,55 @@ class TranslationModule(L.LightningModule):
         refs = batch.get("ref_text") or [""] * len(best)
         self._held_out.add(key, sums, batch["index"].tolist(), best, refs)
 
-    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+    def validation_step(
+        self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
         beam = self.hparams.val_beam_size if self.trainer.state.fn == "fit" else None
-        self._held_out_step(batch, "val", beam)
+        self._held_out_step(batch, self._loader_key(dataloader_idx, "val"), beam)
 
     def test_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> None:
-        self._held_out_step(batch, f"test/{self._test_set_name(dataloader_idx)}", None)
+        self._held_out_step(
+            batch, self._loader_key(dataloader_idx, f"test/set{dataloader_idx}"), None
+        )
+
+    def _loader_key(self, dataloader_idx: int, fallback: str) -> str:
+        # fallback: loaders given to the trainer directly, without a data module to name them
+        keys = self._heldout_keys
+        return keys[dataloader_idx] if dataloader_idx < len(keys) else fallback
 
     def predict_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0):
         """Returns a list of ``(index, [(text, score), ...])`` for the batch's sentences."""
         hyps = self.translate_batch(batch, n_best=self.n_best)
         return list(zip(batch["index"].tolist(), hyps, strict=True))
 
-    def _test_set_name(self, dataloader_idx: int) -> str:
-        names = getattr(getattr(self.trainer, "datamodule", None), "test_set_names", None)
-        return names[dataloader_idx] if names else f"set{dataloader_idx}"
+    def _datamodule_keys(self, stage: str) -> list[str]:
+        """The held-out key of each loader of ``stage`` (``"validate"``, ``"test"``): the data
+        module's ``heldout_keys``, else one pair's (``val``; ``test/<set>`` per
+        ``test_set_names``)."""
+        datamodule = getattr(self.trainer, "datamodule", None)
+        keys = getattr(datamodule, "heldout_keys", None)
+        if keys is not None:
+            return list(keys(stage))
+        if stage == "validate":
+            return ["val"]
+        return [f"test/{name}" for name in getattr(datamodule, "test_set_names", None) or []]
+
+    def _tgt_lang(self, key: str) -> str | None:
+        """The target language of held-out set ``key``, which picks sacreBLEU's tokenizer."""
+        tgt_lang = getattr(getattr(self.trainer, "datamodule", None), "heldout_tgt_lang", None)
+        return tgt_lang(key) if tgt_lang is not None else self.hparams.tgt_lang
+
+    def _pair_names(self) -> list[str]:
+        return list(getattr(getattr(self.trainer, "datamodule", None), "pair_names", None) or [])
 
     # ------------------------------------------------------------------ scoring
     def on_validation_epoch_start(self) -> None:
         self._held_out.reset()
+        self._heldout_keys = self._datamodule_keys("validate")
 
     def on_test_epoch_start(self) -> None:
         self._held_out.reset()
+        self._heldout_keys = self._datamodule_keys("test")
 
     def on_validation_epoch_end(self) -> None:
         self._score_held_out()
@@ -360,33 +391,59 @@ class TranslationModule(L.LightningModule):
 
     def on_test_epoch_end(self) -> None:
         scores = self._score_held_out()
-        if scores:
-            first = next(iter(scores.values()))
-            for name, score in first.items():
-                self.log(f"test/{name}", score.value, add_dataloader_idx=False)
+        if not scores:
+            return
+        # test/<metric>: the first test set's, with several pairs the mean over its pairs.
+        pairs = self._pair_names()
+        for name, value in next(iter(set_means(scores, pairs).values())).items():
+            self.log(f"test/{name}", value, add_dataloader_idx=False)
         if len(scores) > 1 and self.trainer.global_rank == 0:
-            self.print(score_table(scores))
+            self.print(score_table(scores, pairs))
 
     def _score_held_out(self) -> dict[str, dict[str, Score]]:
-        """Logs ``<set>/loss``, ``/nll``, ``/ppl`` and the metrics of every held-out set decoded
-        (none in the sanity check) and writes its report (:func:`.evaluation.write_report`)."""
+        """Logs ``<key>/loss``, ``/nll``, ``/ppl`` and the metrics of every held-out set decoded
+        (none in the sanity check), scored in the set's target language, and writes its report
+        (:func:`.evaluation.write_report`). With one validation set per pair (``val/<pair>``),
+        ``val/*`` is their unweighted mean: each direction counts the same, whatever its
+        length or sacreBLEU tokenizer (``val/ppl`` is ``exp`` of the mean ``val/nll``)."""
         trainer, strategy, results = self.trainer, self.trainer.strategy, {}
-        names = getattr(getattr(trainer, "datamodule", None), "test_set_names", None) or []
-        for key, ordered in self._held_out.gathered(names):
+        pairs, per_pair = self._pair_names(), []
+        for key, ordered in self._held_out.gathered(self._heldout_keys):
             self.last_hypotheses[key] = ordered
             if trainer.sanity_checking:
                 continue
             loss, nll = self._held_out.loss(key, lambda t: strategy.reduce(t, reduce_op="sum"))
-            self.log(f"{key}/loss", loss.float(), add_dataloader_idx=False)
-            self.log(f"{key}/nll", nll.float(), add_dataloader_idx=False)
-            self.log(f"{key}/ppl", torch.exp(nll.clamp(max=50)).float(), add_dataloader_idx=False)
             hyps, refs = [hyp for _, hyp, _ in ordered], [ref for _, _, ref in ordered]
-            scores = corpus_scores(hyps, refs, self.metrics, tgt_lang=self.hparams.tgt_lang)
-            for name, score in scores.items():
-                bar = name == "bleu"
-                self.log(f"{key}/{name}", score.value, prog_bar=bar, add_dataloader_idx=False)
+            scores = corpus_scores(hyps, refs, self.metrics, tgt_lang=self._tgt_lang(key))
+            values = {name: score.value for name, score in scores.items()}
+            of_pair = key.startswith("val/") or split_test_key(key, pairs)[0] is not None
+            self._log_set(key, loss, nll, values, prog_bar=not of_pair)  # the means' instead
+            if key.startswith("val/"):
+                per_pair.append((loss, nll, values))
             results[key] = scores
             write_report(trainer, key, hyps, scores, self._checkpoint_step, self.print)
+        if per_pair:
+            n = len(per_pair)
+            loss, nll = (sum(p[i] for p in per_pair) / n for i in (0, 1))
+            means = {name: sum(p[2][name] for p in per_pair) / n for name in per_pair[0][2]}
+            self._log_set("val", loss, nll, means, prog_bar=True)
         self._held_out.reset()
         self.last_scores = results
         return results
+
+    def _log_set(
+        self,
+        key: str,
+        loss: torch.Tensor,
+        nll: torch.Tensor,
+        metrics: dict[str, float],
+        prog_bar: bool,
+    ) -> None:
+        """Logs ``<key>/loss``, ``/nll``, ``/ppl`` and ``/<metric>`` (``<key>/bleu`` in the
+        progress bar if ``prog_bar``)."""
+        self.log(f"{key}/loss", loss.float(), add_dataloader_idx=False)
+        self.log(f"{key}/nll", nll.float(), add_dataloader_idx=False)
+        self.log(f"{key}/ppl", torch.exp(nll.clamp(max=50)).float(), add_dataloader_idx=False)
+        for name, value in metrics.items():
+            bar = prog_bar and name == "bleu"
+            self.log(f"{key}/{name}", value, prog_bar=bar, add_dataloader_idx=False)

@@ -122,29 +122,23 @@ def as_config(
 def language_prefixes(
     tokenizer: Tokenizer, tgt_lang: str | None = None
 ) -> tuple[list[int], list[int]]:
-    """The ids that select the target language: ``(source prefix, target prefix)``.
+    """The ids that select the target language: ``(source prefix, target prefix)``, as the
+    tokenizer's ``language_prefix`` gives them.
 
-    A tokenizer with language tokens (an imported NLLB, M2M-100 or multilingual Marian model,
-    :class:`~seq2seq.data.vocabulary.VocabularyTokenizer`) names them; NLLB and M2M-100 force
-    the target language as the first decoder token, Marian puts ``>>xx<<`` at the start of the
-    source. A tokenizer without them gives ``([], [])``.
+    NLLB and M2M-100 (:class:`~seq2seq.data.vocabulary.VocabularyTokenizer`) force the target
+    language as the first decoder token; Marian and a SentencePiece model with tags
+    (:class:`~seq2seq.data.tokenizer.Tokenizer`) put ``>>xx<<`` at the start of the source. A
+    tokenizer without language tokens gives ``([], [])``.
 
     Args:
         tokenizer: the model's tokenizer.
         tgt_lang: the target language as the model names it; ``None``: the tokenizer's own.
 
     Raises:
-        ValueError: for a ``tgt_lang`` the model has no token for, naming those it has.
+        ValueError: for a ``tgt_lang`` the model has no token for, naming those it has; for
+            a SentencePiece model, any ``tgt_lang`` without tags and none with tags.
     """
-    choose = getattr(tokenizer, "language_prefix", None)
-    if choose is not None:
-        return choose(tgt_lang)
-    if tgt_lang is not None:
-        raise ValueError(
-            f"tgt_lang={tgt_lang!r}: this model has no target-language tokens; it translates "
-            "into the one language it was trained on (leave tgt_lang out)"
-        )
-    return [], []
+    return tokenizer.language_prefix(tgt_lang)
 
 
 def source_batch(

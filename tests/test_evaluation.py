@@ -77,19 +77,20 @@ def _held_out(sets: dict) -> HeldOutScores:
     return held_out
 
 
-def test_held_out_sets_come_in_test_split_order_and_corpus_order():
+def test_held_out_sets_come_in_the_order_of_the_keys_and_corpus_order():
     held_out = _held_out(
         {
+            "test/other": [(0, "o", "O", 1.0, 1.0, 1)],
             "test/b": [(1, "y", "Y", 1.0, 1.0, 1), (0, "x", "X", 1.0, 1.0, 1)],
             "test/a": [(0, "p", "P", 1.0, 1.0, 1)],
-            "val": [(0, "v", "V", 1.0, 1.0, 1)],
         }
     )
-    gathered = list(held_out.gathered(["b", "a"]))
-    assert [key for key, _ in gathered] == ["val", "test/b", "test/a"]
-    assert gathered[1][1] == [(0, "x", "X"), (1, "y", "Y")]
+    # A key without sentences is left out; one not among the keys comes last.
+    gathered = list(held_out.gathered(["test/b", "test/none", "test/a"]))
+    assert [key for key, _ in gathered] == ["test/b", "test/a", "test/other"]
+    assert gathered[0][1] == [(0, "x", "X"), (1, "y", "Y")]
     held_out.reset()
-    assert list(held_out.gathered(["b", "a"])) == []
+    assert list(held_out.gathered(["test/b", "test/a"])) == []
 
 
 def test_held_out_loss_is_the_sum_over_the_set_per_token_after_the_reduction():

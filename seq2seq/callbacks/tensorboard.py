@@ -13,6 +13,7 @@ from matplotlib.figure import Figure
 
 from seq2seq import compat
 from seq2seq.data.batching import collate
+from seq2seq.evaluation import heldout_sets
 from seq2seq.nn import DecodingConfig, greedy_search
 
 
@@ -85,9 +86,10 @@ class ValidationSamples(L.Callback):
     """Shows the first validation sentences with their current translation in TensorBoard.
 
     After each validation (``fit`` or ``validate``), writes a Markdown table (text summary
-    ``val/samples``) with the source, the reference and the current hypothesis of the first
-    ``n_samples`` lines of the validation set. The hypotheses are the ones validation decoded
-    (``TranslationModule.last_hypotheses["val"]``); lines it skipped (``limit_val_batches``)
+    ``val/samples``; with one validation set per pair, ``val/<pair>/samples`` for each) with
+    the source, the reference and the current hypothesis of the first ``n_samples`` lines of
+    the set. The hypotheses are the ones validation decoded
+    (``TranslationModule.last_hypotheses[<key>]``); lines it skipped (``limit_val_batches``)
     are decoded here with the validation beam size.
 
     Args:
@@ -100,10 +102,28 @@ class ValidationSamples(L.Callback):
         self.n_samples = n_samples
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        val_set = getattr(getattr(trainer, "datamodule", None), "val_set", None)
-        decoded = getattr(pl_module, "last_hypotheses", {}).get("val")
-        if trainer.sanity_checking or val_set is None or decoded is None:
+        if trainer.sanity_checking:
             return
+        decoded = getattr(pl_module, "last_hypotheses", {})
+        tables = {
+            key: self._table(trainer, pl_module, val_set, decoded[key])
+            for key, val_set in heldout_sets(trainer, "validate").items()
+            if val_set is not None and key in decoded
+        }  # on every process: decoding the lines validation skipped runs the model
+        logger = _tensorboard(trainer)
+        if logger is None:
+            return
+        for key, table in tables.items():
+            logger.experiment.add_text(f"{key}/samples", table, _logging_step(trainer))
+
+    def _table(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        val_set: Any,
+        decoded: list[tuple[int, str, str]],
+    ) -> str:
+        """The Markdown table of the first lines of ``val_set`` and their hypotheses."""
         examples = [val_set[i] for i in range(min(self.n_samples, len(val_set)))]
         hyps = {index: hyp for index, hyp, _ in decoded}
         missing = [e for e in examples if e["index"] not in hyps]
@@ -117,14 +137,11 @@ class ValidationSamples(L.Callback):
             }
             for e, n_best in zip(missing, pl_module.translate_batch(batch, beam), strict=True):
                 hyps[e["index"]] = n_best[0][0]
-        logger = _tensorboard(trainer)
-        if logger is None:
-            return
         rows = ["| line | source | reference | hypothesis |", "| --- | --- | --- | --- |"]
         for e in examples:
             texts = (e.get("src_text", ""), e.get("ref_text", ""), hyps[e["index"]])
             rows.append("| " + " | ".join([str(e["index"]), *map(_escape_markdown, texts)]) + " |")
-        logger.experiment.add_text("val/samples", "\n".join(rows), _logging_step(trainer))
+        return "\n".join(rows)
 
 
 class AttentionHeatmaps(L.Callback):
@@ -140,7 +157,8 @@ class AttentionHeatmaps(L.Callback):
     Every process runs the model (so sharded strategies stay in step); rank 0 plots.
 
     Args:
-        sentence: line number (0-based) of the validation sentence.
+        sentence: line number (0-based) of the validation sentence (of the first pair's
+            validation set, with one per pair).
         self_attention: also plot the self-attention of every layer.
     """
 
@@ -151,7 +169,7 @@ class AttentionHeatmaps(L.Callback):
         self.self_attention = self_attention
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        val_set = getattr(getattr(trainer, "datamodule", None), "val_set", None)
+        val_set = next(iter(heldout_sets(trainer, "validate").values()), None)
         tokenizer = getattr(pl_module, "tokenizer", None)
         if trainer.sanity_checking or val_set is None or tokenizer is None:
             return

@@ -11,6 +11,11 @@ rule is stored inside the model, so every input text given to :meth:`Tokenizer.e
 normalised the same way. ``decode(encode(x)) == x`` therefore holds for texts that the rule
 leaves unchanged. References used for scoring are never passed through the tokenizer.
 
+A model of several target languages has one target-language tag ``>>xx<<`` per language
+(OPUS-MT's convention, Johnson et al. 2017): a user-defined piece, put at the start of a source
+to select the language (:meth:`Tokenizer.encode`), found again in the model itself
+(:attr:`Tokenizer.languages`), so that a checkpoint needs no other record of them.
+
 The model file a run trains once and reuses is named in :mod:`seq2seq.data.spm_files`.
 """
 
@@ -27,7 +32,9 @@ from pathlib import Path
 import numpy as np
 import sentencepiece as spm
 
+from seq2seq.data.language_tags import model_tags
 from seq2seq.files import atomic_write
+from seq2seq.spelling import did_you_mean
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 
@@ -105,6 +112,8 @@ class Tokenizer:
             )
         self._sp = processor
         self.name = name
+        self._tags = model_tags(processor)  # language -> id of its >>xx<< piece
+        self._skip = {PAD_ID, BOS_ID, EOS_ID, *self._tags.values()}
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -119,6 +128,7 @@ class Tokenizer:
         input_sentence_size: int = 0,
         seed: int = 1,
         num_threads: int = 1,
+        user_defined_symbols: Sequence[str] = (),
     ) -> Tokenizer:
         """Trains a SentencePiece model with exactly ``vocab_size`` pieces (a hard limit, so
         the embedding size is known before training), saves it and returns its tokenizer.
@@ -135,6 +145,8 @@ class Tokenizer:
                 processes even with a fixed seed), so every process builds the same model.
             seed: Seed of the sentence sample and of SentencePiece's random generator.
             num_threads: Threads used by the trainer.
+            user_defined_symbols: Pieces kept whole wherever they occur (tags ``>>xx<<``), with
+                ids 4, 5, ... in this order; they count towards ``vocab_size``.
 
         Raises:
             ValueError: If ``vocab_size`` < :data:`MIN_VOCAB_SIZE` (before reading) or the
@@ -164,6 +176,10 @@ class Tokenizer:
                 raise
 
         model = io.BytesIO()
+        # only given when there are some: a model without them is the one trained before
+        symbols = (
+            {"user_defined_symbols": list(user_defined_symbols)} if user_defined_symbols else {}
+        )
         try:
             spm.SentencePieceTrainer.train(
                 sentence_iterator=read(sentences),
@@ -181,6 +197,7 @@ class Tokenizer:
                 eos_id=EOS_ID,
                 num_threads=num_threads,
                 minloglevel=2,
+                **symbols,
             )
         except RuntimeError as err:
             if reading_errors:  # e.g. a misaligned corpus: its own error, not a vocabulary one
@@ -254,8 +271,7 @@ class Tokenizer:
         return {"model": self.to_bytes(), "name": self.name}
 
     def __setstate__(self, state: dict) -> None:
-        other = Tokenizer.from_bytes(state["model"], name=state["name"])
-        self._sp, self.name = other._sp, other.name
+        self.__dict__.update(Tokenizer.from_bytes(state["model"], name=state["name"]).__dict__)
 
     # ------------------------------------------------------------------ properties
     @property
@@ -288,6 +304,57 @@ class Tokenizer:
         """Id of the end-of-sentence piece (3)."""
         return EOS_ID
 
+    @property
+    def languages(self) -> tuple[str, ...]:
+        """The target languages that have a tag ``>>xx<<`` (sorted); ``()`` for a model
+        without tags (a bilingual or many-to-one model)."""
+        return tuple(self._tags)
+
+    @property
+    def language_ids(self) -> frozenset[int]:
+        """Ids of the target-language tags."""
+        return frozenset(self._tags.values())
+
+    # ------------------------------------------------------------------ languages
+    def language_prefix(
+        self, tgt_lang: str | None = None, src_lang: str | None = None
+    ) -> tuple[list[int], list[int]]:
+        """The ids that select target language ``tgt_lang``: ``(source prefix, target
+        prefix)``; ``([id(>>tgt_lang<<)], [])`` with tags, ``([], [])`` without.
+
+        Args:
+            tgt_lang: a language of :attr:`languages`; ``None`` only for a model without tags.
+            src_lang: ignored (targets alone are tagged; same signature as
+                :meth:`seq2seq.data.vocabulary.VocabularyTokenizer.language_prefix`).
+
+        Raises:
+            ValueError: for no ``tgt_lang`` or one without a tag on a tagged model (naming
+                its languages), or any ``tgt_lang`` on a model without tags.
+        """
+        if not self._tags:
+            if tgt_lang is not None:
+                raise ValueError(
+                    f"tgt_lang={tgt_lang!r}: this model has no target-language tokens; it "
+                    "translates into the one language it was trained on (leave tgt_lang out)"
+                )
+            return [], []
+        return [self._tag_id(tgt_lang)], []
+
+    def _tag_id(self, tgt_lang: str | None) -> int:
+        """Id of the tag of ``tgt_lang`` on a tagged model; ValueError naming its languages."""
+        have = ", ".join(self._tags)
+        if tgt_lang is None:
+            raise ValueError(
+                f"this model translates into {have}: choose the target language "
+                "(tgt_lang / --tgt_lang)"
+            )
+        if tgt_lang not in self._tags:
+            raise ValueError(
+                f"tgt_lang={tgt_lang!r} is not a target language of this model"
+                f"{did_you_mean(tgt_lang, self._tags)}; it translates into {have}"
+            )
+        return self._tags[tgt_lang]
+
     # ------------------------------------------------------------------ conversion
     def encode(
         self,
@@ -298,7 +365,12 @@ class Tokenizer:
         src_lang: str | None = None,
         tgt_lang: str | None = None,
     ) -> list[list[int]]:
-        """Splits texts into piece ids, without BOS or EOS.
+        """Splits texts into piece ids, without BOS or EOS; a source for target language
+        ``tgt_lang`` of a tagged model (:attr:`languages`) starts with its tag.
+
+        A tag typed in a text (``">>fr<< Hallo"``) is one piece wherever it occurs on a tagged
+        model, as in Marian, and dropped by :meth:`decode`; a model without tags has no such
+        piece, so the text is split like any other.
 
         Args:
             texts: Sentences (normalised with the model's ``nmt_nfkc`` rule first).
@@ -306,31 +378,41 @@ class Tokenizer:
                 instead of the best one; for BPE models this is BPE-dropout (Provilkov et
                 al. 2020) with drop probability ``alpha``.
             alpha: Smoothing parameter of the unigram sampling, or the BPE drop probability.
-            side: ``"source"`` or ``"target"`` text; one joint model here, so ignored (an
-                imported model's :class:`~seq2seq.data.vocabulary.VocabularyTokenizer` uses it).
-            src_lang: Ignored here (language tokens of an imported multilingual model).
-            tgt_lang: Ignored here, likewise.
+            side: ``"source"`` or ``"target"`` text (one joint model segments both).
+            src_lang: Ignored (source languages have no tags).
+            tgt_lang: The target language of a source; ignored for targets and without tags
+                (a bilingual or many-to-one model).
 
         Returns:
-            One list of ids per text (an empty text gives an empty list).
+            One list of ids per text (an empty text gives an empty list, or the tag alone).
+
+        Raises:
+            ValueError: for another ``side``, or a ``tgt_lang`` a tagged model lacks.
         """
+        if side not in ("source", "target"):
+            raise ValueError(f"side must be 'source' or 'target', got {side!r}")
+        tagged = side == "source" and tgt_lang is not None and bool(self._tags)
+        tag = self._tag_id(tgt_lang) if tagged else None  # an unknown language fails first
         if sample:
-            return self._sp.encode(
+            ids = self._sp.encode(
                 list(texts), out_type=int, enable_sampling=True, alpha=alpha, nbest_size=-1
             )
-        return self._sp.encode(list(texts), out_type=int)
+        else:
+            ids = self._sp.encode(list(texts), out_type=int)
+        return ids if tag is None else [[tag, *seq] for seq in ids]
 
     def decode(self, ids: list[list[int]]) -> list[str]:
         """Turns piece ids back into plain text.
 
         Args:
-            ids: One list of ids per sentence; pad, bos and eos ids are ignored wherever they
-                occur (so padded or EOS-terminated model outputs can be passed as they are).
+            ids: One list of ids per sentence; pad, bos, eos and language tag ids are ignored
+                wherever they occur (so padded, EOS-terminated or tagged ids can be passed as
+                they are).
 
         Returns:
             One detokenised string per sentence.
         """
-        skip = {PAD_ID, BOS_ID, EOS_ID}
+        skip = self._skip
         return self._sp.decode([[int(i) for i in seq if int(i) not in skip] for seq in ids])
 
     def id_to_piece(self, ids: list[int]) -> list[str]:
@@ -338,7 +420,16 @@ class Tokenizer:
         return [self._sp.id_to_piece(int(i)) for i in ids]
 
     def __repr__(self) -> str:
-        return f"Tokenizer(name={self.name!r}, vocab_size={self.vocab_size})"
+        tags = f", languages={self.languages}" if self._tags else ""
+        return f"Tokenizer(name={self.name!r}, vocab_size={self.vocab_size}{tags})"
+
+
+def unknown_rate(tokenizer: Tokenizer, texts: Sequence[str]) -> float:
+    """The fraction of the pieces of ``texts`` (as sources, untagged) that are ``<unk>``; 0.0
+    when they have no pieces. Works for any tokenizer of this project (an imported one too)."""
+    ids = tokenizer.encode(list(texts))
+    total = sum(map(len, ids))
+    return sum(seq.count(tokenizer.unk_id) for seq in ids) / total if total else 0.0
 
 
 def _vocabulary_problem(error: str, byte_fallback: bool, character_coverage: float) -> str:

@@ -1,0 +1,92 @@
+"""Target-language tags ``>>xx<<`` of a SentencePiece model (OPUS-MT's convention, Johnson
+et al. 2017): user-defined pieces, found in the model itself."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+
+import sentencepiece as spm
+
+__all__ = ["LANGUAGE_TAG", "language_tag", "model_tags", "target_tags"]
+
+LANGUAGE_TAG = re.compile(r">>(\S+)<<")
+"""A target-language tag piece, ``>>fr<<``; group 1 is the language."""
+
+_USER_DEFINED = 4  # sentencepiece_model.proto: ModelProto.SentencePiece.Type.USER_DEFINED
+
+
+def language_tag(lang: str) -> str:
+    """The tag piece of target language ``lang``: ``">>fr<<"`` for ``"fr"``."""
+    return f">>{lang}<<"
+
+
+def target_tags(pairs: Iterable[tuple[str, str]]) -> list[str]:
+    """The tags of a model of the language pairs ``(src, tgt)``: one per target language,
+    sorted, where there are several; none for one (a bilingual or many-to-one model)."""
+    targets = sorted({tgt for _, tgt in pairs})
+    return [language_tag(lang) for lang in targets] if len(targets) > 1 else []
+
+
+def model_tags(processor: spm.SentencePieceProcessor) -> dict[str, int]:
+    """The model's target-language tags, ``{language: id}`` sorted by language: its
+    user-defined pieces spelled ``>>xx<<``.
+
+    The piece types are read from the serialized ``ModelProto`` in protobuf's wire format
+    (sentencepiece_model.proto: ``ModelProto.pieces`` is field 1, ``SentencePiece.type`` field
+    3, NORMAL = 1 by default): the Python processor has no ``is_user_defined``, and
+    ``sentencepiece_model_pb2`` needs the protobuf version its code was generated with
+    (protobuf is only an optional extra of sentencepiece).
+    """
+    pieces = processor.id_to_piece(list(range(processor.get_piece_size())))
+    spelled = {
+        i: m.group(1)
+        for i, p in enumerate(pieces)
+        if p.startswith(">>") and (m := LANGUAGE_TAG.fullmatch(p))
+    }
+    if not spelled:  # a bilingual model: nothing to read
+        return {}
+    tags = {}
+    model = processor.serialized_model_proto()
+    last = max(spelled)
+    protos = (value for field, value in _proto_fields(model) if field == 1)  # in id order
+    for i, proto in enumerate(protos):
+        if i in spelled:
+            kind = next((value for field, value in _proto_fields(proto) if field == 3), 1)
+            if kind == _USER_DEFINED:
+                tags[spelled[i]] = i
+        if i == last:
+            break
+    return dict(sorted(tags.items()))
+
+
+def _proto_fields(data: bytes) -> Iterator[tuple[int, int | bytes]]:
+    """``(field number, value)`` of each field of a protobuf message: an int for varints,
+    the bytes of length-delimited and fixed-size ones."""
+    pos = 0
+    while pos < len(data):
+        key, pos = _varint(data, pos)
+        kind = key & 7
+        if kind == 0:
+            value, pos = _varint(data, pos)
+        elif kind == 2:
+            size, pos = _varint(data, pos)
+            value, pos = data[pos : pos + size], pos + size
+        elif kind in (1, 5):  # fixed64, fixed32 (a piece's score)
+            size = 8 if kind == 1 else 4
+            value, pos = data[pos : pos + size], pos + size
+        else:
+            raise ValueError(f"unexpected protobuf wire type {kind} in a SentencePiece model")
+        yield key >> 3, value
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    """The varint at ``data[pos:]`` and the position after it."""
+    value = shift = 0
+    while True:
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+        shift += 7
