@@ -315,8 +315,18 @@ def test_state_dict_mid_epoch_resumes_the_remaining_batches(one_to_many, paralle
 
 
 # ---------------------------------------------------------------------- training
-@pytest.mark.slow  # three runs of a tiny model, one killed: ~1 min on one core
-def test_sigkill_mid_epoch_then_resume_matches_uninterrupted_multilingual_run(tmp_path):
+@pytest.mark.slow  # three runs of a tiny model, one killed: ~20 s each on one core
+@pytest.mark.parametrize(
+    ("pairs", "validate"),
+    # A tagged model's validation needs the decoding to be given each loader's target language;
+    # the one-to-many run trains only (what the data module decides: the batches drawn over
+    # the pairs, the position in the epoch), the many-to-one run validates every pair too.
+    [(["en-de", "en-fr"], False), (["de-en", "fr-en"], True)],
+    ids=["one-to-many", "many-to-one"],
+)
+def test_sigkill_mid_epoch_then_resume_matches_uninterrupted_multilingual_run(
+    tmp_path, pairs, validate
+):
     from test_resume import CKPT_EVERY, KILL_AT, MAX_STEPS, _config, _fit, _logged
 
     from seq2seq.checkpoint import load_checkpoint
@@ -326,10 +336,8 @@ def test_sigkill_mid_epoch_then_resume_matches_uninterrupted_multilingual_run(tm
     def config(name: str, kill_at: int | None = None) -> Path:
         path = _config(tmp_path, data, name, kill_at=kill_at)
         settings = yaml.safe_load(path.read_text())
-        settings["data"].update(pairs=["en-de", "en-fr"], pair_temperature=2.0)
-        # Training alone: what the data module decides (the batches drawn over the pairs, the
-        # position in the epoch); scoring every pair is the module's part.
-        settings["trainer"]["limit_val_batches"] = 0
+        settings["data"].update(pairs=pairs, pair_temperature=2.0)
+        settings["trainer"]["limit_val_batches"] = 1 if validate else 0
         path.write_text(yaml.safe_dump(settings))
         return path
 
@@ -354,3 +362,8 @@ def test_sigkill_mid_epoch_then_resume_matches_uninterrupted_multilingual_run(tm
     assert final["global_step"] == reference_final["global_step"] == MAX_STEPS
     for key, value in reference_final["state_dict"].items():
         assert torch.equal(final["state_dict"][key], value), key
+    if validate:  # every pair scored at steps 5 and 10; the resumed run's step 10 the same
+        for name in [*(f"val/{pair}/loss" for pair in pairs), "val/loss", "val/bleu"]:
+            scores = _logged(tmp_path / "reference", name)
+            assert sorted(scores) == [4, 9], name
+            assert _logged(tmp_path / "resumed", name, last_version=True) == {9: scores[9]}
