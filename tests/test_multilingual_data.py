@@ -177,7 +177,7 @@ def test_sources_start_with_the_target_tag_with_two_target_languages(one_to_many
     assert sorted(dm.test_sets) == sorted(k.removeprefix("test/") for k in dm.heldout_keys("test"))
 
 
-def test_training_batches_hold_both_pairs_with_their_tags(one_to_many):
+def test_training_batches_hold_both_pairs_with_their_tags(one_to_many, parallel):
     dm = one_to_many
     tags = [_tag(dm.tokenizer, "de"), _tag(dm.tokenizer, "fr")]
     batches = list(dm.train_dataloader())
@@ -187,6 +187,11 @@ def test_training_batches_hold_both_pairs_with_their_tags(one_to_many):
     for batch in batches:
         assert torch.equal(batch["src"][:, 0], torch.tensor(tags)[batch["pair"]])
     assert (pairs == 0).sum() > 0.3 * len(pairs) and (pairs == 1).sum() > 0.3 * len(pairs)
+    # re-segmented on every access (subword regularisation), sources keep their tag
+    sampled = _dm(parallel, dm.cache_dir, pairs=["en-de", "en-fr"], subword_alpha=0.5)
+    sampled.setup("fit")
+    batch = next(iter(sampled.train_dataloader()))
+    assert torch.equal(batch["src"][:, 0], torch.tensor(tags)[batch["pair"]])
 
 
 def test_many_to_one_has_no_tags_and_one_joint_model(parallel, tmp_path, caplog):
@@ -248,6 +253,54 @@ def test_predict_translates_into_data_tgt_lang(one_to_many, parallel, tmp_path):
     # a language without a tag is refused, naming the model's languages
     with pytest.raises(ValueError, match="de, fr"):
         _dm(parallel, one_to_many.cache_dir, tgt_lang="en", **settings).setup("predict")
+
+
+def test_multi30k_download_fetches_every_language_of_the_pairs(tmp_path, monkeypatch):
+    """A Multi30k folder holding German and English gets the French files a fr-en pair needs
+    (and a test set for ``test``), each file asked for once."""
+    from seq2seq.data import multi30k
+
+    folder = tmp_path / "data"
+    folder.mkdir()
+    for name in ("train.de.gz", "train.en.gz", "val.de.gz", "val.en.gz"):
+        (folder / name).write_bytes((MULTI30K / name).read_bytes())
+    asked = []
+
+    def download(data_dir: Path, files: list[str]) -> None:  # the shared copy, no network
+        asked.extend(files)
+        for name in files:
+            (Path(data_dir) / name).write_bytes((MULTI30K / name).read_bytes())
+
+    monkeypatch.setattr(multi30k, "download_multi30k", download)
+    dm = _dm(folder, tmp_path / "cache", download=True, pairs=["de-en", "fr-en"])
+    dm._download_missing(training=True, stage="fit")
+    assert asked == ["train.fr.gz", "val.fr.gz"]
+    asked.clear()
+    dm._download_missing(training=False, stage="test")
+    assert asked == [f"test_2016_flickr.{lang}.gz" for lang in ("de", "en", "fr")]
+
+
+def test_a_saved_dataset_serves_every_pair_with_its_fields(tmp_path):
+    """With data.hf_dataset every pair reads the same dataset, its languages as fields."""
+    import datasets
+
+    def split(name: str, n: int) -> datasets.Dataset:
+        return datasets.Dataset.from_dict(
+            {lang: multi30k_lines(name, lang, n, MULTI30K) for lang in LANGS}
+        )
+
+    saved = tmp_path / "saved"
+    datasets.DatasetDict({"train": split("train", 200), "val": split("val", 10)}).save_to_disk(
+        str(saved)
+    )
+    settings = dict(hf_dataset=str(saved), test_splits=[], pairs=["de-en", "fr-en"])
+    dm = _ready(_dm(tmp_path, tmp_path / "cache", **settings), "fit")
+    for key, src in (("val/de-en", "de"), ("val/fr-en", "fr")):
+        example = dm.val_sets[key][3]
+        assert example["src_text"] == multi30k_lines("val", src, 4, MULTI30K)[3]
+        assert example["ref_text"] == multi30k_lines("val", "en", 4, MULTI30K)[3]
+    sizes = [len(d) for d in dm.train_set.datasets]
+    assert len(dm.train_set) == sum(sizes) and all(150 < n <= 200 for n in sizes)
 
 
 # ---------------------------------------------------------------------- bilingual
