@@ -303,6 +303,18 @@ def test_a_saved_dataset_serves_every_pair_with_its_fields(tmp_path):
     assert len(dm.train_set) == sum(sizes) and all(150 < n <= 200 for n in sizes)
 
 
+def test_a_given_model_without_the_target_tags_is_refused(parallel, tmp_path):
+    untagged = _ready(_dm(parallel, tmp_path, pairs=["de-en", "fr-en"]), "validate")
+    (model,) = tmp_path.glob("spm_*.model")
+    dm = _dm(parallel, tmp_path, pairs=["en-de", "en-fr"], tokenizer_path=str(model))
+    message = rf"^data\.pairs translate into de, fr, but data\.tokenizer_path {model} has no tag"
+    with pytest.raises(ValueError, match=message):
+        dm.prepare_data()
+    dm.tokenizer = untagged.tokenizer  # as a checkpoint's tokenizer is given
+    with pytest.raises(ValueError, match="but the checkpoint's tokenizer has no tag for de, fr"):
+        dm.setup("fit")
+
+
 # ---------------------------------------------------------------------- bilingual
 def _first_batches(dm: TranslationDataModule, n: int = 3) -> list[dict]:
     return [b for _, b in zip(range(n), dm.train_dataloader(), strict=False)]
