@@ -187,8 +187,8 @@ _PREPARE = textwrap.dedent(
     data, spm, split, folder, barrier = sys.argv[1:6]
     real = cache.write_tokenized
 
-    def write(corpus, tokenizer, file, streaming=False):
-        rows = real(corpus, tokenizer, file, streaming)
+    def write(corpus, tokenizer, file, streaming=False, languages=None):
+        rows = real(corpus, tokenizer, file, streaming, languages)
         print(hashlib.sha256(file.read_bytes()).hexdigest(), flush=True)
         if barrier == "-":
             time.sleep(60)

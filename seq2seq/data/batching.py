@@ -522,7 +522,8 @@ def collate(
     Args:
         examples: Dicts with ``"index"`` (int), ``"src"`` (list[int], ending with EOS),
             optionally ``"tgt"`` (list[int], without BOS/EOS; in every example or in none),
-            ``"src_text"`` and ``"ref_text"`` (str).
+            ``"src_text"`` and ``"ref_text"`` (str), ``"pair"`` (int, a multilingual run's
+            pair index).
         pad_id: Padding id; ``bos_id`` / ``eos_id``: begin ``tgt_in`` / end ``tgt_out``.
         pad_to_multiple_of: Round S and T up to a multiple of this (1: none), for fewer shapes.
 
@@ -533,7 +534,8 @@ def collate(
         ``"tgt_in"`` / ``"tgt_out"``: (B, T) long, ``[BOS] + tgt`` / ``tgt + [EOS]`` padded,
         and ``"tgt_index"``: (N,) long, the real ``tgt_out`` positions in ``(B * T)`` (made on
         the host, so a step on an accelerator never synchronises); ``"n_tokens"``: int, N (0
-        without targets); ``"src_text"`` / ``"ref_text"``: list[str], when in the examples.
+        without targets); ``"src_text"`` / ``"ref_text"``: list[str], and ``"pair"``: (B,)
+        long, when in the examples.
 
     Raises:
         ValueError: If ``examples`` is empty, only some examples have ``"tgt"``, or
@@ -571,6 +573,8 @@ def collate(
     for key in ("src_text", "ref_text"):
         if key in examples[0]:
             batch[key] = [e[key] for e in examples]
+    if "pair" in examples[0]:
+        batch["pair"] = torch.tensor([e["pair"] for e in examples], dtype=torch.long)
     return batch
 
 

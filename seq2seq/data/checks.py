@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from seq2seq.data.corpus import CorpusSplit
+from seq2seq.data.pairs import parse_pairs
 from seq2seq.data.tokenizer import MIN_VOCAB_SIZE, SPM_CHARACTER_COVERAGE
 
 
@@ -24,12 +25,19 @@ def check_settings(
     character_coverage: float,
     pad_to_multiple_of: int,
     stream_pool_size: int,
+    pairs: Sequence[str] | None = None,
+    pair_temperature: float = 1.0,
+    streaming: bool = False,
+    hf_config: str | None = None,
 ) -> None:
     """Raises ``ValueError`` for the first ``data.*`` setting out of its range, naming it
     (``data.bucket_size must be >= 1 or null, got 0.``): ``max_tokens``, ``eval_max_tokens``,
     ``bucket_size``, ``pad_to_multiple_of`` and ``stream_pool_size`` below 1, ``vocab_size``
     below 5, ``max_positions`` below 2, ``max_length_ratio`` below 1, ``num_workers`` or
-    ``seed`` below 0, or ``character_coverage`` outside [0.98, 1]."""
+    ``seed`` below 0, ``character_coverage`` outside [0.98, 1], ``pairs`` as
+    :func:`~seq2seq.data.pairs.parse_pairs` refuses them, ``pair_temperature`` not above 0;
+    with several pairs also ``streaming`` (not supported yet) and an ``hf_config`` naming
+    one pair (``"de-en"``: every pair reads the same dataset)."""
     for name, value in (("max_tokens", max_tokens), ("eval_max_tokens", eval_max_tokens)):
         if value is not None and value < 1:
             raise ValueError(f"data.{name} must be >= 1, got {value}.")
@@ -61,6 +69,20 @@ def check_settings(
         raise ValueError(f"pad_to_multiple_of must be >= 1, got {pad_to_multiple_of}.")
     if stream_pool_size < 1:
         raise ValueError(f"stream_pool_size must be >= 1, got {stream_pool_size}.")
+    several = len(parse_pairs(pairs)) > 1
+    if not pair_temperature > 0:
+        raise ValueError(f"data.pair_temperature must be > 0, got {pair_temperature}.")
+    if several and streaming:
+        raise ValueError(
+            "data.streaming is not supported yet with several data.pairs: set "
+            "data.streaming false (the pairs are cached), or train on one pair."
+        )
+    if several and hf_config is not None and hf_config.count("-") == 1:
+        raise ValueError(
+            f"data.hf_config {hf_config!r} holds one language pair, but data.pairs has several: "
+            "with data.hf_dataset every pair reads the same dataset, its languages as fields; "
+            "set data.hf_config to a configuration with every language, or null."
+        )
 
 
 def check_inputs(

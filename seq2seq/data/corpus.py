@@ -14,7 +14,10 @@ A split of a parallel corpus (``train``, ``val``, ``test_2016_flickr``, ...) can
   ``DatasetDict`` in the data folder itself, or one ``Dataset`` per ``<split>/`` folder), or a
   dataset on the Hub loaded with ``load_dataset(name, config, split=split)``.
 
-In every case the languages to read are the ``src_lang`` / ``tgt_lang`` settings. The
+In every case the languages to read are the ``src_lang`` / ``tgt_lang`` settings. A folder
+``<data_dir>/<src>-<tgt>/`` (or ``<tgt>-<src>/``) holds the splits of that pair where it exists
+(:func:`pair_folder`; one folder per pair of a multilingual run), else ``data_dir`` itself does
+(e.g. one folder of multi-parallel files: ``train.de.gz``, ``train.fr.gz``, ``train.en.gz``). The
 readers of each format, and how text is split into lines, are in :mod:`seq2seq.data.formats`
 (importable from here too).
 """
@@ -54,6 +57,7 @@ __all__ = [
     "iter_parallel",
     "iter_tsv",
     "locate_split",
+    "pair_folder",
     "read_hf_dataset",
     "read_jsonl",
     "read_lines",
@@ -85,6 +89,15 @@ def find_split(data_dir: str | Path, split: str, lang: str) -> Path:
         f"No {lang!r} file for split {split!r}: looked for "
         + " and ".join(str(p) for p in candidates)
     )
+
+
+def pair_folder(data_dir: str | Path, src_lang: str, tgt_lang: str) -> Path:
+    """The folder of a language pair's splits: ``<data_dir>/<src>-<tgt>`` or else
+    ``<data_dir>/<tgt>-<src>`` where such a folder exists, otherwise ``data_dir`` itself."""
+    for name in (f"{src_lang}-{tgt_lang}", f"{tgt_lang}-{src_lang}"):
+        if (Path(data_dir) / name).is_dir():
+            return Path(data_dir) / name
+    return Path(data_dir)
 
 
 def _load_from_disk(path: Path, split: str):

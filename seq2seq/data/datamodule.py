@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import warnings
 from functools import partial
 from pathlib import Path
@@ -16,9 +17,16 @@ from torch.utils.data import DataLoader
 
 from seq2seq.data.batching import TokenBudgetBatchSampler, collate, split_costs, split_over_budget
 from seq2seq.data.checks import check_inputs, check_settings
-from seq2seq.data.corpus import CorpusSplit, locate_split
+from seq2seq.data.corpus import CorpusSplit
 from seq2seq.data.dataset import Lengths, TokenizedDataset, heldout_set, predict_set, training_set
-from seq2seq.data.multi30k import download_missing, downloadable
+from seq2seq.data.pairs import (
+    HeldOut,
+    Pair,
+    PairsDataset,
+    PairsMixin,
+    pairs_training_set,
+    parse_pairs,
+)
 from seq2seq.data.resume import (
     NOT_RESUMABLE,
     batching_differences,
@@ -27,7 +35,6 @@ from seq2seq.data.resume import (
     sampler_position,
     stream_position,
 )
-from seq2seq.data.spm_files import SentencePieceSettings, load_or_train
 from seq2seq.data.streaming import StreamingLoader, StreamingPairs
 from seq2seq.data.token_cache import ENCODE_CHUNK, cached_split
 from seq2seq.data.tokenizer import BOS_ID, PAD_ID, Tokenizer
@@ -36,7 +43,7 @@ from seq2seq.data.tokenizer import BOS_ID, PAD_ID, Tokenizer
 _CUSTOM_SAMPLER = "You are using a custom batch sampler `TokenBudgetBatchSampler` for prediction"
 
 
-class TranslationDataModule(L.LightningDataModule):
+class TranslationDataModule(PairsMixin, L.LightningDataModule):
     """Parallel corpus to batches: download, SentencePiece, tokenised cache, token budgets.
 
     ``prepare_data`` (once per node) downloads Multi30k if it is missing, trains a joint
@@ -63,6 +70,13 @@ class TranslationDataModule(L.LightningDataModule):
     Resuming (either way) mid-epoch continues with exactly the batches not yet trained on;
     the rules for other batching settings than the checkpoint's: :mod:`seq2seq.data.resume`.
 
+    Several language pairs (``pairs``, :mod:`seq2seq.data.pairs`): one joint SentencePiece
+    model (with a tag per target language where there are several), one training set over
+    every pair sampled with ``pair_temperature``, and held-out sets per pair
+    (:meth:`heldout_keys`); batches carry ``"pair"``. A pair's splits are read from
+    ``data_dir/<src>-<tgt>/`` (or ``<tgt>-<src>/``) where it exists, else from ``data_dir``
+    (a bilingual run too), or from ``hf_dataset`` with the pair's languages as fields.
+
     Args:
         data_dir: Folder of the corpus (see :func:`seq2seq.data.corpus.locate_split` for the
             accepted layouts: aligned text files, TSV, JSONL, Parquet, ``save_to_disk``).
@@ -75,9 +89,17 @@ class TranslationDataModule(L.LightningDataModule):
             ``["test_2016_flickr"]``.
         hf_dataset: Read splits from this Hugging Face dataset (Hub name or ``save_to_disk``
             folder) instead of ``data_dir``.
-        hf_config: Configuration of ``hf_dataset`` on the Hub (e.g. ``"de-en"``).
-        predict_file: Source-language text file to translate with ``predict``; every line,
-            empty ones included, gives one example.
+        hf_config: Configuration of ``hf_dataset`` on the Hub (e.g. ``"de-en"``); with
+            several ``pairs``, one that holds every language (every pair reads it).
+        pairs: Language pairs ``"<src>-<tgt>"`` of a multilingual run (e.g. ``[de-en,
+            fr-en]``), in this order; null: the bilingual run ``src_lang``-``tgt_lang``. One
+            pair is a bilingual run (``src_lang`` and ``tgt_lang`` are taken from it).
+            Streaming supports one pair only.
+        pair_temperature: Temperature of the sampling over pairs (> 0): a pair's share of
+            each epoch is proportional to its size^(1/T); 1: to its size, larger: flatter
+            (fairseq uses 5).
+        predict_file: Source-language text file to translate with ``predict`` (from
+            ``src_lang`` into ``tgt_lang``); every line, empty ones included, gives one example.
         vocab_size: Number of SentencePiece pieces; the model's embedding size. At least
             5: the 4 special pieces (pad, unk, bos, eos) and at least one piece per character
             of the training corpus (SentencePiece's ``unigram`` and ``bpe`` models also need
@@ -156,11 +178,20 @@ class TranslationDataModule(L.LightningDataModule):
         pad_to_multiple_of: int = 1,
         streaming: bool = False,
         stream_pool_size: int = 100_000,
+        pairs: list[str] | None = None,
+        pair_temperature: float = 1.0,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
         self.data_dir = Path(data_dir)
+        parsed = parse_pairs(pairs)  # refused (with the other settings) below
+        if len(parsed) == 1:  # a bilingual run
+            src_lang, tgt_lang = parsed[0]
         self.src_lang, self.tgt_lang = src_lang, tgt_lang
+        self.pairs: list[str] | None = list(pairs) if len(parsed) > 1 else None
+        """The pairs of a multilingual run; None for a bilingual one (a one-pair list too)."""
+        self.pair_temperature = pair_temperature
+        self._pairs: list[Pair] = parsed if len(parsed) > 1 else [(src_lang, tgt_lang)]
         self.train_split, self.val_split = train_split, val_split
         self.test_set_names: list[str] = (
             list(test_splits) if test_splits is not None else ["test_2016_flickr"]
@@ -197,9 +228,13 @@ class TranslationDataModule(L.LightningDataModule):
             character_coverage=character_coverage,
             pad_to_multiple_of=pad_to_multiple_of,
             stream_pool_size=stream_pool_size,
+            pairs=pairs,
+            pair_temperature=pair_temperature,
+            streaming=streaming,
+            hf_config=hf_config,
         )
         self.pad_to_multiple_of = pad_to_multiple_of
-        if src_lang == tgt_lang:
+        if src_lang == tgt_lang and self.pairs is None:  # several pairs: for predict only
             rank_zero_warn(
                 f"--data.src_lang and --data.tgt_lang are both {src_lang!r}: source and target "
                 "are read from the same files (or dataset field), so the model learns to copy; "
@@ -209,9 +244,13 @@ class TranslationDataModule(L.LightningDataModule):
         self.stream_pool_size = stream_pool_size
 
         self.tokenizer: Tokenizer | None = None
-        self.train_set: TokenizedDataset | StreamingPairs | None = None
+        self.train_set: TokenizedDataset | PairsDataset | StreamingPairs | None = None
         self.val_set: TokenizedDataset | None = None
+        """The validation set (of the first pair, with several)."""
+        self.val_sets: dict[str, TokenizedDataset] = {}
+        """Validation sets by key (:meth:`heldout_keys`)."""
         self.test_sets: dict[str, TokenizedDataset] = {}
+        """Test sets by split name; with several pairs by ``<pair>/<split>``."""
         self.predict_set: TokenizedDataset | None = None
         self.tokenized_splits: list[str] = []
         """Splits this instance tokenised itself (not found in the cache), in order."""
@@ -223,83 +262,23 @@ class TranslationDataModule(L.LightningDataModule):
         # The option that sets the held-out budget, for messages.
         self._eval_budget_option = "max_tokens" if eval_max_tokens is None else "eval_max_tokens"
 
-    # ------------------------------------------------------------------ locating data
-    def _all_splits(self) -> list[str]:
-        return [self.train_split, self.val_split, *self.test_set_names]
-
-    def _stage_splits(self, stage: str | None) -> list[str]:
-        """The held-out splits a Lightning stage reads (``setup`` raises for a missing one)."""
-        if stage in ("fit", "validate"):
-            return [self.val_split]
-        if stage == "test":
-            return list(self.test_set_names)
-        return []
-
-    def _locate(self, split: str) -> CorpusSplit:
-        return locate_split(
-            self.data_dir, split, self.src_lang, self.tgt_lang, self.hf_dataset, self.hf_config
-        )
-
-    def _download_missing(self, training: bool = True, stage: str | None = None) -> None:
-        """Downloads the Multi30k files that cannot be found of the splits ``stage`` reads
-        (every configured split for ``None``): the training split when ``training``, the
-        held-out splits of :meth:`_stage_splits`; only into a Multi30k folder (see
-        :mod:`seq2seq.data.multi30k`). ``fit`` therefore fetches no test set."""
-        if not self.download or self.hf_dataset is not None:
-            return
-        splits = self._all_splits() if stage is None else self._stage_splits(stage)
-        if stage is not None and training:
-            splits = [self.train_split, *splits]
-        if not training:
-            splits = [split for split in splits if split != self.train_split]
-        download_missing(
-            self.data_dir, list(dict.fromkeys(splits)), self.train_split, self._locate,
-            (self.src_lang, self.tgt_lang),
-        )  # fmt: skip
-
-    def _fetched(self, split: str) -> bool:
-        """Whether the Multi30k download fetches the missing ``split`` when ``test`` runs."""
-        langs = (self.src_lang, self.tgt_lang)
-        return (
-            self.download
-            and self.hf_dataset is None
-            and downloadable(split, self.train_split, self._locate, langs)
-        )
-
-    # ------------------------------------------------------------------ tokenizer
-    def _prepare_tokenizer(self) -> Tokenizer:
-        """Loads the SentencePiece model, training it on the training split if it is missing
-        (see :func:`seq2seq.data.spm_files.load_or_train`)."""
-        named = self.tokenizer_path is not None and Path(self.tokenizer_path).is_file()
-        return load_or_train(
-            None if named else self._locate(self.train_split),
-            SentencePieceSettings(
-                vocab_size=self.vocab_size,
-                model_type=self.spm_model_type,
-                character_coverage=self.character_coverage,
-                byte_fallback=self.byte_fallback,
-                input_sentence_size=self.spm_input_sentence_size,
-                seed=self.seed,
-                streaming=self.streaming,
-            ),
-            self.cache_dir,
-            self.tokenizer_path,
-            chunk_size=ENCODE_CHUNK,
-        )
-
     # ------------------------------------------------------------------ tokenised cache
     def _tokenized(self, corpus: CorpusSplit, tokenizer: Tokenizer) -> datasets.Dataset:
         """The split as an Arrow table of ids, from the cache or freshly tokenised (see
-        :func:`seq2seq.data.token_cache.cached_split`)."""
+        :func:`seq2seq.data.token_cache.cached_split`), encoded with its pair's languages."""
         training = corpus.split == self.train_split
-        table, written = cached_split(corpus, tokenizer, self.cache_dir, self.streaming, training)
+        languages = self._languages((corpus.src_lang, corpus.tgt_lang), tokenizer)
+        table, written = cached_split(
+            corpus, tokenizer, self.cache_dir, self.streaming, training, languages
+        )
         if written:
             self.tokenized_splits.append(corpus.split)
         return table
 
     # ------------------------------------------------------------------ Lightning hooks
     def prepare_data(self) -> None:
-        """Downloads missing Multi30k files, trains SentencePiece, tokenises every split.
+        """Downloads missing Multi30k files, trains SentencePiece, tokenises every split of
+        every pair.
 
         Held-out splits whose files are absent are skipped, except those the trainer's stage
         reads (the validation split for ``fit`` and ``validate``, the test sets for ``test``)
@@ -310,7 +289,8 @@ class TranslationDataModule(L.LightningDataModule):
         Raises:
             FileNotFoundError: If the training split or an input the stage needs is missing.
             ValueError: If the training split is empty or SentencePiece cannot reach
-                ``vocab_size`` (see :meth:`Tokenizer.train`).
+                ``vocab_size`` (see :meth:`Tokenizer.train`), or a given tokenizer lacks the
+                tag of a target language.
             ConnectionError: If a download fails.
         """
         trainer = getattr(self, "trainer", None)
@@ -319,16 +299,17 @@ class TranslationDataModule(L.LightningDataModule):
             return  # only the predict file is read, in setup()
         training = stage in ("fit", None) or self.tokenizer is None
         self._download_missing(training, stage)
-        check_inputs(  # a missing split is named before long work
-            stage, self._stage_splits(stage), self.test_set_names, self._locate, self._fetched,
-            self.predict_file,
-        )  # fmt: skip
-        tokenizer = self._prepare_tokenizer() if self.tokenizer is None else self.tokenizer
-        for split in self._all_splits():
+        for pair in self._pairs:  # a missing split is named before long work
+            check_inputs(
+                stage, self._stage_splits(stage), self.test_set_names,
+                partial(self._locate, pair=pair), partial(self._fetched, pair), self.predict_file,
+            )  # fmt: skip
+        tokenizer = self._checked_tokenizer()
+        for split, pair in itertools.product(self._all_splits(), self._pairs):
             if split == self.train_split and not training:
                 continue
             try:
-                corpus = self._locate(split)
+                corpus = self._locate(split, pair)
             except FileNotFoundError:
                 if split == self.train_split:
                     raise
@@ -348,14 +329,16 @@ class TranslationDataModule(L.LightningDataModule):
             ValueError: If the training split is empty or every training pair is filtered
                 out, a held-out set is empty, or ``predict`` is run without ``predict_file``.
         """
-        if self.tokenizer is None:
-            self.tokenizer = self._prepare_tokenizer()
+        self.tokenizer = self._checked_tokenizer()
         if stage in ("fit", None):
             self._setup_train()
         if stage in ("fit", "validate", None):
-            self.val_set = self._heldout(self.val_split)
+            self.val_sets = {held.key: self._heldout(held) for held in self._plan("validate")}
+            self.val_set = next(iter(self.val_sets.values()))
         if stage in ("test", None):
-            self.test_sets = {name: self._heldout(name) for name in self.test_set_names}
+            self.test_sets = {
+                held.key.removeprefix("test/"): self._heldout(held) for held in self._plan("test")
+            }
         if stage == "predict" or (stage is None and self.predict_file is not None):
             self._setup_predict()
 
@@ -382,26 +365,38 @@ class TranslationDataModule(L.LightningDataModule):
                 self.train_set.load_state_dict(self._pending_stream_state)
                 self._pending_stream_state = None
             return
-        self.train_set, self._lengths[self.train_split] = training_set(
-            self._tokenized(corpus, self.tokenizer),
-            corpus.describe(),
-            self.tokenizer,
-            self.max_positions,
-            self.max_length_ratio,
-            self.subword_alpha,
-        )
+        parts = []
+        for index, pair in enumerate(self._pairs):
+            corpus = self._locate(self.train_split, pair)
+            parts.append(
+                training_set(
+                    self._tokenized(corpus, self.tokenizer),
+                    corpus.describe(),
+                    self.tokenizer,
+                    self.max_positions,
+                    self.max_length_ratio,
+                    self.subword_alpha,
+                    self._languages(pair),
+                    index if self.multilingual else None,
+                )  # fmt: skip
+            )
+        if self.multilingual:
+            parts = [pairs_training_set(parts, self._pairs, self.pair_temperature)]
+        self.train_set, self._lengths[self.train_split] = parts[0]
 
-    def _heldout(self, split: str) -> TokenizedDataset:
-        table = self._tokenized(self._locate(split), self.tokenizer)
-        dataset, self._lengths[split] = heldout_set(table, split, self.max_positions)
+    def _heldout(self, held: HeldOut) -> TokenizedDataset:
+        table = self._tokenized(self._locate(held.split, held.pair), self.tokenizer)
+        pair = self._pairs.index(held.pair) if self.multilingual else None
+        dataset, self._lengths[held.name] = heldout_set(table, held.name, self.max_positions, pair)
         return dataset
 
     def _setup_predict(self) -> None:
         if self.predict_file is None:
             raise ValueError("Set `data.predict_file` to the source-language file to translate.")
         self.predict_set, self._lengths["predict"] = predict_set(
-            self.predict_file, self.tokenizer, self.max_positions
-        )
+            self.predict_file, self.tokenizer, self.max_positions,
+            self._languages((self.src_lang, self.tgt_lang)),
+        )  # fmt: skip
 
     # ------------------------------------------------------------------ loaders
     def _replicas(self) -> tuple[int, int]:
@@ -444,7 +439,12 @@ class TranslationDataModule(L.LightningDataModule):
         )
 
     def _sampler(self, split: str, train: bool) -> TokenBudgetBatchSampler:
+        """The batch sampler of the set ``split`` (its name in :attr:`_lengths`); over several
+        pairs, each epoch's examples are drawn with the pairs' sampling probabilities."""
         costs, tie_breaker = split_costs(*self._lengths[split], self.max_positions)
+        over_pairs = {}
+        if train and isinstance(self.train_set, PairsDataset):
+            over_pairs = {"groups": self.train_set.groups, "group_probs": self.train_set.probs}
         world_size, rank = self._replicas()
         budget = self.max_tokens if train else self.eval_max_tokens
         if split not in self._over_budget_warned:  # once per split
@@ -463,6 +463,7 @@ class TranslationDataModule(L.LightningDataModule):
             bucket_size=self.bucket_size if train else None,
             even_batches=train,
             tie_breaker=tie_breaker,
+            **over_pairs,
         )
 
     def _require(self, dataset, stage: str):
@@ -492,18 +493,25 @@ class TranslationDataModule(L.LightningDataModule):
         self._train_sampler = sampler
         return self._loader(dataset, sampler)
 
-    def val_dataloader(self) -> DataLoader:
-        """Length-sorted batches of the validation split, this rank's share."""
+    def val_dataloader(self) -> DataLoader | list[DataLoader]:
+        """Length-sorted batches of the validation split, this rank's share; with several
+        pairs one loader per pair, in :meth:`heldout_keys` order."""
         dataset = self._require(self.val_set, "validate")
-        return self._loader(dataset, self._sampler(self.val_split, train=False))
+        if not self.multilingual:
+            return self._loader(dataset, self._sampler(self.val_split, train=False))
+        return [
+            self._loader(self.val_sets[held.key], self._sampler(held.name, train=False))
+            for held in self._plan("validate")
+        ]
 
     def test_dataloader(self) -> list[DataLoader]:
-        """One loader per test split, in ``test_set_names`` order."""
+        """One loader per test split (per pair and test split, pair-major, with several
+        pairs), in :meth:`heldout_keys` order."""
         if not self.test_sets:
             self._require(None, "test")
         return [
-            self._loader(self.test_sets[name], self._sampler(name, train=False))
-            for name in self.test_set_names
+            self._loader(self.heldout_dataset(held.key), self._sampler(held.name, train=False))
+            for held in self._plan("test")
         ]
 
     def predict_dataloader(self) -> DataLoader:

@@ -3,6 +3,7 @@ the training, held-out and predict sets built from such tables."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,8 @@ class TokenizedDataset(Dataset):
     Each example is a dict with ``"index"`` (line number in the split), ``"src"`` (source
     ids + EOS, at most ``max_positions`` long), ``"tgt"`` (target ids without BOS/EOS, at most
     ``max_positions - 1`` long, when the split has targets) and, with ``with_text``,
-    ``"src_text"`` and ``"ref_text"`` (the raw lines, untouched).
+    ``"src_text"`` and ``"ref_text"`` (the raw lines, untouched), and ``"pair"`` (the pair
+    index of a multilingual run) when ``pair`` is set.
 
     Args:
         data: ``datasets.Dataset`` with columns ``index``, ``src``, ``src_text`` and
@@ -35,6 +37,9 @@ class TokenizedDataset(Dataset):
         with_text: Also return the raw source and reference lines.
         tokenizer: Re-encodes the raw text on every access when ``subword_alpha > 0``.
         subword_alpha: Sampling parameter of subword regularisation; 0 uses the cached ids.
+        languages: ``src_lang`` / ``tgt_lang`` keywords of ``tokenizer.encode`` for the
+            re-encoded text (see :func:`~seq2seq.data.pairs.encode_languages`).
+        pair: Index of the split's language pair in a multilingual run, or None.
     """
 
     def __init__(
@@ -44,12 +49,16 @@ class TokenizedDataset(Dataset):
         with_text: bool = False,
         tokenizer: Tokenizer | None = None,
         subword_alpha: float = 0.0,
+        languages: Mapping[str, str] | None = None,
+        pair: int | None = None,
     ) -> None:
         self.data = data
         self.max_positions = max_positions
         self.with_text = with_text
         self.tokenizer = tokenizer
         self.subword_alpha = subword_alpha
+        self.languages = dict(languages or {})
+        self.pair = pair
         self.has_targets = "tgt" in data.column_names
         # Only the columns a batch needs are read, so pages of the memory-mapped cache
         # holding raw text are never touched while training on cached ids.
@@ -71,11 +80,10 @@ class TokenizedDataset(Dataset):
         text = self._text[indices] if self._text is not None else {}
         src, tgt = rows["src"], rows["tgt"] if self.has_targets else None
         if self.subword_alpha > 0 and self.tokenizer is not None:
-            src = self.tokenizer.encode(text["src_text"], sample=True, alpha=self.subword_alpha)
+            sampling = {"sample": True, "alpha": self.subword_alpha, **self.languages}
+            src = self.tokenizer.encode(text["src_text"], **sampling)
             if self.has_targets:
-                tgt = self.tokenizer.encode(
-                    text["tgt_text"], sample=True, alpha=self.subword_alpha, side="target"
-                )
+                tgt = self.tokenizer.encode(text["tgt_text"], side="target", **sampling)
         limit = self.max_positions - 1
         examples = []
         for k in range(len(indices)):
@@ -86,6 +94,8 @@ class TokenizedDataset(Dataset):
                 example["src_text"] = text["src_text"][k]
                 if self.has_targets:
                     example["ref_text"] = text["tgt_text"][k]
+            if self.pair is not None:
+                example["pair"] = self.pair
             examples.append(example)
         return examples
 
@@ -97,9 +107,12 @@ def training_set(
     max_positions: int,
     max_length_ratio: float,
     subword_alpha: float,
+    languages: Mapping[str, str] | None = None,
+    pair: int | None = None,
 ) -> tuple[TokenizedDataset, Lengths]:
     """The training pairs of a tokenised split that :func:`filter_training_pairs` keeps (the
-    counts are logged), and their lengths.
+    counts are logged), and their lengths; ``languages`` and ``pair``: as for
+    :class:`TokenizedDataset`.
 
     Raises:
         ValueError: if every pair is filtered out, naming ``where`` (the split's location).
@@ -119,26 +132,33 @@ def training_set(
         )
     data = table if keep.size == len(table) else table.select(keep)
     dataset = TokenizedDataset(
-        data, max_positions, tokenizer=tokenizer, subword_alpha=subword_alpha
-    )
+        data, max_positions, tokenizer=tokenizer, subword_alpha=subword_alpha,
+        languages=languages, pair=pair,
+    )  # fmt: skip
     return dataset, (s[keep] + 1, t[keep] + 1)
 
 
 def heldout_set(
-    table: datasets.Dataset, split: str, max_positions: int
+    table: datasets.Dataset, split: str, max_positions: int, pair: int | None = None
 ) -> tuple[TokenizedDataset, Lengths]:
     """Every pair of a tokenised held-out split, with its text, and their lengths; sentences
-    longer than ``max_positions`` are truncated with a warning."""
+    longer than ``max_positions`` are truncated with a warning. ``pair``: as for
+    :class:`TokenizedDataset`."""
     s, t = token_lengths(table)
     warn_truncation(split, s, t, max_positions)
-    return TokenizedDataset(table, max_positions, with_text=True), (s + 1, t + 1)
+    dataset = TokenizedDataset(table, max_positions, with_text=True, pair=pair)
+    return dataset, (s + 1, t + 1)
 
 
 def predict_set(
-    path: str | Path, tokenizer: Tokenizer, max_positions: int
+    path: str | Path,
+    tokenizer: Tokenizer,
+    max_positions: int,
+    languages: Mapping[str, str] | None = None,
 ) -> tuple[TokenizedDataset, Lengths]:
     """Every line of a source-language file (empty ones included) as an example without a
-    target, ``index`` its 0-based line number, and the lengths (targets 0).
+    target, ``index`` its 0-based line number, and the lengths (targets 0); the lines are
+    encoded with ``languages`` (``tokenizer.encode``'s ``src_lang`` / ``tgt_lang``).
 
     Raises:
         ValueError: if the file has no lines (or as :func:`~seq2seq.data.formats.read_lines`).
@@ -150,7 +170,7 @@ def predict_set(
         {
             "index": list(range(len(lines))),
             "src_text": lines,
-            "src": tokenizer.encode(lines),
+            "src": tokenizer.encode(lines, **(languages or {})),
         }
     )
     s = np.array([len(ids) for ids in table["src"]], dtype=np.int64)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -37,6 +37,7 @@ def tokenized_split(
     fingerprint: str,
     streaming: bool = False,
     kind: str = "split",
+    languages: Mapping[str, str] | None = None,
 ) -> tuple[datasets.Dataset, bool]:
     """The split ``corpus`` as an Arrow table of ids, from the cache in ``folder`` or freshly
     tokenised into it (in a :func:`~seq2seq.temporaries.make_temporary_folder` renamed into
@@ -51,6 +52,8 @@ def tokenized_split(
         fingerprint: the corpus content's digest (part of the cache key).
         streaming: read a Hub dataset as a stream while tokenising.
         kind: what the split is, for the error of an empty one (``"held-out split"``).
+        languages: ``src_lang`` / ``tgt_lang`` keywords of ``tokenizer.encode`` (a tagged
+            model's sources start with the target's tag); part of the key when given.
 
     Returns:
         The table (``index``, ``src_text``, ``tgt_text``, ``src``, ``tgt``), whether made now.
@@ -60,8 +63,13 @@ def tokenized_split(
         WriteError: (an ``OSError``) naming the cache folder if the machine refuses to write
             the table (a full disk, ...); nothing of it is kept. Other ``OSError``: as raised.
     """
+    languages = dict(languages or {})
+    # Without languages the key is the bilingual one it always was; the fingerprint already
+    # covers the pair's languages, the encoding keywords are added where they are used.
+    encoding = "".join(f"{k}={v}|" for k, v in sorted(languages.items()))
     key = hashlib.sha256(
-        f"{CACHE_VERSION}|{fingerprint}|".encode() + hashlib.sha256(tokenizer.to_bytes()).digest()
+        f"{CACHE_VERSION}|{fingerprint}|{encoding}".encode()
+        + hashlib.sha256(tokenizer.to_bytes()).digest()
     ).hexdigest()[:16]
     path = folder / f"{corpus.split}_{pair}_{key}"
     table_file = path / "data.arrow"
@@ -74,7 +82,7 @@ def tokenized_split(
     except OSError as err:
         raise write_error(err, path, "Nothing of the cache was kept.") from err
     try:
-        n_pairs = write_tokenized(corpus, tokenizer, tmp / table_file.name, streaming)
+        n_pairs = write_tokenized(corpus, tokenizer, tmp / table_file.name, streaming, languages)
         if n_pairs == 0:
             raise ValueError(f"The {kind} {corpus.split!r} is empty: {corpus.describe()}.")
         os.rename(tmp, path)
@@ -91,11 +99,16 @@ def tokenized_split(
 
 
 def cached_split(
-    corpus: CorpusSplit, tokenizer: Tokenizer, cache_dir: Path, streaming: bool, training: bool
+    corpus: CorpusSplit,
+    tokenizer: Tokenizer,
+    cache_dir: Path,
+    streaming: bool,
+    training: bool,
+    languages: Mapping[str, str] | None = None,
 ) -> tuple[datasets.Dataset, bool]:
     """:func:`tokenized_split` into ``<cache_dir>/tokenized``, keyed by the corpus content's
-    digest (for a Hub dataset read as a stream, one that downloads nothing); ``training``:
-    whether ``corpus`` is the training split, for the error of an empty one."""
+    digest (for a Hub dataset read as a stream, one that downloads nothing) and ``languages``;
+    ``training``: whether ``corpus`` is the training split, for the error of an empty one."""
     if streaming and corpus.format == "hf_hub":
         fingerprint = corpus.stream_fingerprint()
     else:
@@ -103,13 +116,18 @@ def cached_split(
     kind = "training split" if training else "held-out split"
     pair = f"{corpus.src_lang}{corpus.tgt_lang}"
     folder = Path(cache_dir) / "tokenized"
-    return tokenized_split(corpus, tokenizer, folder, pair, fingerprint, streaming, kind)
+    return tokenized_split(corpus, tokenizer, folder, pair, fingerprint, streaming, kind, languages)
 
 
 def write_tokenized(
-    corpus: CorpusSplit, tokenizer: Tokenizer, file: Path, streaming: bool = False
+    corpus: CorpusSplit,
+    tokenizer: Tokenizer,
+    file: Path,
+    streaming: bool = False,
+    languages: Mapping[str, str] | None = None,
 ) -> int:
-    """Tokenises the split a chunk at a time straight into an Arrow file; returns its rows.
+    """Tokenises the split a chunk at a time straight into an Arrow file (both sides encoded
+    with ``languages``, ``tokenizer.encode``'s ``src_lang`` / ``tgt_lang``); returns its rows.
 
     Only one chunk of text and ids is in memory at a time. Ids are stored as uint16 when
     the vocabulary allows it (int32 otherwise).
@@ -128,7 +146,7 @@ def write_tokenized(
             "tgt": ids,
         }
     )
-    n_pairs = 0
+    n_pairs, languages = 0, dict(languages or {})
     with _writing(file):
         writer = ArrowWriter(features=features, path=str(file))
     with writer:
@@ -137,8 +155,10 @@ def write_tokenized(
                 "index": pa.array(np.arange(n_pairs, n_pairs + len(src))),
                 "src_text": pa.array(src, pa.string()),
                 "tgt_text": pa.array(tgt, pa.string()),
-                "src": _arrow_lists(*flatten_ids(tokenizer.encode(src), id_type)),
-                "tgt": _arrow_lists(*flatten_ids(tokenizer.encode(tgt, side="target"), id_type)),
+                "src": _arrow_lists(*flatten_ids(tokenizer.encode(src, **languages), id_type)),
+                "tgt": _arrow_lists(
+                    *flatten_ids(tokenizer.encode(tgt, side="target", **languages), id_type)
+                ),
             }
             with _writing(file):
                 writer.write_table(pa.table(chunk))
