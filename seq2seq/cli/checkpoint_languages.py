@@ -146,16 +146,18 @@ def data_module_pairs(datamodule) -> Pairs | None:
 
 
 def training_sentences(datamodule, pairs: Sequence[tuple[str, str]], lang: str, limit: int):
-    """Up to ``limit`` training sentences of ``lang``, from the first of ``pairs`` that has it.
+    """Up to ``limit`` training sentences of ``lang``, from the first of ``pairs`` that has it,
+    where the data module finds it (in the pair's folder,
+    :func:`~seq2seq.data.corpus.pair_folder`).
 
     Raises:
         OSError, ValueError: as :func:`seq2seq.data.corpus.locate_split` and its reading.
     """
-    from seq2seq.data.corpus import locate_split
+    from seq2seq.data.corpus import locate_split, pair_folder
 
     src, tgt = next(pair for pair in pairs if lang in pair)
     corpus = locate_split(
-        datamodule.data_dir,
+        pair_folder(datamodule.data_dir, src, tgt),
         datamodule.train_split,
         src,
         tgt,
