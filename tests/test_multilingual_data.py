@@ -383,10 +383,8 @@ def test_state_dict_mid_epoch_resumes_the_remaining_batches(one_to_many, paralle
 @pytest.mark.slow  # three runs of a tiny model, one killed: ~20 s each on one core
 @pytest.mark.parametrize(
     ("pairs", "validate"),
-    # A tagged model's validation needs the decoding to be given each loader's target language;
-    # the one-to-many run trains only (what the data module decides: the batches drawn over
-    # the pairs, the position in the epoch), the many-to-one run validates every pair too.
-    [(["en-de", "en-fr"], False), (["de-en", "fr-en"], True)],
+    # Both validate every pair: a tagged model (one-to-many) and an untagged one (many-to-one).
+    [(["en-de", "en-fr"], True), (["de-en", "fr-en"], True)],
     ids=["one-to-many", "many-to-one"],
 )
 def test_sigkill_mid_epoch_then_resume_matches_uninterrupted_multilingual_run(
