@@ -67,6 +67,7 @@ def test_imported_and_fine_tuned_models_test_and_translate(
             "--data.test_splits", "[test_2016_flickr]",
             "--data.cache_dir", str(imported["root"] / "cache"), "--ckpt_path", str(ckpt),
             "--trainer.logger", "false", "--trainer.limit_test_batches", "null",
+            "--trainer.default_root_dir", str(imported["root"]),  # config.yaml, hypotheses/
         )  # fmt: skip
         assert code == 0, err[-20:]
         assert not [line for line in err if "other model settings" in line]  # none configured
