@@ -213,17 +213,13 @@ class Translator:
         Args:
             sentences: one source sentence (a ``str``, no newline), or a sequence of them.
             beam_size: ``None`` uses the checkpoint's; 1 is greedy search.
-            n_best: with 1, one string per sentence; with more, ``(text, score)`` pairs per
-                sentence, best first (the score is the length-penalised log-probability).
-            return_scores: with ``n_best`` 1, ``[(text, score)]`` instead of the string.
-            prefixes: target text forced first, one per sentence (``""``: none; a str for a
-                str), without EOS; the translation starts with it, the score includes it.
-            tgt_lang: for a model with language tokens, the target language as it names it
-                (``"fr"`` for our ``>>fr<<``, NLLB ``"fra_Latn"``;
-                :func:`~seq2seq.text_decoding.language_prefixes`); a model of ours trained
-                into several languages needs it.
-            src_lang: the source language (NLLB's code; optional): outside the trained
-                :attr:`pairs`, a ``UserWarning`` says the direction is zero-shot.
+            n_best: above 1 (or with ``return_scores``), ``(text, score)`` pairs per sentence,
+                best first; the score is the length-penalised log-probability.
+            prefixes: target text forced first, one per sentence (``""``: none), without EOS;
+                the translation starts with it and its score includes it.
+            tgt_lang: the target language as the model's tokens name it (``"fr"`` for our
+                ``>>fr<<``, NLLB ``"fra_Latn"``); needed where there are several.
+            src_lang: the source language (NLLB's code); outside :attr:`pairs`: a warning.
             **decoding: this call's :class:`~seq2seq.nn.DecodingConfig` fields (``seed`` for
                 ``sampling_seed``), under :func:`~seq2seq.text_decoding.sampling_rules`; with
                 sampling, ``n_samples`` pairs per sentence above 1, in sample order.
@@ -233,10 +229,9 @@ class Translator:
 
         Raises:
             TypeError: if ``sentences`` is bytes, or an entry is not a string (naming its index).
-            ValueError: naming the entry, for one holding a line break; naming the setting,
-                for one unknown, out of range or against the sampling rules, an ``n_best``
-                above the beam size, ``prefixes`` not one per sentence, an unknown tgt_lang,
-                or none for a model that translates into several languages.
+            ValueError: naming the entry or the setting: a line break; a setting unknown, out
+                of range or against the sampling rules; ``n_best`` above the beam size;
+                ``prefixes`` not one per sentence; a missing or unknown ``tgt_lang``.
         """
         language = language_prefixes(self.tokenizer, tgt_lang, src_lang)  # before any work
         zero_shot = zero_shot_warning(self.pairs, src_lang, tgt_lang)
