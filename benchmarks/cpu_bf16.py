@@ -1,4 +1,5 @@
-"""bfloat16 against float32 training on this CPU, side by side in one process.
+"""bfloat16 against float32 on this CPU, side by side in one process: training, and decoding
+against CTranslate2.
 
 Prints the CPU (``lscpu`` model name, whether ``amx_bf16`` / ``avx512_bf16`` are present), the
 ``torch.mm`` 2048^3 rate of each dtype (the physical ceiling of the ratio), and the training
@@ -9,8 +10,20 @@ and the fused output projection + label-smoothed loss, backward, AdamW. bfloat16
 ``torch.autocast("cpu", dtype=torch.bfloat16)`` around the forward pass, float32 weights and
 optimizer state, as ``--trainer.precision bf16-mixed``. Each repetition times both dtypes, in
 alternating order (``common.time_interleaved``); the medians and their ratio are the result.
+``FlopCounterMode`` counts the model FLOPs of one step (forward and backward); FLOPs per target
+token times tokens/s, over the ``torch.mm`` rate of the same dtype, is the share of the matmul
+ceiling a step reaches.
 
-    python benchmarks/cpu_bf16.py                   # about 2 minutes on 2 cores
+With ``--ckpt`` (a trained checkpoint, e.g. the README job's) and ``--data_dir``, it also
+decodes the first ``--limit`` sentences of ``--split`` with ours in float32 and in bfloat16
+(``Translator(dtype=...)``) and with CTranslate2 float32 and int8 (folders written by
+``seq2seq export``; needs the ``export`` extra), greedy and beam 5, every engine once per
+repetition in alternating order, and prints sentences/s, BLEU, the ratios ours / CTranslate2
+float32 and ours bfloat16 / CTranslate2 int8 (CTranslate2 has no bfloat16 on CPU).
+
+    python benchmarks/cpu_bf16.py                   # training only, about 2 minutes on 2 cores
+    python benchmarks/cpu_bf16.py --ckpt checkpoints/multi30k_de_en/last.ckpt \\
+        --data_dir ../shared/data/multi30k          # and decoding, about 6 more minutes
     python benchmarks/cpu_bf16.py --profile bf16    # torch.profiler's top operators instead
 """
 
@@ -80,7 +93,69 @@ def training_step(batch: int, length: int, seed: int = 0):
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
+    def flops() -> int:
+        """Model FLOPs of one float32 step (forward + backward), counted by FlopCounterMode."""
+        from torch.utils.flop_counter import FlopCounterMode
+
+        counter = FlopCounterMode(display=False)
+        with counter:
+            step(False)
+        return counter.get_total_flops()
+
+    step.flops = flops
     return step, batch * length
+
+
+def decoding(args: argparse.Namespace) -> None:
+    """Ours float32 / bfloat16 and CTranslate2 float32 / int8, greedy and beam 5, interleaved."""
+    import gzip
+    import tempfile
+
+    import sacrebleu
+
+    from seq2seq.export.ctranslate2 import CTranslate2Translator, export_ctranslate2
+    from seq2seq.translator import Translator
+
+    def read(lang: str) -> list[str]:
+        path = Path(args.data_dir) / f"{args.split}.{lang}.gz"
+        opener = gzip.open if path.is_file() else open
+        path = path if path.is_file() else path.with_suffix("")
+        with opener(path, "rt", encoding="utf-8") as f:
+            return [line.rstrip("\n") for line in f][: args.limit or None]
+
+    ours = Translator.from_checkpoint(args.ckpt, device="cpu")
+    sources, refs = read(args.src_lang), read(args.tgt_lang)
+    work = Path(tempfile.mkdtemp(prefix="cpu_bf16."))
+    engines = {
+        "ours float32": ours,
+        "ours bf16": Translator.from_checkpoint(args.ckpt, device="cpu", dtype="bfloat16"),
+    }
+    for quantization in ("float32", "int8"):
+        folder = export_ctranslate2(args.ckpt, work / quantization, quantization)
+        engines[f"CTranslate2 {quantization}"] = CTranslate2Translator(
+            folder, device="cpu", intra_threads=args.threads
+        )
+    print(f"{args.split}, {len(sources)} sentences; {args.repeats} interleaved calls each")
+    print("| search | engine | sent/s | BLEU | ratio | against |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for beam in (1, 5):
+        outputs: dict[str, list[str]] = {}
+
+        def call(name: str, beam: int = beam, outputs: dict = outputs) -> None:
+            outputs[name] = engines[name].translate(sources, beam_size=beam)
+
+        times = time_interleaved(
+            {name: (lambda name=name: call(name)) for name in engines}, args.repeats, warmup=1
+        )
+        speed = {k: len(sources) / statistics.median(t) for k, t in times.items()}
+        peer = {"ours float32": "CTranslate2 float32", "ours bf16": "CTranslate2 int8"}
+        for name in engines:
+            bleu = sacrebleu.corpus_bleu(outputs[name], [refs]).score
+            ratio = f"{speed[name] / speed[peer[name]]:.2f}x" if name in peer else ""
+            print(
+                f"| {'greedy' if beam == 1 else f'beam {beam}'} | {name} | {speed[name]:.0f} | "
+                f"{bleu:.2f} | {ratio} | {peer.get(name, '')} |"
+            )
 
 
 def main() -> None:
@@ -90,6 +165,15 @@ def main() -> None:
     parser.add_argument("--length", type=int, default=16, help="source and target tokens")
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--profile", choices=["float32", "bf16"], default=None)
+    parser.add_argument("--ckpt", default=None, help="a trained checkpoint: also time decoding")
+    parser.add_argument("--data_dir", default="../shared/data/multi30k")
+    parser.add_argument("--split", default="test_2016_flickr")
+    parser.add_argument("--src_lang", default="de")
+    parser.add_argument("--tgt_lang", default="en")
+    parser.add_argument("--limit", type=int, default=500, help="sentences decoded (0: all)")
+    parser.add_argument(
+        "--decode-repeats", type=int, default=3, help="interleaved calls per decoding engine"
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     step, tokens = training_step(args.batch, args.length)
@@ -110,6 +194,12 @@ def main() -> None:
         {"float32": lambda: step(False), "bf16": lambda: step(True)}, args.repeats, warmup=2
     )
     speed = {k: tokens / statistics.median(t) for k, t in times.items()}
+    flops_per_token = step.flops() / tokens
+    share = {k: flops_per_token * speed[k] / 1e9 / rates[k] for k in speed}
+    print(
+        "model FLOPs per target token (FlopCounterMode, forward + backward): "
+        f"{flops_per_token / 1e6:.1f} M"
+    )
     print("| measure | float32 | bf16 | bf16 / float32 |")
     print("| --- | --- | --- | --- |")
     print(
@@ -120,6 +210,12 @@ def main() -> None:
         f"| README-size training step, B={args.batch}, S=T={args.length} (target tokens/s) | "
         f"{speed['float32']:.0f} | {speed['bf16']:.0f} | {speed['bf16'] / speed['float32']:.2f}x |"
     )
+    print(
+        f"| share of the dtype's torch.mm rate | {share['float32']:.0%} | {share['bf16']:.0%} | |"
+    )
+    if args.ckpt:
+        args.repeats = args.decode_repeats
+        decoding(args)
 
 
 if __name__ == "__main__":

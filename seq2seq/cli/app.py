@@ -39,6 +39,7 @@ from seq2seq.cli.environment import (
     no_accelerator,
     stdout_is_terminal,
     streaming_validation_advice,
+    suggest_bfloat16,
     warn_slow_bfloat16,
 )
 from seq2seq.cli.messages import (
@@ -213,6 +214,8 @@ class Seq2SeqCLI(compat.SkipCheckpointHparams, LightningCLI):
         if self.trainer.is_global_zero:
             self._new_folders = missing_folders(self.trainer)
             warn_slow_bfloat16(self.trainer)
+            if subcommand == "fit":
+                suggest_bfloat16(self.trainer)
 
     def instantiate_trainer(self, **kwargs) -> L.Trainer:
         no_bar = self._progress_bar_unwanted()

@@ -1,0 +1,139 @@
+"""bfloat16 training and decoding: ``--trainer.precision bf16-mixed`` on the tiny config, and
+``Translator(dtype="bfloat16")`` / ``translate --dtype bfloat16`` against float32."""
+
+from __future__ import annotations
+
+import csv
+import math
+
+import pytest
+import torch
+from conftest import CONFIGS, multi30k_lines, run_main
+
+from seq2seq.translator import Translator, decoding_dtype
+
+
+def _losses(log_dir) -> list[float]:
+    (metrics,) = log_dir.rglob("metrics.csv")
+    with open(metrics, encoding="utf-8") as f:
+        return [float(r["train/loss"]) for r in csv.DictReader(f) if r.get("train/loss")]
+
+
+def test_bf16_mixed_training_of_the_tiny_config(tmp_path, multi30k_dir):
+    from seq2seq.cli import cli_main
+
+    cli_main(
+        [
+            "fit", "--config", str(CONFIGS / "tiny.yaml"),
+            "--data.data_dir", str(multi30k_dir),
+            "--data.cache_dir", str(tmp_path / "cache"),
+            "--checkpoint_dir", str(tmp_path / "checkpoints"),
+            "--trainer.precision", "bf16-mixed",
+            "--trainer.max_steps", "30", "--trainer.log_every_n_steps", "1",
+            "--trainer.val_check_interval", "30",
+            "--trainer.logger", "lightning.pytorch.loggers.CSVLogger",
+            "--trainer.logger.save_dir", str(tmp_path / "logs"),
+        ]
+    )  # fmt: skip
+    losses = _losses(tmp_path / "logs")
+    assert len(losses) == 30
+    assert all(math.isfinite(x) for x in losses)
+    assert sum(losses[-5:]) / 5 < sum(losses[:5]) / 5 - 0.5, losses
+    # The checkpoint holds float32 weights and translates in float32 without autocast.
+    saved = torch.load(tmp_path / "checkpoints/last.ckpt", map_location="cpu", weights_only=False)
+    assert {v.dtype for v in saved["state_dict"].values() if v.is_floating_point()} == {
+        torch.float32
+    }
+    translator = Translator.from_checkpoint(tmp_path / "checkpoints/last.ckpt", device="cpu")
+    assert translator.dtype == torch.float32
+    hyps = translator.translate(multi30k_lines("val", "de", 5))
+    assert len(hyps) == 5 and all(isinstance(h, str) for h in hyps)
+    assert any(h.strip() for h in hyps)
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_bf16_decoding_equals_float32_on_most_sentences(tiny_run, beam):
+    ckpt = tiny_run / "checkpoints/tiny/last.ckpt"
+    sources = multi30k_lines("val", "de", 100)
+    float32 = Translator.from_checkpoint(ckpt, device="cpu").translate(sources, beam_size=beam)
+    bf16 = Translator.from_checkpoint(ckpt, device="cpu", dtype="bfloat16")
+    assert bf16.dtype == torch.bfloat16
+    hyps = bf16.translate(sources, beam_size=beam)
+    same = sum(a == b for a, b in zip(float32, hyps, strict=True))
+    assert same >= 80, same  # near-ties of a 20-step model may break either way
+
+
+def test_bf16_decoding_runs_under_autocast(tiny_run, monkeypatch):
+    """The bfloat16 translator's products compute in bfloat16 (autocast), not in float32."""
+    import seq2seq.translator as translator_module
+
+    seen = []
+    real = translator_module.decode_batch
+
+    def spy(*args, **kwargs):
+        seen.append(torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(translator_module, "decode_batch", spy)
+    ckpt = tiny_run / "checkpoints/tiny/last.ckpt"
+    Translator.from_checkpoint(ckpt, device="cpu", dtype="bfloat16").translate(["Ein Hund."])
+    Translator.from_checkpoint(ckpt, device="cpu").translate(["Ein Hund."])
+    assert seen == [torch.bfloat16, False]
+
+
+def test_decoding_dtype_names_and_refusals():
+    assert decoding_dtype("bf16") is torch.bfloat16
+    assert decoding_dtype(torch.float32) is torch.float32
+    with pytest.raises(ValueError, match="float16: decoding runs in float32 or bfloat16"):
+        decoding_dtype("float16")
+
+
+def test_translate_dtype_flag(tiny_run, monkeypatch, capsys, tmp_path):
+    ckpt = str(tiny_run / "checkpoints/tiny/last.ckpt")
+    source = tmp_path / "in.de"
+    source.write_text("".join(s + "\n" for s in multi30k_lines("val", "de", 20)), encoding="utf-8")
+    outputs = {}
+    for dtype in ("float32", "bfloat16"):
+        out = tmp_path / f"out.{dtype}"
+        code, _, err = run_main(
+            monkeypatch, capsys, "translate", "--ckpt_path", ckpt, "--input", str(source),
+            "--output", str(out), "--dtype", dtype,
+        )  # fmt: skip
+        assert code == 0, err
+        outputs[dtype] = out.read_text(encoding="utf-8").splitlines()
+    assert len(outputs["bfloat16"]) == 20
+    assert sum(a == b for a, b in zip(*outputs.values(), strict=True)) >= 14
+
+
+def test_translate_refuses_an_unknown_dtype(tiny_run, monkeypatch, capsys):
+    ckpt = str(tiny_run / "checkpoints/tiny/last.ckpt")
+    code, _, err = run_main(
+        monkeypatch, capsys, "translate", "--ckpt_path", ckpt, "--dtype", "float16"
+    )
+    assert code == 2
+    assert "--dtype: invalid choice: 'float16'" in "\n".join(err)
+
+
+@pytest.mark.parametrize(("has", "precision", "suggested"), [
+    (True, "32-true", True), (False, "32-true", False), (None, "32-true", False),
+    (True, "bf16-mixed", False),
+])  # fmt: skip
+def test_fit_in_float32_on_a_cpu_with_bfloat16_instructions_suggests_bf16_mixed(
+    tiny_cache, multi30k_dir, tmp_path, monkeypatch, capsys, has, precision, suggested
+):
+    from seq2seq.cli import environment
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(environment, "cpu_has_bfloat16_instructions", lambda: has)
+    code, _, err = run_main(
+        monkeypatch, capsys, "fit", "--config", str(CONFIGS / "tiny.yaml"),
+        "--data.data_dir", str(multi30k_dir), "--data.cache_dir", str(tiny_cache),
+        "--trainer.fast_dev_run", "true", "--trainer.precision", precision,
+    )  # fmt: skip
+    assert code == 0, err
+    lines = [line for line in err if "bf16-mixed trains faster" in line]
+    expected = (
+        "seq2seq: this CPU has bfloat16 instructions (avx512_bf16 or amx_bf16): "
+        "--trainer.precision bf16-mixed trains faster here (README, Precision)"
+    )
+    assert lines == ([expected] if suggested else []), err
