@@ -214,8 +214,8 @@ class Seq2SeqCLI(compat.SkipCheckpointHparams, LightningCLI):
         if self.trainer.is_global_zero:
             self._new_folders = missing_folders(self.trainer)
             warn_slow_bfloat16(self.trainer)
-            if subcommand == "fit":
-                suggest_bfloat16(self.trainer)
+            if subcommand == "fit":  # once training starts: not before a one-line error
+                self.trainer.callbacks.append(_SuggestBfloat16())
 
     def instantiate_trainer(self, **kwargs) -> L.Trainer:
         no_bar = self._progress_bar_unwanted()
@@ -369,6 +369,14 @@ class Seq2SeqCLI(compat.SkipCheckpointHparams, LightningCLI):
             f"the checkpoint was trained with other data settings than this config "
             f"({values}); pass {hint} or the config it was trained with"
         )
+
+
+class _SuggestBfloat16(L.Callback):
+    """:func:`~seq2seq.cli.environment.suggest_bfloat16` when training starts."""
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.is_global_zero:
+            suggest_bfloat16(trainer)
 
 
 def _reword_subcommand_help(subcommand: str, parser: LightningArgumentParser) -> None:
