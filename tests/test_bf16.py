@@ -137,3 +137,18 @@ def test_fit_in_float32_on_a_cpu_with_bfloat16_instructions_suggests_bf16_mixed(
         "--trainer.precision bf16-mixed trains faster here (README, Precision)"
     )
     assert lines == ([expected] if suggested else []), err
+
+
+def test_a_ctranslate2_folder_refuses_bfloat16(tmp_path, monkeypatch, capsys):
+    # The refusal comes before the folder is read, so an empty folder stands for an export.
+    folder = tmp_path / "ct2"
+    folder.mkdir()
+    with pytest.raises(ValueError, match=r"dtype bfloat16: a CTranslate2 folder \(.*ct2\)"):
+        Translator.from_checkpoint(folder, device="cpu", dtype="bfloat16")
+    code, _, err = run_main(
+        monkeypatch, capsys, "translate", "--ckpt_path", str(folder), "--dtype", "bfloat16"
+    )
+    assert code == 2
+    assert "--dtype bfloat16: a CTranslate2 folder computes in the type it was exported" in (
+        "\n".join(err)
+    )
