@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import shutil
+import tempfile
 from pathlib import Path
 
 import nbformat
 import pytest
+from jupyter_client.manager import AsyncKernelManager
 from nbclient import NotebookClient
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
@@ -15,10 +17,18 @@ NAMES = ["attention.ipynb", "quickstart.ipynb"]
 
 def _execute(name: str, workdir: Path) -> nbformat.NotebookNode:
     notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
-    client = NotebookClient(
-        notebook, kernel_name="python3", timeout=300, resources={"metadata": {"path": str(workdir)}}
-    )
-    client.execute()
+    # Kernels talk over Unix sockets in a folder of their own: TCP ports are chosen free, closed
+    # and bound again by the kernel, and another xdist worker's kernel can take one in between.
+    # mkdtemp, not tmp_path, keeps the socket paths under the 107-byte limit of AF_UNIX.
+    sockets = tempfile.mkdtemp(prefix="kernel-")
+    try:
+        kernel = AsyncKernelManager(kernel_name="python3", transport="ipc", ip=f"{sockets}/k")
+        client = NotebookClient(
+            notebook, km=kernel, timeout=300, resources={"metadata": {"path": str(workdir)}}
+        )
+        client.execute()
+    finally:
+        shutil.rmtree(sockets, ignore_errors=True)
     return notebook
 
 
