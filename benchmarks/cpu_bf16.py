@@ -10,9 +10,10 @@ and the fused output projection + label-smoothed loss, backward, AdamW. bfloat16
 ``torch.autocast("cpu", dtype=torch.bfloat16)`` around the forward pass, float32 weights and
 optimizer state, as ``--trainer.precision bf16-mixed``. Each repetition times both dtypes, in
 alternating order (``common.time_interleaved``); the medians and their ratio are the result.
-``FlopCounterMode`` counts the model FLOPs of one step (forward and backward); FLOPs per target
-token times tokens/s, over the ``torch.mm`` rate of the same dtype, is the share of the matmul
-ceiling a step reaches.
+``FlopCounterMode`` counts the model FLOPs of one step (forward and backward) on the plain
+output projection and loss, CPU flash attention included; FLOPs per target token times
+tokens/s, over the ``torch.mm`` rate of the same dtype, is the share of the matmul ceiling a
+step reaches.
 
 With ``--ckpt`` (a trained checkpoint, e.g. the README job's) and ``--data_dir``, it also
 decodes the first ``--limit`` sentences of ``--split`` with ours in float32 and in bfloat16
@@ -21,7 +22,7 @@ decodes the first ``--limit`` sentences of ``--split`` with ours in float32 and 
 repetition in alternating order, and prints sentences/s, BLEU, the ratios ours / CTranslate2
 float32 and ours bfloat16 / CTranslate2 int8 (CTranslate2 has no bfloat16 on CPU).
 
-    python benchmarks/cpu_bf16.py                   # training only, about 2 minutes on 2 cores
+    python benchmarks/cpu_bf16.py                   # training only, under a minute on 2 cores
     python benchmarks/cpu_bf16.py --ckpt checkpoints/multi30k_de_en/last.ckpt \\
         --data_dir ../shared/data/multi30k          # and decoding, about 6 more minutes
     python benchmarks/cpu_bf16.py --profile bf16    # torch.profiler's top operators instead
@@ -30,18 +31,23 @@ float32 and ours bfloat16 / CTranslate2 int8 (CTranslate2 has no bfloat16 on CPU
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import subprocess
 import sys
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import time_interleaved  # noqa: E402
 
 from seq2seq.nn import Transformer, TransformerConfig  # noqa: E402
-from seq2seq.nn.loss import linear_label_smoothed_cross_entropy  # noqa: E402
+from seq2seq.nn.loss import (  # noqa: E402
+    label_smoothed_cross_entropy,
+    linear_label_smoothed_cross_entropy,
+)
 
 
 def cpu() -> str:
@@ -65,6 +71,26 @@ def matmul_rates(repeats: int) -> dict[str, float]:
     }
     times = time_interleaved({k: (lambda a=a, b=b: a @ b) for k, (a, b) in pairs.items()}, repeats)
     return {k: 2 * n**3 / statistics.median(t) / 1e9 for k, t in times.items()}
+
+
+def _cpu_attention_flops() -> dict:
+    """FlopCounterMode formulas for CPU flash attention, forward and backward: the two
+    ``(T, Dh) x (Dh, L)`` and ``(T, L) x (L, Dh)`` products per head, twice that backward (as
+    the math path's batched products count)."""
+    aten = torch.ops.aten
+
+    def forward(query_shape, key_shape, value_shape, *args, **kwargs) -> int:
+        *batch, t, dh = query_shape
+        length, dv = key_shape[-2], value_shape[-1]
+        return 2 * math.prod(batch) * t * length * (dh + dv)
+
+    def backward(grad_out_shape, query_shape, key_shape, value_shape, *args, **kwargs) -> int:
+        return 2 * forward(query_shape, key_shape, value_shape)
+
+    return {
+        aten._scaled_dot_product_flash_attention_for_cpu: forward,
+        aten._scaled_dot_product_flash_attention_for_cpu_backward: backward,
+    }
 
 
 def training_step(batch: int, length: int, seed: int = 0):
@@ -94,12 +120,22 @@ def training_step(batch: int, length: int, seed: int = 0):
         optimizer.zero_grad(set_to_none=True)
 
     def flops() -> int:
-        """Model FLOPs of one float32 step (forward + backward), counted by FlopCounterMode."""
+        """Model FLOPs of one float32 step (forward + backward), counted by FlopCounterMode on
+        the plain output projection and loss: the fused loss's oneDNN logits and in-place
+        ``addmm_`` have no FLOP formula there (a fifth of the step's products would go
+        uncounted), nor has CPU flash attention, which :func:`_cpu_attention_flops` supplies."""
         from torch.utils.flop_counter import FlopCounterMode
 
-        counter = FlopCounterMode(display=False)
-        with counter:
-            step(False)
+        from seq2seq.nn import fast
+
+        model = models[False]
+        counter = FlopCounterMode(display=False, custom_mapping=_cpu_attention_flops())
+        with counter, fast.enabled(False):
+            hidden = model.features(src, tgt[:, :-1], mask, index, tgt_index=index)
+            logits = F.linear(hidden, model.output_weight, model.output_bias)
+            loss, _ = label_smoothed_cross_entropy(logits, tgt[:, 1:].reshape(-1), 0.1)
+            loss.backward()
+        model.zero_grad(set_to_none=True)
         return counter.get_total_flops()
 
     step.flops = flops

@@ -105,3 +105,29 @@ def test_ema_sweep_runs(tmp_path, tiny_run, multi30k_dir):
     )  # fmt: skip
     assert [r[0] for r in rows] == ["training weights", "EMA decay 0.5", "EMA decay 0.9"]
     assert all(0.0 <= r[1] <= 100.0 for r in rows)
+
+
+def test_cpu_bf16_counts_the_model_flops_of_every_product():
+    """The FLOPs behind cpu_bf16.py's share of the matmul ceiling equal the count by hand:
+    three times the forward products (each product's two gradients backward), attention and
+    the output projection included."""
+    sys.path[:0] = [str(ROOT / "benchmarks")]
+    try:
+        import cpu_bf16
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    batch, length = 2, 5
+    step, tokens = cpu_bf16.training_step(batch, length)
+    d, d_ff, vocab, layers = 256, 1024, 8000, 3  # the README model that training_step builds
+    rows = batch * length  # source and target tokens alike
+    attention = 2 * 2 * rows * length * d  # scores and weighted values, all heads
+    feed_forward = 2 * 2 * rows * d * d_ff
+    encoder = 2 * rows * d * 3 * d + 2 * rows * d * d + attention + feed_forward
+    decoder = (
+        2 * rows * d * 3 * d + 2 * rows * d * d + attention  # self-attention
+        + 2 * rows * d * d + 2 * rows * d * 2 * d + attention + 2 * rows * d * d  # cross
+        + feed_forward
+    )  # fmt: skip
+    forward = layers * (encoder + decoder) + 2 * rows * d * vocab
+    assert tokens == rows
+    assert step.flops() == 3 * forward
