@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -131,3 +132,21 @@ def test_cpu_bf16_counts_the_model_flops_of_every_product():
     forward = layers * (encoder + decoder) + 2 * rows * d * vocab
     assert tokens == rows
     assert step.flops() == 3 * forward
+
+
+def test_cpu_bf16_times_each_dtype_in_a_process_of_its_own():
+    """The training ratio that carries over to a fit comes from single-dtype processes: each
+    worker builds and steps one dtype only, and the driver pairs them."""
+    sys.path[:0] = [str(ROOT / "benchmarks")]
+    try:
+        import cpu_bf16
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    step, _ = cpu_bf16.training_step(2, 3, dtypes=(True,))
+    step(True)
+    with pytest.raises(KeyError):
+        step(False)  # no float32 model in a bf16 worker
+    args = argparse.Namespace(threads=1, batch=2, length=3, steps=1, processes=1)
+    medians, ratio = cpu_bf16.separate_process_rates(args)
+    assert set(medians) == {"float32", "bf16"} and all(v > 0 for v in medians.values())
+    assert ratio == pytest.approx(medians["bf16"] / medians["float32"])

@@ -528,3 +528,18 @@ def test_the_command_line_reads_the_checkpoint_once(
     )  # fmt: skip
     assert code == 0, err
     assert reads == [os.path.realpath(tiny_run / "checkpoints/tiny/last.ckpt")]
+
+
+def test_one_callback_not_in_a_list_is_read_as_a_list():
+    # `--trainer.callbacks=SomeCallback` gives one callback, not a list of them.
+    from jsonargparse import Namespace
+
+    from seq2seq.cli.checkpoint_args import checkpoint_dirs
+
+    one = Namespace(
+        class_path="lightning.pytorch.callbacks.ModelCheckpoint",
+        init_args=Namespace(dirpath="ckpts/run"),
+    )
+    assert checkpoint_dirs(Namespace(trainer=Namespace(callbacks=one))) == [Path("ckpts/run")]
+    other = Namespace(class_path="seq2seq.callbacks.EMA", init_args=Namespace(decay=0.9))
+    assert checkpoint_dirs(Namespace(trainer=Namespace(callbacks=other))) == []

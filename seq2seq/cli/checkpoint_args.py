@@ -345,7 +345,10 @@ def _model_checkpoints(config) -> list:
     """The ``init_args`` of each configured ``ModelCheckpoint`` callback (``None`` where it has
     none)."""
     found = []
-    for callback in config.get("trainer", {}).get("callbacks") or []:
+    callbacks = config.get("trainer", {}).get("callbacks") or []
+    if not isinstance(callbacks, list):  # --trainer.callbacks=X: one callback, not a list
+        callbacks = [callbacks]
+    for callback in callbacks:
         class_path = getattr(callback, "class_path", None) or (
             callback.get("class_path") if isinstance(callback, dict) else None
         )
