@@ -88,8 +88,9 @@ def warn_slow_bfloat16(trainer: L.Trainer) -> None:
 
 def suggest_bfloat16(trainer: L.Trainer) -> None:
     """One line for float32 training on a CPU that multiplies bfloat16 in hardware, where
-    ``--trainer.precision bf16-mixed`` trained the README job's 28 minutes 1.5x as many steps
-    (AMD EPYC with AVX512-BF16, README, Precision). Not automatic: a config computes the same on every machine.
+    ``--trainer.precision bf16-mixed`` trained 1.5x as many steps in the README job's 28
+    minutes (AMD EPYC with AVX512-BF16, README, Precision). Not automatic: a config computes
+    the same on every machine.
     """
     precision = str(getattr(trainer, "precision", ""))
     if precision not in ("32-true", "32") or trainer.strategy.root_device.type != "cpu":
