@@ -30,6 +30,7 @@ from seq2seq.cli.checkpoint_args import (
     apply_checkpoint_architecture,
     apply_init_from,
     checkpoint_tokenizer,
+    configured_callbacks,
     load_initial_weights,
     resolve_ckpt_arguments,
     set_checkpoint_dirs,
@@ -250,9 +251,7 @@ class Seq2SeqCLI(compat.SkipCheckpointHparams, LightningCLI):
         trainer = self.config_init[self.subcommand].get("trainer", {})
         if trainer.get("enable_progress_bar") is not None:
             return False
-        callbacks = trainer.get("callbacks") or []
-        callbacks = callbacks if isinstance(callbacks, list) else [callbacks]
-        if any(isinstance(c, ProgressBar) for c in callbacks):
+        if any(isinstance(c, ProgressBar) for c in configured_callbacks(trainer)):
             return False
         return not stdout_is_terminal()
 

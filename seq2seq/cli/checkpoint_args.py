@@ -341,14 +341,18 @@ def untrained_or_none(ckpt_path: str | Path | None) -> bool:
     return not ckpt_path or str(ckpt_path) == UNTRAINED
 
 
+def configured_callbacks(trainer_config) -> list:
+    """``trainer.callbacks`` of a parsed config as a list: ``--trainer.callbacks=X`` gives one
+    callback, not a list of them."""
+    callbacks = trainer_config.get("callbacks") or []
+    return callbacks if isinstance(callbacks, list) else [callbacks]
+
+
 def _model_checkpoints(config) -> list:
     """The ``init_args`` of each configured ``ModelCheckpoint`` callback (``None`` where it has
     none)."""
     found = []
-    callbacks = config.get("trainer", {}).get("callbacks") or []
-    if not isinstance(callbacks, list):  # --trainer.callbacks=X: one callback, not a list
-        callbacks = [callbacks]
-    for callback in callbacks:
+    for callback in configured_callbacks(config.get("trainer", {})):
         class_path = getattr(callback, "class_path", None) or (
             callback.get("class_path") if isinstance(callback, dict) else None
         )
