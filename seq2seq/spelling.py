@@ -16,6 +16,8 @@ def did_you_mean(name: str, candidates: Iterable[str]) -> str:
     last = name.lstrip("-").rsplit(".", 1)[-1]
     # the same last part: --trainer.max_epochs for --max_epochs or --model.max_epochs
     matches = [c for c in candidates if c != name and c.rsplit(".", 1)[-1] == last]
+    if not matches:  # else the options it abbreviates: --beam_size for --beam
+        matches = [c for c in candidates if c != name and c.startswith(name)]
     if not matches:  # else similar spellings, not counting the group it names (--data.foo)
         others = [c for c in candidates if not name.startswith(c + ".")]
         matches = difflib.get_close_matches(name, others, n=3, cutoff=0.75)

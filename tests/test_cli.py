@@ -506,9 +506,14 @@ def test_translate_refuses_bad_input_and_settings_before_decoding(
             "unrecognized option --beam-size (did you mean --beam_size?)",
         ),
         (["translate", "--ckpt", "m.ckpt"], "the following arguments are required: --ckpt_path"),
+        # A prefix is pointed to the options it abbreviates.
         (
             ["average", "--in", "a.ckpt", "--output", "o.ckpt"],
-            "unrecognized option --in",
+            "unrecognized option --in (did you mean --inputs?)",
+        ),
+        (
+            ["translate", "--ckpt_path", "m.ckpt", "--beam", "2"],
+            "unrecognized option --beam (did you mean --beam_size?)",
         ),
         # argparse's own errors: one line naming the option.
         (

@@ -112,6 +112,7 @@ def test_average_dir_skips_its_output_and_averaged_checkpoints(run_dir, monkeypa
     assert code == 2 and out == ""
     assert "holds 4 checkpoint file(s) to average" in err[-1]
     assert "(avg2.ckpt, avg.ckpt)" in err[-1] or "(avg.ckpt, avg2.ckpt)" in err[-1]
+    assert err[-1].endswith("; --last 4 averages those it holds")
 
 
 _BLEU_KEY = (

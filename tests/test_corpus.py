@@ -416,6 +416,20 @@ def test_download_unreachable_server_explains_what_to_do(tmp_path):
     assert "val.fr.gz" in message  # every language, French too
     assert str(tmp_path / "m30k") in message and "--data.data_dir" in message
     assert not (tmp_path / "m30k").exists()  # no empty folder left (a mistyped data_dir)
+    assert f"into {tmp_path / 'm30k'} (a new folder)," in message
+
+
+def test_download_into_a_mistyped_folder_names_the_one_beside_it(tmp_path):
+    """A ``--data.data_dir`` that does not exist, spelt like a folder beside it: the error
+    says the folder is new and names that one."""
+    (tmp_path / "multi30k").mkdir()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with pytest.raises(ConnectionError) as info:
+        download_multi30k(tmp_path / "Multi30K", base_url=f"http://127.0.0.1:{port}", timeout=5)
+    assert f"(a new folder; did you mean {tmp_path / 'multi30k'}?)" in str(info.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["multi30k"]
 
 
 def test_multi30k_copy_matches_known_hashes():

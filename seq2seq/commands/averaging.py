@@ -225,6 +225,7 @@ def _newest_checkpoints(
             f"--last {count}: {directory} holds {len(chosen)} checkpoint file(s) to average; "
             "last.ckpt (the latest training state), the --output file and checkpoints written "
             f"by seq2seq average{skipped} are never averaged"
+            + (f"; --last {len(chosen)} averages those it holds" if len(chosen) > 1 else "")
         )
     return chosen[::-1]
 

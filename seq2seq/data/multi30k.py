@@ -8,6 +8,7 @@ split is never filled with Multi30k's: the missing split is reported.
 
 from __future__ import annotations
 
+import difflib
 import os
 import tempfile
 import urllib.error
@@ -78,6 +79,7 @@ def download_multi30k(
         files = {name: MULTI30K_SHA256[name] for name in files}
     root = Path(data_dir)
     created = [p for p in (root, *root.parents) if not p.exists()]
+    new_folder = new_folder_hint(root)
     root.mkdir(parents=True, exist_ok=True)
     downloaded, failed = [], []
     for name, expected in files.items():
@@ -117,11 +119,30 @@ def download_multi30k(
             details = "; ".join(f"{url} ({err})" for _, url, err in failed)
         raise ConnectionError(
             f"Could not download Multi30k: {details}. Put the files "
-            f"{', '.join(name for name, _, _ in failed)} (from {base_url}) into {root}, or set "
+            f"{', '.join(name for name, _, _ in failed)} (from {base_url}) into {root}"
+            f"{new_folder}, or set "
             "`--data.data_dir` to a folder that already holds a copy (and `--data.download "
             "false` to skip downloading)."
         )
     return downloaded
+
+
+def new_folder_hint(folder: Path) -> str:
+    """``" (a new folder; did you mean /data/multi30k?)"`` for a ``folder`` that does not exist,
+    naming the folders beside it spelt alike (a mistyped ``--data.data_dir``); ``""`` for one
+    that exists."""
+    if folder.exists():
+        return ""
+    parent = next((p for p in folder.parents if p.is_dir()), None)
+    missing = folder.relative_to(parent).parts[0] if parent is not None else ""
+    try:
+        beside = [p.name for p in parent.iterdir() if p.is_dir()] if missing else []
+    except OSError:  # an unreadable parent: no hint
+        beside = []
+    lowered = {name.lower(): name for name in beside}
+    close = difflib.get_close_matches(missing.lower(), list(lowered), n=3, cutoff=0.8)
+    alike = [str(parent / lowered[name] / folder.relative_to(parent / missing)) for name in close]
+    return f" (a new folder; did you mean {' or '.join(alike)}?)" if alike else " (a new folder)"
 
 
 # ---------------------------------------------------------------------- which files
@@ -160,7 +181,9 @@ def download_missing(
                 and not any((data_dir / f).is_file() for f in (name, name[:-3]))
             ]
     if wanted and is_multi30k_folder(train_split, locate, langs):  # hashes only then
-        rank_zero_info(f"Downloading {', '.join(wanted)} into {data_dir}")
+        rank_zero_info(
+            f"Downloading {', '.join(wanted)} into {data_dir}{new_folder_hint(data_dir)}"
+        )
         download_multi30k(data_dir, files=wanted)
 
 
