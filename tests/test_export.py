@@ -730,3 +730,33 @@ def test_a_checkpoint_older_than_the_new_options_exports_with_their_defaults(tin
     config = read_checkpoint(old).config
     assert {key: config[key] for key in new} == {"scale_embedding": True, "output_bias": False}
     assert config == read_checkpoint(tiny_ckpt).config
+
+
+def test_ctranslate2_batches_many_lengths_and_keeps_each_sentences_limit(ours, ct2_dir):
+    """Sentences of different lengths share a CTranslate2 call under the largest limit; one
+    whose hypothesis reaches its own, lower limit is translated again under it, so greedy
+    output stays ours (short limits here: most hypotheses reach them)."""
+    lines = _lines(60)
+    theirs = Translator.from_checkpoint(ct2_dir, device="cpu")
+    calls: list[tuple[int, int]] = []
+    translate_batch = theirs.model.translate_batch
+
+    def counted(batch, **options):
+        calls.append((len(batch), options["max_decoding_length"]))
+        return translate_batch(batch, **options)
+
+    theirs.model = type("Counted", (), {"translate_batch": staticmethod(counted)})()
+    lengths = {len(ids) for ids in theirs.encode(lines)}
+    for limits in ({}, {"max_len_a": 0.5, "max_len_b": 2}):
+        calls.clear()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # lines cut at max_positions
+            a = theirs.translate(lines, beam_size=1, return_scores=True, **limits)
+            b = ours.translate(lines, beam_size=1, return_scores=True, **limits)
+        assert [h[0][0] for h in a] == [h[0][0] for h in b]
+        for x, y in zip(a, b, strict=True):
+            assert x[0][1] == pytest.approx(y[0][1], abs=1e-4)
+        first = calls[0]
+        assert first[0] > 1 and len(calls) < len(lengths)  # one call held many lengths
+        if limits:  # the short limits were reached, and those sentences run again
+            assert len(calls) > 1 and any(n < first[1] for _, n in calls[1:])

@@ -23,7 +23,7 @@ decoding settings in ``seq2seq_export.json``.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -225,10 +225,14 @@ class CTranslate2Translator:
 
     Sources are encoded with the folder's SentencePiece model (EOS appended by CTranslate2,
     cut to ``max_positions`` with the same warning), sorted by length and cut into batches of
-    at most ``max_tokens`` source tokens whose sentences share one length limit
-    (``max_len = int(max_len_a * src_len + max_len_b)``, EOS included, at most
-    ``max_positions``): CTranslate2 takes one ``max_decoding_length`` per batch. The padding
-    token is never generated. A line with no piece the model knows comes back empty, scored 0.
+    at most ``max_tokens`` source tokens. CTranslate2 takes one ``max_decoding_length`` per
+    batch: each batch runs under the largest length limit of its sentences (``max_len =
+    int(max_len_a * src_len + max_len_b)``, EOS included, at most ``max_positions``), and a
+    sentence whose hypothesis reaches its own, lower limit is translated again under that limit
+    alone (with others of the same limit). Greedy results are thus those of one call per limit;
+    a beam search can still differ where a sentence's search ran past its own limit without its
+    hypotheses reaching it. The padding token is never generated. A line with no piece the
+    model knows comes back empty, scored 0.
 
     Differences that remain (both from CTranslate2's search, not the model): a beam search
     ends when ``beam_size * patience`` hypotheses have finished, where ours ends when no open
@@ -393,25 +397,48 @@ class CTranslate2Translator:
         ]
         order = sorted(range(len(encoded)), key=lambda i: (len(encoded[i]), limits[i]))
         results: list[Any] = [None] * len(encoded)
+
+        def translate(chunk: list[int], limit: int) -> list[int]:
+            """One CTranslate2 call with the length limit ``limit``; the sentences of
+            ``chunk`` whose hypotheses reached their own, lower limit (to be run again)."""
+            chunk_prefixes = None if forced is None else [forced[i] for i in chunk]
+            hyps, lengths = self._translate_chunk(
+                [encoded[i] for i in chunk], limit, beam, n_best, settings, chunk_prefixes
+            )
+            for i, h in zip(chunk, hyps, strict=True):
+                results[i] = h[0][0] if n_best == 1 and not return_scores else h
+            return [
+                i
+                for i, n in zip(chunk, lengths, strict=True)
+                if limits[i] < limit and n >= limits[i] - 1
+            ]
+
+        # One limit per call, the largest of its batch: batches of many lengths run several
+        # times faster than one per length (test_2016_flickr, greedy: ~4x on 2 threads).
+        shared = [i for i in order if limits[i] >= settings.min_len]  # min_len is per batch
+        again = [i for i in order if limits[i] < settings.min_len]
+        for chunk in self._batches(shared, encoded):
+            again += translate(chunk, max(limits[i] for i in chunk))
+        # A sentence that reached its own limit is translated again under it, with others of
+        # the same limit, so that the limit cuts it where ours would.
+        again.sort(key=lambda i: (len(encoded[i]), limits[i]))
+        for limit in sorted({limits[i] for i in again}):
+            for chunk in self._batches([i for i in again if limits[i] == limit], encoded):
+                translate(chunk, limit)
+        return results[0] if single else results
+
+    def _batches(self, order: list[int], encoded: list[list[int]]) -> Iterator[list[int]]:
+        """``order`` (sorted by length) cut into runs of at most ``max_tokens`` padded source
+        tokens (EOS included), at least one sentence each."""
         start = 0
         while start < len(order):
             end = start + 1
-            while (
-                end < len(order)
-                and limits[order[end]] == limits[order[start]]
-                and (end - start + 1) * (len(encoded[order[end]]) + 1) <= self.max_tokens
+            while end < len(order) and (end - start + 1) * (len(encoded[order[end]]) + 1) <= (
+                self.max_tokens
             ):
                 end += 1
-            chunk = order[start:end]
-            chunk_prefixes = None if forced is None else [forced[i] for i in chunk]
-            hyps = self._translate_chunk(
-                [encoded[i] for i in chunk], limits[chunk[0]], beam, n_best, settings,
-                chunk_prefixes,
-            )  # fmt: skip
-            for i, h in zip(chunk, hyps, strict=True):
-                results[i] = h[0][0] if n_best == 1 and not return_scores else h
+            yield order[start:end]
             start = end
-        return results[0] if single else results
 
     def _translate_chunk(
         self,
@@ -421,16 +448,18 @@ class CTranslate2Translator:
         n_best: int,
         settings: DecodingConfig,
         prefixes: list[list[int]] | None = None,
-    ) -> list[list[tuple[str, float]]]:
-        """One CTranslate2 call for sources that share the length limit ``limit``
-        (``prefixes``: target ids forced first, per source)."""
+    ) -> tuple[list[list[tuple[str, float]]], list[int]]:
+        """One CTranslate2 call for sources under the length limit ``limit`` (``prefixes``:
+        target ids forced first, per source): the ``n_best`` (text, score) pairs of each, and
+        the token count of each one's longest hypothesis (0 for a line translated empty)."""
         tok = self.tokenizer
         special = {tok.pad_id, tok.eos_id, tok.unk_id, tok.space_id}
         special |= getattr(tok, "language_ids", frozenset())
         output: list[list[tuple[str, float]]] = [[("", 0.0)] * n_best for _ in sources]
+        lengths = [0] * len(sources)
         known = [i for i, ids in enumerate(sources) if any(t not in special for t in ids)]
         if not known:
-            return output
+            return output, lengths
         batch = [[self._pieces[t] for t in sources[i]] for i in known]
         options = dict(
             beam_size=beam,
@@ -461,7 +490,8 @@ class CTranslate2Translator:
             ids = [[self._ids[p] for p in hyp] for hyp in result.hypotheses]
             texts = tok.decode(ids)
             output[i] = list(zip(texts, map(float, result.scores), strict=True))
-        return output
+            lengths[i] = max(map(len, ids))
+        return output, lengths
 
 
 def _prefix_ids(
