@@ -98,15 +98,19 @@ def _cpu_attention_flops() -> dict:
     }
 
 
+README_MODEL = TransformerConfig(
+    vocab_size=8000, d_model=256, n_heads=4, n_encoder_layers=3, n_decoder_layers=3, d_ff=1024,
+    dropout=0.1,
+)  # fmt: skip
+"""configs/multi30k_de_en.yaml's model."""
+
+
 def training_step(batch: int, length: int, seed: int = 0, dtypes: tuple[bool, ...] = (False, True)):
     """``step(bf16: bool)``: one training step of a fresh README-size model (its own
     optimizer), and the target tokens a step trains on. ``dtypes``: the ``bf16`` values a model
     is built for (``False``: float32, which :meth:`step.flops` needs)."""
     torch.manual_seed(seed)
-    config = TransformerConfig(
-        vocab_size=8000, d_model=256, n_heads=4, n_encoder_layers=3, n_decoder_layers=3,
-        d_ff=1024, dropout=0.1,
-    )  # fmt: skip
+    config = README_MODEL
     src = torch.randint(4, 8000, (batch, length))
     tgt = torch.randint(4, 8000, (batch, length + 1))
     mask = torch.ones(batch, 1, 1, length, dtype=torch.bool)
@@ -161,22 +165,95 @@ def train_worker(args: argparse.Namespace) -> None:
     print(json.dumps({"tokens_per_s": tokens * args.steps / (time.perf_counter() - start)}))
 
 
-def separate_process_rates(args: argparse.Namespace) -> tuple[dict[str, float], float]:
-    """Target tokens/s of each dtype timed in processes of its own, ``--processes`` of each,
-    started in alternating order (float32 bf16, bf16 float32, ...): the medians, and the median
-    of the paired bf16 / float32 ratios.
+def varying_batches(n: int, max_tokens: int = 4096, seed: int = 0) -> list[tuple]:
+    """``n`` batches shaped as a fit's: ``collate``'s right padding, masks and real-position
+    indices, sentences of 8-30 tokens grouped by length (target = source length +- 3), as many
+    as ``n_sentences * longest <= max_tokens`` allows. Every batch has its own row counts, as
+    in ``seq2seq fit``, where few batches repeat a shape within the cache of compiled oneDNN
+    kernels. Items: ``(src, tgt, src_mask, src_index, tgt_index, target tokens)``."""
+    gen = torch.Generator().manual_seed(seed)
+    batches = []
+    for _ in range(n):
+        longest = int(torch.randint(10, 31, (), generator=gen))
+        size = max_tokens // (longest + 3)
+        src_len = torch.randint(max(longest - 6, 8), longest + 1, (size,), generator=gen)
+        tgt_len = (src_len + torch.randint(-3, 4, (size,), generator=gen)).clamp(min=4)
+        src = torch.randint(4, 8000, (size, int(src_len.max())), generator=gen)
+        tgt = torch.randint(4, 8000, (size, int(tgt_len.max()) + 1), generator=gen)
+        src_mask = torch.arange(src.size(1)) < src_len[:, None]
+        tgt_mask = torch.arange(tgt.size(1) - 1) < tgt_len[:, None]
+        src[~src_mask] = 0
+        tgt[:, 1:][~tgt_mask] = 0
+        src_index = src_mask.flatten().nonzero().squeeze(1)
+        tgt_index = tgt_mask.flatten().nonzero().squeeze(1)
+        batches.append((src, tgt, src_mask[:, None, None, :], src_index, tgt_index,
+                        int(tgt_len.sum())))  # fmt: skip
+    return batches
+
+
+def varying_worker(args: argparse.Namespace) -> None:
+    """``--varying-worker DTYPE``: ``--steps`` timed training steps (after 3 untimed ones) on
+    :func:`varying_batches`, each step a new batch, with the row counts ``TranslationModule``
+    passes (``fast.bucket_index``); ``--no-buckets`` switches ``row_buckets`` off. Prints the
+    target tokens/s as the last line (JSON)."""
+    from seq2seq.nn import fast
+
+    bf16 = args.varying_worker == "bf16"
+    torch.manual_seed(0)
+    model = Transformer(README_MODEL).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    batches = varying_batches(args.steps + 3, args.max_tokens)
+
+    def step(batch) -> int:
+        src, tgt, src_mask, src_index, tgt_index, tokens = batch
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            weight = model.output_weight
+            index = fast.bucket_index(tgt_index, tgt[:, 1:].numel(), weight)
+            src_index = fast.bucket_index(src_index, src.numel(), weight)
+            hidden = model.features(src, tgt[:, :-1], src_mask, index, src_index=src_index,
+                                    tgt_index=index)  # fmt: skip
+            target = tgt[:, 1:].reshape(-1).index_select(0, index)
+            loss, _ = linear_label_smoothed_cross_entropy(
+                hidden, weight, target, 0.1, bias=model.output_bias
+            )
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return tokens
+
+    with fast.enabled(not args.no_buckets, "row_buckets"):
+        for batch in batches[:3]:
+            step(batch)
+        start = time.perf_counter()
+        tokens = sum(step(batch) for batch in batches[3:])
+    print(json.dumps({"tokens_per_s": tokens / (time.perf_counter() - start)}))
+
+
+def separate_process_rates(
+    args: argparse.Namespace, worker: str = "--train-worker", variants: dict | None = None
+) -> tuple[dict[str, float], float]:
+    """Target tokens/s of each variant timed in processes of its own, ``--processes`` of each,
+    started in rotating order (float32 bf16, bf16 float32, ...): the medians, and the median
+    of the paired bf16 / float32 ratios. ``worker``: ``--train-worker`` (the fixed-shape step)
+    or ``--varying-worker``; ``variants``: name -> (dtype, extra arguments), default float32
+    and bf16.
 
     A process that runs both dtypes (:func:`common.time_interleaved`) put bfloat16 ahead by
     more than a single-dtype process sees: on an AMD EPYC (``avx512_bf16``) 1.71-1.74x in one
     process against 1.54x in separate ones, on the same README batches; ``seq2seq fit`` runs
     one dtype."""
+    variants = variants or {"float32": ("float32", []), "bf16": ("bf16", [])}
+    steps = args.steps if worker == "--train-worker" else args.varying_steps
     command = [sys.executable, str(Path(__file__).resolve()), "--threads", str(args.threads),
                "--batch", str(args.batch), "--length", str(args.length),
-               "--steps", str(args.steps), "--train-worker"]  # fmt: skip
-    rates: dict[str, list[float]] = {"float32": [], "bf16": []}
+               "--steps", str(steps), "--max-tokens", str(args.max_tokens)]  # fmt: skip
+    rates: dict[str, list[float]] = {name: [] for name in variants}
+    names = list(variants)
     for r in range(args.processes):
-        for name in ("float32", "bf16") if r % 2 == 0 else ("bf16", "float32"):
-            out = subprocess.run(command + [name], capture_output=True, text=True, check=True)
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            dtype, extra = variants[name]
+            run = command + [worker, dtype] + extra
+            out = subprocess.run(run, capture_output=True, text=True, check=True)
             rates[name].append(json.loads(out.stdout.strip().splitlines()[-1])["tokens_per_s"])
     ratios = [b / f for f, b in zip(rates["float32"], rates["bf16"], strict=True)]
     return {k: statistics.median(v) for k, v in rates.items()}, statistics.median(ratios)
@@ -245,6 +322,12 @@ def main() -> None:
     )
     parser.add_argument("--steps", type=int, default=8, help="timed steps per such process")
     parser.add_argument("--train-worker", choices=["float32", "bf16"], help=argparse.SUPPRESS)
+    parser.add_argument("--varying-worker", choices=["float32", "bf16"], help=argparse.SUPPRESS)
+    parser.add_argument("--no-buckets", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--varying-steps", type=int, default=20, help="timed steps per varying-shape process"
+    )
+    parser.add_argument("--max-tokens", type=int, default=4096, help="varying batches' budget")
     parser.add_argument("--profile", choices=["float32", "bf16"], default=None)
     parser.add_argument("--ckpt", default=None, help="a trained checkpoint: also time decoding")
     parser.add_argument("--data_dir", default="../shared/data/multi30k")
@@ -259,6 +342,9 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     if args.train_worker:
         train_worker(args)
+        return
+    if args.varying_worker:
+        varying_worker(args)
         return
     step, tokens = training_step(args.batch, args.length)
     print(f"CPU: {cpu()}; {args.threads} threads; torch {torch.__version__}")
@@ -302,6 +388,22 @@ def main() -> None:
         print(
             f"| share of the dtype's torch.mm rate, own process | {share_alone['float32']:.0%} | "
             f"{share_alone['bf16']:.0%} | |"
+        )
+    if args.processes > 0:
+        variants = {
+            "float32": ("float32", []),
+            "bf16": ("bf16", []),
+            "bf16 -row_buckets": ("bf16", ["--no-buckets"]),
+        }
+        vary, vary_ratio = separate_process_rates(args, "--varying-worker", variants)
+        print(
+            f"| training step on fit-like batches of {args.max_tokens} tokens, a new shape every "
+            f"step, each in its own process (target tokens/s; {args.processes} each) | "
+            f"{vary['float32']:.0f} | {vary['bf16']:.0f} | {vary_ratio:.2f}x |"
+        )
+        print(
+            f"| the same, bf16 with `row_buckets` off | | {vary['bf16 -row_buckets']:.0f} | "
+            f"{vary['bf16 -row_buckets'] / vary['float32']:.2f}x |"
         )
     print(
         f"| {step_name}, both in one process, interleaved (target tokens/s) | "

@@ -73,6 +73,11 @@ def _warn_unused_sampling_fields(decoding: DecodingConfig) -> None:
         )
 
 
+def _cpu_bfloat16(trainer: L.Trainer) -> bool:
+    """Whether ``trainer`` trains on CPU in ``bf16-mixed`` or ``bf16-true``."""
+    return str(trainer.precision).startswith("bf16") and trainer.strategy.root_device.type == "cpu"
+
+
 class TranslationModule(L.LightningModule):
     """An encoder-decoder Transformer trained with label-smoothed cross entropy (Szegedy et al.,
     2016) per real target token, evaluated by decoding each held-out set and scoring it with
@@ -182,6 +187,8 @@ class TranslationModule(L.LightningModule):
 
     # ------------------------------------------------------------------ set-up and checkpoints
     def setup(self, stage: str) -> None:
+        if stage == "fit" and self._trainer is not None and _cpu_bfloat16(self.trainer):
+            fast.keep_freed_heap()  # the rest of this process keeps freed memory for reuse
         datamodule = getattr(self.trainer, "datamodule", None) if self._trainer else None
         if self.tokenizer is None and getattr(datamodule, "tokenizer", None) is not None:
             self.tokenizer = datamodule.tokenizer
@@ -244,12 +251,18 @@ class TranslationModule(L.LightningModule):
             # and the output projection fused with the loss (the (N, V) logits are never
             # materialised); the feed-forward sub-layers skip padding rows too.
             rows = fast.is_enabled("real_rows")
+            src_index = batch.get("src_index") if rows else None
+            if rows:  # fewer row counts for oneDNN's bfloat16 kernels (fast.row_buckets)
+                weight = self.model.output_weight
+                index = fast.bucket_index(index, target.numel(), weight)
+                if src_index is not None:
+                    src_index = fast.bucket_index(src_index, batch["src"].numel(), weight)
             hidden = self.model.features(
                 batch["src"],
                 batch["tgt_in"],
                 batch["src_mask"],
                 index,
-                src_index=batch.get("src_index") if rows else None,
+                src_index=src_index,
                 tgt_index=index if rows else None,
             )
             real_targets = target.reshape(-1).index_select(0, index)

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -146,7 +147,31 @@ def test_cpu_bf16_times_each_dtype_in_a_process_of_its_own():
     step(True)
     with pytest.raises(KeyError):
         step(False)  # no float32 model in a bf16 worker
-    args = argparse.Namespace(threads=1, batch=2, length=3, steps=1, processes=1)
+    args = argparse.Namespace(
+        threads=1, batch=2, length=3, steps=1, processes=1, varying_steps=1, max_tokens=96
+    )
     medians, ratio = cpu_bf16.separate_process_rates(args)
     assert set(medians) == {"float32", "bf16"} and all(v > 0 for v in medians.values())
     assert ratio == pytest.approx(medians["bf16"] / medians["float32"])
+    variants = {"float32": ("float32", []), "bf16": ("bf16", []), "off": ("bf16", ["--no-buckets"])}
+    medians, _ = cpu_bf16.separate_process_rates(args, "--varying-worker", variants)
+    assert set(medians) == set(variants) and all(v > 0 for v in medians.values())
+
+
+def test_cpu_bf16_varying_batches_are_collated_as_a_fit_sees_them():
+    """Right padding, masks and real-position indices as collate makes them, within the token
+    budget, and a new shape in (nearly) every batch."""
+    sys.path[:0] = [str(ROOT / "benchmarks")]
+    try:
+        import cpu_bf16
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    batches = cpu_bf16.varying_batches(30, max_tokens=1024)
+    for src, tgt, src_mask, src_index, tgt_index, tokens in batches:
+        assert src.numel() <= 1024 and tgt[:, 1:].numel() <= 1024
+        assert torch.equal(src_mask[:, 0, 0], src != 0)
+        assert torch.equal(src_index, (src.flatten() != 0).nonzero().squeeze(1))
+        assert torch.equal(tgt_index, (tgt[:, 1:].flatten() != 0).nonzero().squeeze(1))
+        assert tokens == tgt_index.numel()
+    shapes = {(b[0].shape, b[1].shape, b[3].numel(), b[4].numel()) for b in batches}
+    assert len(shapes) >= 25

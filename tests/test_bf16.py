@@ -122,9 +122,12 @@ def test_fit_in_float32_on_a_cpu_with_bfloat16_instructions_suggests_bf16_mixed(
     tiny_cache, multi30k_dir, tmp_path, monkeypatch, capsys, has, precision, suggested
 ):
     from seq2seq.cli import environment
+    from seq2seq.nn import fast
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(environment, "cpu_has_bfloat16_instructions", lambda: has)
+    heap = []
+    monkeypatch.setattr(fast, "keep_freed_heap", lambda: heap.append(1) or True)
     code, _, err = run_main(
         monkeypatch, capsys, "fit", "--config", str(CONFIGS / "tiny.yaml"),
         "--data.data_dir", str(multi30k_dir), "--data.cache_dir", str(tiny_cache),
@@ -137,6 +140,7 @@ def test_fit_in_float32_on_a_cpu_with_bfloat16_instructions_suggests_bf16_mixed(
         "--trainer.precision bf16-mixed trains faster here (README, Precision)"
     )
     assert lines == ([expected] if suggested else []), err
+    assert heap == ([1] if precision == "bf16-mixed" else [])  # CPU bfloat16 fits only
 
 
 def test_a_ctranslate2_folder_refuses_bfloat16(tmp_path, monkeypatch, capsys):

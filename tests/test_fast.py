@@ -275,3 +275,143 @@ def test_the_ablation_benchmark_runs(tmp_path, capsys):
     assert ("train", "- fused_loss") in variants and ("beam", "- slots") in variants
     assert all(r["value"] > 0 for r in rows)
     assert "fast off (plain path)" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------- row buckets
+
+
+def test_row_buckets_hold_every_count_with_little_padding_and_few_shapes():
+    for rows in range(1, 20000):
+        size = fast.row_bucket(rows)
+        assert rows <= size and (size * 8 <= rows * 9 if rows >= 128 else size - rows < 16)
+    octave = {fast.row_bucket(rows) for rows in range(2049, 4097)}
+    assert len(octave) == 8  # 2304, 2560, ..., 4096
+    assert fast.row_bucket(4096) == 4096 and fast.row_bucket(4097) == 4608
+
+
+@pytest.mark.parametrize("shape", [(37, 48), (3, 11, 48), (256, 48)])
+def test_bucketed_linear_gives_f_linears_values_and_gradients(shape):
+    """Padding rows change neither the kept rows nor any gradient (float64: exact sums)."""
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(48, 80).double()
+    x = torch.randn(*shape, 48, dtype=torch.float64, requires_grad=True)
+    out = fast.bucketed_linear(x, layer.weight, layer.bias)
+    ref = F.linear(x, layer.weight, layer.bias)
+    assert out.shape == ref.shape
+    torch.testing.assert_close(out, ref)
+    g = torch.randn_like(ref)
+    grads = torch.autograd.grad(out, (x, layer.weight, layer.bias), g)
+    refs = torch.autograd.grad(ref, (x, layer.weight, layer.bias), g)
+    for a, b in zip(grads, refs, strict=True):
+        torch.testing.assert_close(a, b)
+
+
+def test_bfloat16_cpu_training_pads_the_rows_of_linear_layers(monkeypatch):
+    """fast.Linear pads rows under bfloat16 autocast with autograd on, and only there."""
+    padded = []
+    real_pad = F.pad
+    monkeypatch.setattr(
+        F, "pad", lambda t, p, *a, **k: padded.append(t.shape) or real_pad(t, p, *a, **k)
+    )
+    layer = Linear(8, 4)
+    x = torch.randn(5, 7, 8, requires_grad=True)
+    layer(x).sum().backward()  # float32 training
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        layer(x)  # bfloat16 inference
+    with torch.autocast("cpu", dtype=torch.bfloat16), fast.enabled(False, "row_buckets"):
+        layer(x)  # switched off
+    assert padded == []
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = layer(x)
+    assert padded == [(35, 8)] and out.shape == (5, 7, 4) and out.dtype == torch.bfloat16
+    torch.testing.assert_close(
+        out, F.linear(x.bfloat16(), layer.weight.bfloat16(), layer.bias.bfloat16())
+    )
+    out.float().sum().backward()
+    assert x.grad is not None and x.grad.shape == x.shape
+    layer.bfloat16()(x.detach().bfloat16().requires_grad_())  # bfloat16 weights, no autocast
+    assert padded[-1] == (35, 8)
+
+
+def test_bucket_index_adds_padding_positions_only_for_bfloat16_cpu_training():
+    weight = torch.zeros(4, 4)
+    mask = torch.rand(9, 13, generator=torch.Generator().manual_seed(0)) < 0.8
+    index = mask.flatten().nonzero().squeeze(1)
+    total = mask.numel()
+    assert fast.bucket_index(index, total, weight) is index  # float32
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        bucketed = fast.bucket_index(index, total, weight)
+        with torch.no_grad():
+            assert fast.bucket_index(index, total, weight) is index
+        # no padding position left to add: the count stays
+        assert fast.bucket_index(torch.arange(total), total, weight).numel() == total
+    n = index.numel()
+    assert bucketed.numel() == min(fast.row_bucket(n), total) > n
+    assert torch.equal(bucketed[:n], index)
+    extra = bucketed[n:]
+    assert not mask.flatten()[extra].any() and extra.unique().numel() == extra.numel()
+
+
+def test_bfloat16_training_step_with_row_buckets_matches_the_one_without():
+    """TranslationModule's fused path under bfloat16 autocast: bucketed row counts (padding
+    rows in the feed-forward layers, an ignored padding tail in the loss's last chunk) give
+    the loss and gradients of the unbucketed step, up to bfloat16 rounding."""
+    from seq2seq.nn import linear_label_smoothed_cross_entropy
+
+    torch.manual_seed(0)
+    model = Transformer(
+        vocab_size=300, d_model=32, n_heads=4, n_encoder_layers=1, n_decoder_layers=1, d_ff=64,
+        dropout=0.0,
+    )  # fmt: skip
+    src = torch.randint(4, 300, (24, 13))
+    src[::3, 9:] = 0
+    tgt_in, tgt_out = torch.randint(4, 300, (24, 15)), torch.randint(4, 300, (24, 15))
+    tgt_in[1::4, 11:] = tgt_out[1::4, 11:] = 0
+    mask = padding_mask(src, 0)
+
+    def step():
+        index = (tgt_out.flatten() != 0).nonzero().squeeze(1)
+        src_index = mask.flatten().nonzero().squeeze(1)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            w = model.output_weight
+            index = fast.bucket_index(index, tgt_out.numel(), w)
+            src_index = fast.bucket_index(src_index, src.numel(), w)
+            hidden = model.features(src, tgt_in, mask, index, src_index=src_index, tgt_index=index)
+            target = tgt_out.flatten()[index]
+            loss, nll = linear_label_smoothed_cross_entropy(hidden, w, target, 0.1, chunk_size=64)
+        grads = torch.autograd.grad(loss, list(model.parameters()))
+        return index.numel(), loss, nll, grads
+
+    rows, loss, nll, grads = step()
+    with fast.enabled(False, "row_buckets"):
+        rows_off, loss_off, nll_off, grads_off = step()
+    assert rows > rows_off  # buckets on: padding rows, and a padded tail in the loss
+    torch.testing.assert_close(loss, loss_off, rtol=2e-2, atol=0)
+    torch.testing.assert_close(nll, nll_off, rtol=2e-2, atol=0)
+    for a, b in zip(grads, grads_off, strict=True):
+        assert torch.isfinite(a).all()
+        cosine = F.cosine_similarity(a.flatten().double(), b.flatten().double(), dim=0)
+        assert cosine > 0.99
+
+
+@pytest.mark.skipif(
+    not hasattr(__import__("ctypes").CDLL(None), "gnu_get_libc_version"), reason="not glibc"
+)
+def test_keep_freed_heap_sets_glibcs_parameters_unless_switched_off(monkeypatch):
+    calls = []
+    monkeypatch.setattr(fast.ctypes, "CDLL", lambda name: _FakeLibc(calls))
+    with fast.enabled(False, "heap"):
+        assert fast.keep_freed_heap() is False
+    assert calls == []
+    assert fast.keep_freed_heap() is True
+    assert calls == [(-3, 32 << 20), (-1, 2**31 - 1), (-2, 512 << 20)]
+
+
+class _FakeLibc:
+    def __init__(self, calls):
+        self.calls = calls
+        self.gnu_get_libc_version = object()
+
+    def mallopt(self, param, value):
+        self.calls.append((param, value))
+        return 1

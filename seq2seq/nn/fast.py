@@ -19,14 +19,21 @@ trick                  plain counterpart                     where it runs
                                                              self-attention cache
 ``slots``              beams in score order                  beam search: beams stay in
                                                              their parent's cache row
+``row_buckets``        ``F.linear`` on the rows as they come  CPU training in bfloat16: rows
+                                                             padded to one of 8 counts per
+                                                             octave
+``heap``               glibc's heap defaults                 CPU training in bfloat16:
+                                                             freed memory kept for reuse
+                                                             (:func:`keep_freed_heap`)
 =====================  ====================================  ===============================
 
 :func:`install` turns a model's ``nn.Linear`` and ``nn.Dropout`` modules into the
 :class:`Linear` and :class:`Dropout` subclasses below (same parameters, same state dict);
 :class:`~seq2seq.nn.Transformer` calls it. The fused output projection + loss
 (:func:`seq2seq.nn.linear_label_smoothed_cross_entropy`) and the feed-forward sub-layers on
-real tokens only (``Transformer.features(..., src_index, tgt_index)``) are chosen by their
-callers; ``TranslationModule`` uses them when :func:`is_enabled`.
+real tokens only (``Transformer.features(..., src_index, tgt_index)``, whose row counts
+:func:`bucket_index` rounds up) are chosen by their callers; ``TranslationModule`` uses them
+when :func:`is_enabled`.
 
 One setting switches every trick off: ``with seq2seq.nn.fast.enabled(False): ...``, or the
 environment variable ``SEQ2SEQ_FAST=0`` for a whole process. ``enabled(False, "topk")``
@@ -36,6 +43,7 @@ switches one trick off (for the ablation).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 from collections.abc import Iterator
 
@@ -57,8 +65,13 @@ __all__ = [
     "PackedWeight",
     "enabled",
     "install",
+    "keep_freed_heap",
     "is_enabled",
+    "bfloat16_cpu_product",
+    "bucket_index",
+    "bucketed_linear",
     "linear",
+    "row_bucket",
     "topk",
 ]
 
@@ -71,6 +84,8 @@ TRICKS = (
     "slots",
     "fused_loss",
     "real_rows",
+    "row_buckets",
+    "heap",
 )
 """Names of the tricks (``fused_loss`` and ``real_rows`` are switched by their callers)."""
 
@@ -184,7 +199,103 @@ class Linear(nn.Linear):
 
     def forward(self, x: Tensor) -> Tensor:
         """``(..., in)`` -> ``(..., out)``."""
+        if _bucketed(x, self.weight):
+            return bucketed_linear(x, self.weight, self.bias)
         return linear(x, self.weight, self.bias, self._packed)
+
+
+# --------------------------------------------------------------------------- row buckets
+# oneDNN compiles a bfloat16 product (AMX or AVX512-BF16 kernels) for every new shape, and a
+# training batch brings new row counts at every step: on an AMX Xeon, products of 1,500-3,000
+# new rows x 256 x 1,024 took 2.5 times as long as with compiled kernels (benchmarks/README.md).
+
+
+def row_bucket(rows: int) -> int:
+    """``rows`` rounded up to a multiple of an eighth of its octave, ``2 ** (floor(log2 rows) -
+    3)``, and of 16: 8 counts per octave, at most 12.5% (about 4% on average) more rows from
+    128 rows on, at most 15 more below."""
+    step = max(16, 1 << max(rows.bit_length() - 4, 0))
+    return -(-rows // step) * step
+
+
+def _bucketed(x: Tensor, weight: Tensor) -> bool:
+    """Whether the product of ``x`` and ``weight`` is CPU training in bfloat16 (autocast or
+    bfloat16 tensors) with the ``row_buckets`` trick on."""
+    return torch.is_grad_enabled() and bfloat16_cpu_product(x, weight, "row_buckets")
+
+
+def bfloat16_cpu_product(x: Tensor, weight: Tensor, trick: str) -> bool:
+    """Whether ``x @ weight.T`` runs in bfloat16 on CPU (under bfloat16 autocast, or both
+    bfloat16), outside compiled code, with ``trick`` on."""
+    if not (_ON[trick] and x.device.type == "cpu" and not torch.compiler.is_compiling()):
+        return False
+    if torch.is_autocast_enabled("cpu"):
+        return torch.get_autocast_dtype("cpu") == torch.bfloat16 and x.dtype in _AUTOCAST_INPUTS
+    return x.dtype == weight.dtype == torch.bfloat16
+
+
+def bucket_index(index: Tensor, total: int, weight: Tensor) -> Tensor:
+    """``index``, ``(N,)`` long positions of the real tokens in a flattened ``(B * L)`` layout,
+    followed by padding positions up to :func:`row_bucket` of ``N`` (at most ``total``), when
+    training products with ``weight`` run in bfloat16 on CPU; otherwise ``index`` itself. The
+    rows at padding positions are computed like any other, and a loss ignores their padding
+    targets."""
+    n = index.numel()
+    size = min(row_bucket(n), total)
+    if size == n or not _bucketed(weight, weight):
+        return index
+    free = torch.ones(total, dtype=torch.bool, device=index.device)
+    free[index] = False
+    return torch.cat([index, free.nonzero().squeeze(1)[: size - n]])
+
+
+def bucketed_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """``F.linear(x, weight, bias)`` over the rows of ``x`` padded with zeros to
+    :func:`row_bucket` of their number; the padding's outputs are dropped, so its gradients are
+    zero. ``(..., in)`` -> ``(..., out)``, in ``F.linear``'s dtype."""
+    rows = x.reshape(-1, x.size(-1))
+    n = rows.size(0)
+    extra = row_bucket(n) - n
+    if extra == 0:
+        return F.linear(x, weight, bias)
+    if torch.is_autocast_enabled("cpu"):  # cast before padding: one copy, not two
+        rows = rows.to(torch.bfloat16)
+    out = F.linear(F.pad(rows, (0, 0, 0, extra)), weight, bias)[:n]
+    return out.reshape(*x.shape[:-1], out.size(-1))
+
+
+# --------------------------------------------------------------------------- heap
+# glibc maps every block above a threshold (that it moves up to 32 MiB as blocks are freed)
+# afresh and unmaps it on free, and returns the heap's free top to the system: each new
+# activation then page-faults in again. Kept, bfloat16 steps on batches of varying shapes ran
+# 12-20% faster on an AMX Xeon, the README job 1.5% (benchmarks/README.md, cpu_bf16.py).
+
+_M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3  # glibc's mallopt parameters
+
+
+def keep_freed_heap() -> bool:
+    """With the ``heap`` trick on and glibc's allocator, have it keep freed memory for reuse for
+    the rest of the process: blocks up to 32 MiB come from the heap (``M_MMAP_THRESHOLD``), whose
+    top is returned to the system only beyond 2 GiB free (``M_TRIM_THRESHOLD``) and grows 512 MiB
+    at a time (``M_TOP_PAD``); the process keeps its peak memory. The environment variables
+    ``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_`` and ``MALLOC_TOP_PAD_`` set the same.
+    Returns whether it was applied."""
+    if not _ON["heap"]:
+        return False
+    try:
+        libc = ctypes.CDLL(None)
+        # glibc only: other C libraries read these parameters otherwise
+        mallopt = libc.mallopt if hasattr(libc, "gnu_get_libc_version") else None
+    except OSError:
+        return False
+    if mallopt is None:
+        return False
+    settings = (
+        (_M_MMAP_THRESHOLD, 32 << 20),
+        (_M_TRIM_THRESHOLD, 2**31 - 1),
+        (_M_TOP_PAD, 512 << 20),
+    )
+    return all(mallopt(param, value) == 1 for param, value in settings)
 
 
 # --------------------------------------------------------------------------- dropout

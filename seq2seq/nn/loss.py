@@ -6,8 +6,10 @@ Shapes follow the legend in :mod:`seq2seq.nn.attention`.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
+from seq2seq.nn import fast
 from seq2seq.nn.fast import PackedWeight, linear
 
 __all__ = ["label_smoothed_cross_entropy", "linear_label_smoothed_cross_entropy"]
@@ -106,9 +108,16 @@ class _LinearLabelSmoothedCE(torch.autograd.Function):
             bias = None if bias is None else bias.to(weight.dtype)
         loss_sum = hidden.new_zeros((), dtype=torch.float32)
         nll_sum = hidden.new_zeros((), dtype=torch.float32)
+        # A short last chunk is padded with ignored rows where the products run in bfloat16 on
+        # CPU, so that oneDNN reuses the kernels it compiled for the others (fast.row_buckets).
+        pad_last = n > chunk_size and fast.bfloat16_cpu_product(hidden, weight, "row_buckets")
         for start in range(0, n, chunk_size):
             h = hidden[start : start + chunk_size]
             t = target[start : start + chunk_size]
+            rows = h.size(0)
+            if pad_last and rows < chunk_size:
+                h = F.pad(h, (0, 0, 0, chunk_size - rows))
+                t = F.pad(t, (0, chunk_size - rows), value=ignore_index)
             keep = (t != ignore_index).unsqueeze(1)
             t = t.masked_fill(~keep.squeeze(1), 0).unsqueeze(1)
             # Logits in the dtype autocast chooses; log-probabilities in float32.
@@ -130,7 +139,7 @@ class _LinearLabelSmoothedCE(torch.autograd.Function):
                 grad_bias += grad.sum(dim=0, dtype=torch.float32)
             if not autocast:
                 grad = grad.to(h.dtype)
-            grad_hidden[start : start + chunk_size] = grad @ weight
+            grad_hidden[start : start + rows] = (grad @ weight)[:rows]
             if fused_acc:
                 grad_weight.addmm_(grad.t(), h)
             else:
