@@ -132,18 +132,25 @@ class _LinearLabelSmoothedCE(torch.autograd.Function):
             smooth = -(lprobs.sum(dim=1, keepdim=True) * keep).sum()
             nll_sum += nll
             loss_sum += (1.0 - epsilon) * nll + epsilon / vocab * smooth
-            # d loss / d logits = p - (1 - eps) * onehot - eps / V, zero for ignored rows.
-            grad = lprobs.exp_().sub_(epsilon / vocab).mul_(keep)
+            # d loss / d logits = p - (1 - eps) * onehot - eps / V on kept rows. Ignored rows are
+            # zeroed on the (rows, D) side of the two products, not in the (rows, V) gradient:
+            # each pass over the (rows, V) block costs as much as a product here.
+            grad = lprobs.exp_()
             grad.scatter_add_(1, t, keep.to(grad.dtype).mul_(-(1.0 - epsilon)))
-            if grad_bias is not None:  # d loss / d bias: the logits' gradient summed over rows
-                grad_bias += grad.sum(dim=0, dtype=torch.float32)
-            if not autocast:
-                grad = grad.to(h.dtype)
-            grad_hidden[start : start + rows] = (grad @ weight)[:rows]
+            keep_h = keep.to(h.dtype)
+            if grad_bias is not None:  # d loss / d bias: the logits' gradient over kept rows
+                kept = keep.squeeze(1).to(grad.dtype)
+                with torch.autocast(device_type, enabled=False):  # a float32 sum, not bf16's
+                    grad_bias += kept @ grad - epsilon / vocab * kept.sum()
+            # Subtract eps / V and round to the products' dtype in one pass.
+            dtype = weight.dtype if autocast else h.dtype
+            low = grad if grad.dtype == dtype else torch.empty_like(grad, dtype=dtype)
+            torch.sub(grad, epsilon / vocab, out=low)
+            grad_hidden[start : start + rows] = ((low @ weight) * keep_h)[:rows]
             if fused_acc:
-                grad_weight.addmm_(grad.t(), h)
+                grad_weight.addmm_(low.t(), h * keep_h)
             else:
-                grad_weight += grad.t() @ h
+                grad_weight += low.t() @ (h * keep_h)
         saved = [grad_hidden, grad_weight.to(full_weight.dtype)]
         if grad_bias is not None:
             saved.append(grad_bias.to(full_bias.dtype))
