@@ -1,5 +1,5 @@
 """bfloat16 against float32 on this CPU, side by side in one process: training, and decoding
-against CTranslate2.
+against CTranslate2, each engine in processes of its own.
 
 Prints the CPU (``lscpu`` model name, whether ``amx_bf16`` / ``avx512_bf16`` are present), the
 ``torch.mm`` 2048^3 rate of each dtype (the physical ceiling of the ratio), and the training
@@ -21,9 +21,10 @@ step reaches.
 With ``--ckpt`` (a trained checkpoint, e.g. the README job's) and ``--data_dir``, it also
 decodes the first ``--limit`` sentences of ``--split`` with ours in float32 and in bfloat16
 (``Translator(dtype=...)``) and with CTranslate2 float32 and int8 (folders written by
-``seq2seq export``; needs the ``export`` extra), greedy and beam 5, every engine once per
-repetition in alternating order, and prints sentences/s, BLEU, the ratios ours / CTranslate2
-float32 and ours bfloat16 / CTranslate2 int8 (CTranslate2 has no bfloat16 on CPU).
+``seq2seq export``; needs the ``export`` extra), greedy and beam 5, each engine in
+``--processes`` processes of its own in rotating order (:func:`decoding` says why), and prints
+sentences/s, BLEU, the ratios ours / CTranslate2 float32 and ours bfloat16 / CTranslate2 int8
+(CTranslate2 has no bfloat16 on CPU).
 
     python benchmarks/cpu_bf16.py                   # training only, ~2 minutes on 2 cores
     python benchmarks/cpu_bf16.py --ckpt checkpoints/multi30k_de_en/last.ckpt \\
@@ -259,55 +260,95 @@ def separate_process_rates(
     return {k: statistics.median(v) for k, v in rates.items()}, statistics.median(ratios)
 
 
-def decoding(args: argparse.Namespace) -> None:
-    """Ours float32 / bfloat16 and CTranslate2 float32 / int8, greedy and beam 5, interleaved."""
-    import gzip
-    import tempfile
+DECODING_ENGINES = ("ours float32", "ours bf16", "CTranslate2 float32", "CTranslate2 int8")
+DECODING_PEERS = {"ours float32": "CTranslate2 float32", "ours bf16": "CTranslate2 int8"}
 
+
+def _read_split(args: argparse.Namespace, lang: str) -> list[str]:
+    import gzip
+
+    path = Path(args.data_dir) / f"{args.split}.{lang}.gz"
+    opener = gzip.open if path.is_file() else open
+    path = path if path.is_file() else path.with_suffix("")
+    with opener(path, "rt", encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in f][: args.limit or None]
+
+
+def decode_worker(args: argparse.Namespace) -> None:
+    """``--decode-worker ENGINE``: this process loads that one engine (ours from ``--ckpt``,
+    CTranslate2 from the folder ``--export-dir/QUANTIZATION``), translates the sentences once
+    untimed, then ``--decode-repeats`` times with ``--beam``, and prints the median
+    sentences/s and the BLEU of the last call as its last line (JSON)."""
     import sacrebleu
 
-    from seq2seq.export.ctranslate2 import CTranslate2Translator, export_ctranslate2
+    from seq2seq.export.ctranslate2 import CTranslate2Translator
     from seq2seq.translator import Translator
 
-    def read(lang: str) -> list[str]:
-        path = Path(args.data_dir) / f"{args.split}.{lang}.gz"
-        opener = gzip.open if path.is_file() else open
-        path = path if path.is_file() else path.with_suffix("")
-        with opener(path, "rt", encoding="utf-8") as f:
-            return [line.rstrip("\n") for line in f][: args.limit or None]
+    name = args.decode_worker
+    if name.startswith("ours"):
+        dtype = "bfloat16" if name.endswith("bf16") else "float32"
+        engine = Translator.from_checkpoint(args.ckpt, device="cpu", dtype=dtype)
+    else:
+        folder = Path(args.export_dir) / name.split()[-1]
+        engine = CTranslate2Translator(folder, device="cpu", intra_threads=args.threads)
+    sources, refs = _read_split(args, args.src_lang), _read_split(args, args.tgt_lang)
+    engine.translate(sources, beam_size=args.beam)
+    times = []
+    for _ in range(args.decode_repeats):
+        start = time.perf_counter()
+        outputs = engine.translate(sources, beam_size=args.beam)
+        times.append(time.perf_counter() - start)
+    bleu = sacrebleu.corpus_bleu(outputs, [refs]).score
+    print(json.dumps({"sent_per_s": len(sources) / statistics.median(times), "bleu": bleu}))
 
-    ours = Translator.from_checkpoint(args.ckpt, device="cpu")
-    sources, refs = read(args.src_lang), read(args.tgt_lang)
+
+def decoding(args: argparse.Namespace) -> None:
+    """Ours float32 / bfloat16 and CTranslate2 float32 / int8, greedy and beam 5, each engine
+    in processes of its own (:func:`decode_worker`), ``--processes`` of each in rotating order.
+
+    Not in one process: once CTranslate2 has translated, the OpenMP threads of our operators
+    stop spinning between parallel regions (CTranslate2's OpenMP runtime and PyTorch's then
+    manage more threads than there are cores) and our greedy decoding took 1.45x as long on a
+    2-core Intel Xeon; with ``OMP_WAIT_POLICY=PASSIVE`` it took as long before CTranslate2 ran
+    as after (benchmarks/README.md)."""
+    import tempfile
+
+    from seq2seq.export.ctranslate2 import export_ctranslate2
+
     work = Path(tempfile.mkdtemp(prefix="cpu_bf16."))
-    engines = {
-        "ours float32": ours,
-        "ours bf16": Translator.from_checkpoint(args.ckpt, device="cpu", dtype="bfloat16"),
-    }
     for quantization in ("float32", "int8"):
-        folder = export_ctranslate2(args.ckpt, work / quantization, quantization)
-        engines[f"CTranslate2 {quantization}"] = CTranslate2Translator(
-            folder, device="cpu", intra_threads=args.threads
-        )
-    print(f"{args.split}, {len(sources)} sentences; {args.repeats} interleaved calls each")
+        export_ctranslate2(args.ckpt, work / quantization, quantization)
+    command = [sys.executable, str(Path(__file__).resolve()), "--threads", str(args.threads),
+               "--ckpt", args.ckpt, "--export-dir", str(work), "--data_dir", args.data_dir,
+               "--split", args.split, "--src_lang", args.src_lang, "--tgt_lang", args.tgt_lang,
+               "--limit", str(args.limit),
+               "--decode-repeats", str(args.decode_repeats)]  # fmt: skip
+    n = len(_read_split(args, args.src_lang))
+    print(
+        f"{args.split}, {n} sentences; each engine in {args.processes} processes of its own, "
+        f"{args.decode_repeats} timed calls each (ratio: median of the rounds' ratios)"
+    )
     print("| search | engine | sent/s | BLEU | ratio | against |")
     print("| --- | --- | --- | --- | --- | --- |")
+    engines = list(DECODING_ENGINES)
     for beam in (1, 5):
-        outputs: dict[str, list[str]] = {}
-
-        def call(name: str, beam: int = beam, outputs: dict = outputs) -> None:
-            outputs[name] = engines[name].translate(sources, beam_size=beam)
-
-        times = time_interleaved(
-            {name: (lambda name=name: call(name)) for name in engines}, args.repeats, warmup=1
-        )
-        speed = {k: len(sources) / statistics.median(t) for k, t in times.items()}
-        peer = {"ours float32": "CTranslate2 float32", "ours bf16": "CTranslate2 int8"}
+        runs: dict[str, list[dict]] = {name: [] for name in engines}
+        for r in range(args.processes):
+            for name in engines[r % len(engines) :] + engines[: r % len(engines)]:
+                run = command + ["--beam", str(beam), "--decode-worker", name]
+                out = subprocess.run(run, capture_output=True, text=True, check=True)
+                runs[name].append(json.loads(out.stdout.strip().splitlines()[-1]))
+        speed = {k: statistics.median(x["sent_per_s"] for x in v) for k, v in runs.items()}
         for name in engines:
-            bleu = sacrebleu.corpus_bleu(outputs[name], [refs]).score
-            ratio = f"{speed[name] / speed[peer[name]]:.2f}x" if name in peer else ""
+            ratio = against = ""
+            if name in DECODING_PEERS:
+                against = DECODING_PEERS[name]
+                pairs = zip(runs[name], runs[against], strict=True)
+                ratios = [a["sent_per_s"] / b["sent_per_s"] for a, b in pairs]
+                ratio = f"{statistics.median(ratios):.2f}x"
             print(
                 f"| {'greedy' if beam == 1 else f'beam {beam}'} | {name} | {speed[name]:.0f} | "
-                f"{bleu:.2f} | {ratio} | {peer.get(name, '')} |"
+                f"{runs[name][-1]['bleu']:.2f} | {ratio} | {against} |"
             )
 
 
@@ -336,8 +377,11 @@ def main() -> None:
     parser.add_argument("--tgt_lang", default="en")
     parser.add_argument("--limit", type=int, default=500, help="sentences decoded (0: all)")
     parser.add_argument(
-        "--decode-repeats", type=int, default=3, help="interleaved calls per decoding engine"
+        "--decode-repeats", type=int, default=3, help="timed calls per decoding process"
     )
+    parser.add_argument("--decode-worker", choices=DECODING_ENGINES, help=argparse.SUPPRESS)
+    parser.add_argument("--export-dir", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--beam", type=int, default=1, help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.train_worker:
@@ -345,6 +389,9 @@ def main() -> None:
         return
     if args.varying_worker:
         varying_worker(args)
+        return
+    if args.decode_worker:
+        decode_worker(args)
         return
     step, tokens = training_step(args.batch, args.length)
     print(f"CPU: {cpu()}; {args.threads} threads; torch {torch.__version__}")
@@ -414,7 +461,6 @@ def main() -> None:
         f"{share['bf16']:.0%} | |"
     )
     if args.ckpt:
-        args.repeats = args.decode_repeats
         decoding(args)
 
 

@@ -175,3 +175,36 @@ def test_cpu_bf16_varying_batches_are_collated_as_a_fit_sees_them():
         assert tokens == tgt_index.numel()
     shapes = {(b[0].shape, b[1].shape, b[3].numel(), b[4].numel()) for b in batches}
     assert len(shapes) >= 25
+
+
+@pytest.mark.slow
+def test_cpu_bf16_decodes_each_engine_in_a_process_of_its_own(
+    tiny_run, multi30k_dir, monkeypatch, capsys
+):
+    """Decoding against CTranslate2 is timed with one engine per process (in one process, our
+    OpenMP threads slow down once CTranslate2 has run), and the ratios pair each round."""
+    pytest.importorskip("ctranslate2")  # the `export` extra
+    sys.path[:0] = [str(ROOT / "benchmarks")]
+    try:
+        import cpu_bf16
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    workers = []
+    run = subprocess.run
+
+    def record(command, **kwargs):
+        workers.append(command[command.index("--decode-worker") + 1])
+        return run(command, **kwargs)
+
+    monkeypatch.setattr(cpu_bf16.subprocess, "run", record)
+    args = argparse.Namespace(
+        threads=1, ckpt=str(tiny_run / "checkpoints" / "tiny" / "last.ckpt"), processes=1,
+        data_dir=str(multi30k_dir), split="test_2016_flickr", src_lang="de", tgt_lang="en",
+        limit=4, decode_repeats=1,
+    )  # fmt: skip
+    cpu_bf16.decoding(args)
+    assert workers == list(cpu_bf16.DECODING_ENGINES) * 2  # greedy, then beam 5
+    rows = [line.split(" | ") for line in capsys.readouterr().out.splitlines() if "| ours" in line]
+    assert len(rows) == 4  # two searches, two dtypes
+    for row in rows:
+        assert float(row[2]) > 0 and row[4].endswith("x") and float(row[4][:-1]) > 0
