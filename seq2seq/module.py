@@ -78,6 +78,13 @@ def _cpu_bfloat16(trainer: L.Trainer) -> bool:
     return str(trainer.precision).startswith("bf16") and trainer.strategy.root_device.type == "cpu"
 
 
+def _keeps_freed_heap(trainer: L.Trainer, stage: str) -> bool:
+    """Whether this stage takes the ``heap`` trick (:func:`seq2seq.nn.fast.keep_freed_heap`):
+    on CPU, decoding (validate, test, predict) and bfloat16 fits, where it was measured."""
+    on_cpu = trainer.strategy.root_device.type == "cpu"
+    return on_cpu and (stage != "fit" or _cpu_bfloat16(trainer))
+
+
 class TranslationModule(L.LightningModule):
     """An encoder-decoder Transformer trained with label-smoothed cross entropy (Szegedy et al.,
     2016) per real target token, evaluated by decoding each held-out set and scoring it with
@@ -187,7 +194,7 @@ class TranslationModule(L.LightningModule):
 
     # ------------------------------------------------------------------ set-up and checkpoints
     def setup(self, stage: str) -> None:
-        if stage == "fit" and self._trainer is not None and _cpu_bfloat16(self.trainer):
+        if self._trainer is not None and _keeps_freed_heap(self.trainer, stage):
             fast.keep_freed_heap()  # the rest of this process keeps freed memory for reuse
         datamodule = getattr(self.trainer, "datamodule", None) if self._trainer else None
         if self.tokenizer is None and getattr(datamodule, "tokenizer", None) is not None:

@@ -30,7 +30,7 @@ import torch
 
 from seq2seq.checkpoint.models import CheckpointModel, check_ensemble_paths, load_model
 from seq2seq.data.tokenizer import source_ids
-from seq2seq.nn import DecodingConfig, Ensemble
+from seq2seq.nn import DecodingConfig, Ensemble, fast
 from seq2seq.text_decoding import (
     apply_overrides,
     decode_batch,
@@ -111,6 +111,8 @@ class Translator:
         self.model = self.module.model
         self.tokenizer = self.module.tokenizer
         self.device = torch.device(device)
+        if self.device.type == "cpu":  # decoding's allocations stay in the process (fast.py)
+            fast.keep_freed_heap()
         self.max_tokens = max_tokens
         self.pairs: tuple[tuple[str, str], ...] | None = getattr(self.module, "pairs", None)
 

@@ -249,3 +249,42 @@ def test_a_checkpoint_with_flat_decoding_hyperparameters_translates_with_its_set
     loaded = TranslationModule.load_from_checkpoint(old, weights_only=True)
     assert loaded.decoding == expected
     assert loaded.hparams["decoding"] == expected.to_dict()
+
+
+def test_a_cpu_translator_keeps_freed_memory_for_reuse(saved, monkeypatch):
+    """CPU decoding takes the ``heap`` trick (seq2seq.nn.fast), which changes no
+    translation."""
+    from seq2seq.nn import fast
+
+    path, _ = saved
+    with fast.enabled(False, "heap"):  # glibc's settings last for the process: plain first
+        plain = Translator.from_checkpoint(path, device="cpu").translate(SENTENCES, 3)
+    calls = []
+    keep = fast.keep_freed_heap
+    monkeypatch.setattr(fast, "keep_freed_heap", lambda: calls.append(keep()) or calls[-1])
+    translator = Translator.from_checkpoint(path, device="cpu")
+    assert len(calls) == 1
+    assert translator.translate(SENTENCES, beam_size=3) == plain
+
+
+@pytest.mark.parametrize(
+    ("stage", "precision", "device", "kept"),
+    [
+        ("fit", "32-true", "cpu", False),  # float32 training: not measured to pay
+        ("fit", "bf16-mixed", "cpu", True),
+        ("validate", "32-true", "cpu", True),
+        ("test", "32-true", "cpu", True),
+        ("predict", "bf16-mixed", "cpu", True),
+        ("test", "32-true", "cuda", False),
+    ],
+)
+def test_cpu_decoding_stages_and_bfloat16_fits_keep_freed_memory(stage, precision, device, kept):
+    from types import SimpleNamespace
+
+    from seq2seq.module import _keeps_freed_heap
+
+    trainer = SimpleNamespace(
+        precision=precision,
+        strategy=SimpleNamespace(root_device=torch.device(device)),
+    )
+    assert _keeps_freed_heap(trainer, stage) is kept
