@@ -1,5 +1,4 @@
-"""bfloat16 against float32 on this CPU, side by side in one process: training, and decoding
-against CTranslate2, each engine in processes of its own.
+"""bfloat16 against float32 on this CPU: training, and decoding against CTranslate2.
 
 Prints the CPU (``lscpu`` model name, whether ``amx_bf16`` / ``avx512_bf16`` are present), the
 ``torch.mm`` 2048^3 rate of each dtype (the physical ceiling of the ratio), and the training
@@ -22,13 +21,13 @@ With ``--ckpt`` (a trained checkpoint, e.g. the README job's) and ``--data_dir``
 decodes the first ``--limit`` sentences of ``--split`` with ours in float32 and in bfloat16
 (``Translator(dtype=...)``) and with CTranslate2 float32 and int8 (folders written by
 ``seq2seq export``; needs the ``export`` extra), greedy and beam 5, each engine in
-``--processes`` processes of its own in rotating order (:func:`decoding` says why), and prints
-sentences/s, BLEU, the ratios ours / CTranslate2 float32 and ours bfloat16 / CTranslate2 int8
+``--decode-processes`` processes of its own in rotating order (:func:`decoding` says why), and
+prints sentences/s, BLEU, the ratios ours / CTranslate2 float32 and ours bfloat16 / CTranslate2 int8
 (CTranslate2 has no bfloat16 on CPU).
 
     python benchmarks/cpu_bf16.py                   # training only, ~2 minutes on 2 cores
     python benchmarks/cpu_bf16.py --ckpt checkpoints/multi30k_de_en/last.ckpt \\
-        --data_dir ../shared/data/multi30k          # and decoding, about 6 more minutes
+        --data_dir ../shared/data/multi30k          # and decoding, about 10 more minutes
     python benchmarks/cpu_bf16.py --profile bf16    # torch.profiler's top operators instead
 """
 
@@ -304,7 +303,8 @@ def decode_worker(args: argparse.Namespace) -> None:
 
 def decoding(args: argparse.Namespace) -> None:
     """Ours float32 / bfloat16 and CTranslate2 float32 / int8, greedy and beam 5, each engine
-    in processes of its own (:func:`decode_worker`), ``--processes`` of each in rotating order.
+    in processes of its own (:func:`decode_worker`), ``--decode-processes`` of each in rotating
+    order.
 
     Not in one process: once CTranslate2 has translated, the OpenMP threads of our operators
     stop spinning between parallel regions (CTranslate2's OpenMP runtime and PyTorch's then
@@ -325,15 +325,15 @@ def decoding(args: argparse.Namespace) -> None:
                "--decode-repeats", str(args.decode_repeats)]  # fmt: skip
     n = len(_read_split(args, args.src_lang))
     print(
-        f"{args.split}, {n} sentences; each engine in {args.processes} processes of its own, "
-        f"{args.decode_repeats} timed calls each (ratio: median of the rounds' ratios)"
+        f"{args.split}, {n} sentences; each engine in {args.decode_processes} processes of its "
+        f"own, {args.decode_repeats} timed calls each (ratio: median of the rounds' ratios)"
     )
     print("| search | engine | sent/s | BLEU | ratio | against |")
     print("| --- | --- | --- | --- | --- | --- |")
     engines = list(DECODING_ENGINES)
     for beam in (1, 5):
         runs: dict[str, list[dict]] = {name: [] for name in engines}
-        for r in range(args.processes):
+        for r in range(args.decode_processes):
             for name in engines[r % len(engines) :] + engines[: r % len(engines)]:
                 run = command + ["--beam", str(beam), "--decode-worker", name]
                 out = subprocess.run(run, capture_output=True, text=True, check=True)
@@ -378,6 +378,9 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=500, help="sentences decoded (0: all)")
     parser.add_argument(
         "--decode-repeats", type=int, default=3, help="timed calls per decoding process"
+    )
+    parser.add_argument(
+        "--decode-processes", type=int, default=3, help="processes per decoding engine and search"
     )
     parser.add_argument("--decode-worker", choices=DECODING_ENGINES, help=argparse.SUPPRESS)
     parser.add_argument("--export-dir", default=None, help=argparse.SUPPRESS)
