@@ -198,7 +198,7 @@ def test_cpu_bf16_decodes_each_engine_in_a_process_of_its_own(
 
     monkeypatch.setattr(cpu_bf16.subprocess, "run", record)
     args = argparse.Namespace(
-        threads=1, ckpt=str(tiny_run / "checkpoints" / "tiny" / "last.ckpt"), processes=1,
+        threads=1, ckpt=str(tiny_run / "checkpoints" / "tiny" / "last.ckpt"), decode_processes=1,
         data_dir=str(multi30k_dir), split="test_2016_flickr", src_lang="de", tgt_lang="en",
         limit=4, decode_repeats=1,
     )  # fmt: skip
