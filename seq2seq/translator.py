@@ -68,7 +68,9 @@ class Translator:
     longer than the model's ``max_positions`` are truncated (with a ``UserWarning``); a
     sentence with no token the model knows (empty, only spaces, or only characters outside
     the vocabulary) is translated as an empty string, scored 0.0 (``n_best`` such pairs in an
-    n-best list).
+    n-best list). On CPU it has glibc keep freed memory for reuse for the rest of the process
+    (the ``heap`` trick, :func:`seq2seq.nn.fast.keep_freed_heap`; ``SEQ2SEQ_FAST=0`` leaves
+    glibc's defaults).
 
     Args:
         module: a :class:`~seq2seq.checkpoint.models.CheckpointModel` (what
