@@ -325,8 +325,9 @@ def decoding(args: argparse.Namespace) -> None:
                "--decode-repeats", str(args.decode_repeats)]  # fmt: skip
     n = len(_read_split(args, args.src_lang))
     print(
-        f"{args.split}, {n} sentences; each engine in {args.decode_processes} processes of its "
-        f"own, {args.decode_repeats} timed calls each (ratio: median of the rounds' ratios)"
+        f"{args.split}, {n} sentences; each engine in processes of its own "
+        f"(--decode-processes {args.decode_processes}, --decode-repeats {args.decode_repeats} "
+        "timed calls each; ratio: median of the rounds' ratios)"
     )
     print("| search | engine | sent/s | BLEU | ratio | against |")
     print("| --- | --- | --- | --- | --- | --- |")
@@ -359,7 +360,10 @@ def main() -> None:
     parser.add_argument("--length", type=int, default=16, help="source and target tokens")
     parser.add_argument("--repeats", type=int, default=9, help="interleaved calls per measure")
     parser.add_argument(
-        "--processes", type=int, default=3, help="single-dtype training processes per dtype"
+        "--processes",
+        type=int,
+        default=3,
+        help="single-dtype training processes per dtype (0: none, and no fit-like rows)",
     )
     parser.add_argument("--steps", type=int, default=8, help="timed steps per such process")
     parser.add_argument("--train-worker", choices=["float32", "bf16"], help=argparse.SUPPRESS)

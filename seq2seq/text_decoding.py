@@ -161,7 +161,8 @@ def zero_shot_warning(
 ) -> str | None:
     """``"de->fr was not trained (pairs: de-en, en-de, fr-en); translating zero-shot"`` when
     ``src_lang`` is given and ``(src_lang, tgt_lang)`` is none of the trained ``pairs``, else
-    ``None`` (also where the pairs are not known, or ``src_lang`` is not given). Without
+    ``None`` (also where the pairs are not known, or ``src_lang`` is not given). A ``src_lang``
+    that is none of the pairs' languages is named as a likely misspelling. Without
     ``tgt_lang``, the target is the pairs' one target language."""
     if not pairs or src_lang is None:
         return None
@@ -172,8 +173,12 @@ def zero_shot_warning(
         (tgt_lang,) = targets
     if (src_lang, tgt_lang) in set(map(tuple, pairs)):
         return None
+    languages = sorted({lang for pair in pairs for lang in pair})
+    unknown = ""
+    if src_lang not in languages:
+        unknown = f"; {src_lang} is none of its languages ({', '.join(languages)}): misspelt?"
     return (
-        f"{src_lang}->{tgt_lang} was not trained (pairs: {pair_names(sorted(pairs))}); "
+        f"{src_lang}->{tgt_lang} was not trained (pairs: {pair_names(sorted(pairs))}){unknown}; "
         "translating zero-shot"
     )
 

@@ -447,6 +447,14 @@ def test_export_replaces_only_its_own_output_folder(tiny_ckpt, tmp_path, monkeyp
     assert sorted(p.name for p in tmp_path.iterdir()) == ["foreign", "own"]
 
 
+def test_export_says_which_weights_it_wrote(tiny_ckpt, tmp_path, monkeypatch, capsys):
+    code, out, _ = run_main(
+        monkeypatch, capsys, "export", "--ckpt_path", str(tiny_ckpt), "--format", "ctranslate2",
+        "--output", str(tmp_path / "int8"), "--quantization", "int8",
+    )  # fmt: skip
+    assert code in (0, None) and out.rstrip().endswith("(ctranslate2, int8 weights)")
+
+
 def test_export_without_the_extra_names_it(tiny_ckpt, tmp_path, monkeypatch, capsys):
     real = importlib.import_module
 

@@ -56,4 +56,7 @@ def export(argv: Sequence[str]) -> None:
         if err.name not in ("ctranslate2", "transformers"):
             raise
         parser.error(str(err))  # the extra to install, in one line
-    print(f"exported {args.ckpt_path} to {written} ({args.format})")
+    kind = args.format
+    if args.format == "ctranslate2" and args.quantization not in (None, "none", "float32"):
+        kind += f", {args.quantization} weights"
+    print(f"exported {args.ckpt_path} to {written} ({kind})")
