@@ -13,6 +13,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import torch
 
@@ -113,3 +114,18 @@ def write_json(path: str, rows: list[Row], **meta: object) -> None:
     with open(path, "w", encoding="utf-8") as f:
         json.dump({"meta": meta, "rows": [asdict(r) for r in rows]}, f, indent=2)
         f.write("\n")
+
+
+def read_split(data_dir: str | Path, split: str, lang: str, limit: int = 0) -> list[str]:
+    """The lines of ``DATA_DIR/SPLIT.LANG.gz`` (or the uncompressed file), the first ``limit``
+    only where it is above 0 (:func:`seq2seq.data.formats.read_lines`).
+
+    Raises:
+        FileNotFoundError: naming the folder, where neither file exists.
+    """
+    from seq2seq.data.formats import read_lines
+
+    for name in (f"{split}.{lang}.gz", f"{split}.{lang}"):
+        if (Path(data_dir) / name).is_file():
+            return read_lines(Path(data_dir) / name)[: limit or None]
+    raise FileNotFoundError(f"{data_dir}: no {split}.{lang}[.gz]")

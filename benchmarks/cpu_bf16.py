@@ -46,7 +46,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import time_interleaved  # noqa: E402
+from common import read_split, time_interleaved  # noqa: E402
 
 from seq2seq.nn import Transformer, TransformerConfig  # noqa: E402
 from seq2seq.nn.loss import (  # noqa: E402
@@ -264,13 +264,7 @@ DECODING_PEERS = {"ours float32": "CTranslate2 float32", "ours bf16": "CTranslat
 
 
 def _read_split(args: argparse.Namespace, lang: str) -> list[str]:
-    import gzip
-
-    path = Path(args.data_dir) / f"{args.split}.{lang}.gz"
-    opener = gzip.open if path.is_file() else open
-    path = path if path.is_file() else path.with_suffix("")
-    with opener(path, "rt", encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in f][: args.limit or None]
+    return read_split(args.data_dir, args.split, lang, args.limit)
 
 
 def decode_worker(args: argparse.Namespace) -> None:

@@ -27,7 +27,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import lightning as L  # noqa: E402
-from engines import _find, _read  # noqa: E402  (benchmarks/ is the script's folder)
+from common import read_split  # noqa: E402  (benchmarks/ is the script's folder)
 
 
 class Snapshots(L.Callback):
@@ -95,8 +95,8 @@ def main(argv: list[str] | None = None) -> list[tuple[str, float, float]]:
     base = load_checkpoint(args.ckpt)
     for key in (TRAINING_WEIGHTS, EMA_KEY, "optimizer_states", "lr_schedulers"):
         base.pop(key, None)
-    src = _read(_find(Path(args.data_dir), args.split, args.src_lang))
-    ref = _read(_find(Path(args.data_dir), args.split, args.tgt_lang))
+    src = read_split(args.data_dir, args.split, args.src_lang)
+    ref = read_split(args.data_dir, args.split, args.tgt_lang)
     decoding = {"beam_size": args.beam_size} if args.beam_size else {}
     rows = []
     candidates = [("training weights", last_state)] + [

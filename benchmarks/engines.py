@@ -15,7 +15,6 @@ with sacreBLEU's signature, and how many hypotheses are identical to seq2seq's. 
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import sys
 import tempfile
@@ -26,19 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-
-
-def _read(path: Path) -> list[str]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in f]
-
-
-def _find(data_dir: Path, split: str, lang: str) -> Path:
-    for name in (f"{split}.{lang}.gz", f"{split}.{lang}"):
-        if (data_dir / name).is_file():
-            return data_dir / name
-    raise FileNotFoundError(f"{data_dir}: no {split}.{lang}[.gz]")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import read_split  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
@@ -71,8 +59,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
     torch.set_num_threads(args.threads)
     data_dir = Path(args.data_dir)
-    sources = _read(_find(data_dir, args.split, args.src_lang))
-    refs = _read(_find(data_dir, args.split, args.tgt_lang))
+    sources = read_split(data_dir, args.split, args.src_lang)
+    refs = read_split(data_dir, args.split, args.tgt_lang)
     if args.limit:
         sources, refs = sources[: args.limit], refs[: args.limit]
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="engines."))
