@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -316,8 +318,8 @@ def test_bfloat16_cpu_training_pads_the_rows_of_linear_layers(monkeypatch):
     layer = Linear(8, 4)
     x = torch.randn(5, 7, 8, requires_grad=True)
     layer(x).sum().backward()  # float32 training
-    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
-        layer(x)  # bfloat16 inference
+    with torch.no_grad():
+        layer(x)  # float32 inference
     with torch.autocast("cpu", dtype=torch.bfloat16), fast.enabled(False, "row_buckets"):
         layer(x)  # switched off
     assert padded == []
@@ -331,6 +333,34 @@ def test_bfloat16_cpu_training_pads_the_rows_of_linear_layers(monkeypatch):
     assert x.grad is not None and x.grad.shape == x.shape
     layer.bfloat16()(x.detach().bfloat16().requires_grad_())  # bfloat16 weights, no autocast
     assert padded[-1] == (35, 8)
+
+
+@needs_bf16
+def test_bfloat16_cpu_inference_pads_the_rows_of_its_onednn_products(monkeypatch):
+    """Decoding brings new row counts as sentences end: the prepacked bfloat16 product runs on
+    rows padded to a bucket, with F.linear's values for the real rows."""
+    shapes = []
+    real = fast._MKLDNN._linear_pointwise
+    monkeypatch.setattr(
+        fast,
+        "_MKLDNN",
+        SimpleNamespace(
+            _linear_pointwise=lambda x, *a: shapes.append(x.shape) or real(x, *a),
+            _reorder_linear_weight=fast._MKLDNN._reorder_linear_weight,
+        ),
+    )
+    torch.manual_seed(0)
+    layer = Linear(8, 4)
+    x = torch.randn(5, 7, 8)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        out = layer(x)
+        with fast.enabled(False, "row_buckets"):
+            plain = layer(x)
+        expected = F.linear(x, layer.weight, layer.bias)
+    assert shapes == [(48, 8), (5, 7, 8)]
+    assert out.shape == (5, 7, 4) and out.dtype == torch.bfloat16
+    torch.testing.assert_close(out, plain)
+    torch.testing.assert_close(out.float(), expected.float(), rtol=1e-2, atol=1e-2)
 
 
 def test_bucket_index_adds_padding_positions_only_for_bfloat16_cpu_training():

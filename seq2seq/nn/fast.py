@@ -19,9 +19,9 @@ trick                  plain counterpart                     where it runs
                                                              self-attention cache
 ``slots``              beams in score order                  beam search: beams stay in
                                                              their parent's cache row
-``row_buckets``        ``F.linear`` on the rows as they come  CPU training in bfloat16: rows
-                                                             padded to one of 8 counts per
-                                                             octave
+``row_buckets``        ``F.linear`` on the rows as they come  CPU training and decoding in
+                                                             bfloat16: rows padded to one
+                                                             of 8 counts per octave
 ``heap``               glibc's heap defaults                 CPU training in bfloat16 and
                                                              CPU decoding: freed memory
                                                              kept for reuse
@@ -190,6 +190,10 @@ def linear(
     if dtype is None:
         return F.linear(x, weight, bias)
     w, b = packed.get(weight, bias, dtype)
+    if dtype == torch.bfloat16 and _ON["row_buckets"]:  # oneDNN compiles per row count
+        return _on_bucketed_rows(
+            x, lambda rows: _MKLDNN._linear_pointwise(rows, w, b, "none", [], ""), dtype
+        )
     return _MKLDNN._linear_pointwise(x.to(dtype), w, b, "none", [], "")
 
 
@@ -209,6 +213,8 @@ class Linear(nn.Linear):
 # oneDNN compiles a bfloat16 product (AMX or AVX512-BF16 kernels) for every new shape, and a
 # training batch brings new row counts at every step: on an AMX Xeon, products of 1,500-3,000
 # new rows x 256 x 1,024 took 2.5 times as long as with compiled kernels (benchmarks/README.md).
+# Decoding brings a new row count whenever a sentence ends; with the default capacity of
+# oneDNN's primitive cache (1,024) beam 5 over test_2016_flickr took 1.4 times as long.
 
 
 def row_bucket(rows: int) -> int:
@@ -254,14 +260,21 @@ def bucketed_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Te
     """``F.linear(x, weight, bias)`` over the rows of ``x`` padded with zeros to
     :func:`row_bucket` of their number; the padding's outputs are dropped, so its gradients are
     zero. ``(..., in)`` -> ``(..., out)``, in ``F.linear``'s dtype."""
+    # cast before padding under autocast: one copy, not two
+    dtype = torch.bfloat16 if torch.is_autocast_enabled("cpu") else None
+    return _on_bucketed_rows(x, lambda rows: F.linear(rows, weight, bias), dtype)
+
+
+def _on_bucketed_rows(x: Tensor, product, dtype: torch.dtype | None) -> Tensor:
+    """``product`` of the rows of ``x`` ``(..., in)`` (cast to ``dtype`` unless ``None``),
+    padded with zero rows to :func:`row_bucket` of their number, the padding's outputs dropped:
+    ``(..., out)``."""
     rows = x.reshape(-1, x.size(-1))
+    if dtype is not None:
+        rows = rows.to(dtype)
     n = rows.size(0)
     extra = row_bucket(n) - n
-    if extra == 0:
-        return F.linear(x, weight, bias)
-    if torch.is_autocast_enabled("cpu"):  # cast before padding: one copy, not two
-        rows = rows.to(torch.bfloat16)
-    out = F.linear(F.pad(rows, (0, 0, 0, extra)), weight, bias)[:n]
+    out = product(F.pad(rows, (0, 0, 0, extra)))[:n] if extra else product(rows)
     return out.reshape(*x.shape[:-1], out.size(-1))
 
 
