@@ -181,7 +181,7 @@ def sample(
         lprobs = rules.log_probs(model, tokens, memory, mask, cache, step, sentence[alive], history)
         filtered = _filter(lprobs, config.sampling_topk, config.sampling_topp, config.temperature)
         noise = _gumbel(row_seed[alive], step, vocab_hash)
-        tokens = (filtered + noise).argmax(dim=-1, keepdim=True)
+        tokens = (filtered + noise).max(dim=-1, keepdim=True).indices  # faster than argmax
         score += lprobs.gather(1, tokens).squeeze(1)  # before the cuts, at temperature 1
         out[alive, step] = tokens.squeeze(1)
         done = (tokens.squeeze(1) == eos_id) | (alive_max <= step + 1)
