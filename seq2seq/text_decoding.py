@@ -220,7 +220,13 @@ def _nothing_known(tokenizer: Tokenizer, src: torch.Tensor) -> list[bool]:
 
 
 def _search(
-    model: Transformer, batch: Mapping[str, Any], bos: int, eos: int, config: DecodingConfig, n_best
+    model: Transformer,
+    batch: Mapping[str, Any],
+    bos: int,
+    eos: int,
+    config: DecodingConfig,
+    n_best: int,
+    scores: bool,
 ):
     """The search (or sampling) that ``config`` asks for: the one call of
     :mod:`seq2seq.nn.search` and :mod:`seq2seq.nn.sampling`."""
@@ -229,7 +235,7 @@ def _search(
     if config.sampling:
         return sample(model, src, src_mask, bos, eos, config, **forced)
     if config.beam_size == 1:
-        return greedy_search(model, src, src_mask, bos, eos, config, **forced)
+        return greedy_search(model, src, src_mask, bos, eos, config, **forced, scores=scores)
     return beam_search(model, src, src_mask, bos, eos, config, n_best=n_best, **forced)
 
 
@@ -241,6 +247,7 @@ def decode_batch(
     config: DecodingConfig,
     n_best: int = 1,
     tgt_lang: str | None = None,
+    scores: bool = True,
 ) -> list[list[tuple[str, float]]]:
     """Decode a batch of sources into detokenized text, as ``config`` says.
 
@@ -258,6 +265,8 @@ def decode_batch(
             ``config.n_samples``, which is what is returned).
         tgt_lang: the target language whose prefix is forced without a ``"prefix"``
             (``None``: the tokenizer's own); a source-side tag is already in ``src``.
+        scores: ``False`` lets greedy search skip the log-softmax of every step
+            (:func:`~seq2seq.nn.greedy_search`); its scores are then ``nan``.
 
     Returns:
         For each sentence, ``n_best`` pairs of (text, score), best first (``n_samples`` in
@@ -279,7 +288,7 @@ def decode_batch(
         if forced:  # e.g. NLLB's target-language code, the first decoder token
             batch = {**batch, "prefix": [forced] * batch["src"].size(0)}
             batch["unscored_prefix"] = len(forced)
-    results = _search(model, batch, tokenizer.bos_id, tokenizer.eos_id, config, n_best)
+    results = _search(model, batch, tokenizer.bos_id, tokenizer.eos_id, config, n_best, scores)
     n_out = config.n_samples if config.sampling else n_best
     output = []
     for hyps, no_token in zip(results, _nothing_known(tokenizer, batch["src"]), strict=True):

@@ -319,7 +319,9 @@ class Translator:
                 batch["unscored_prefix"] = len(language[1])  # the language token
             bf16 = self.dtype == torch.bfloat16
             with torch.autocast(self.device.type, torch.bfloat16, enabled=bf16):
-                hyps = decode_batch(self.model, self.tokenizer, batch, config, n_best)
+                hyps = decode_batch(
+                    self.model, self.tokenizer, batch, config, n_best, scores=return_scores
+                )
             for i, h in zip(chunk, hyps, strict=True):
                 results[i] = h[0][0] if n_out == 1 and not return_scores else h
             start = end

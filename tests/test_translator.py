@@ -1,5 +1,6 @@
 """Translator: built from a checkpoint's config and weights alone, without Lightning."""
 
+import math
 import subprocess
 import sys
 
@@ -79,6 +80,19 @@ def test_translator_from_checkpoint_translates_as_the_module(saved):
         scores = [s for hyps in got for _, s in hyps]
         assert scores == pytest.approx([s for hyps in expected for _, s in hyps], rel=1e-5)
     assert translator.translate(SENTENCES)[2] == ""
+
+
+def test_greedy_translation_without_scores_skips_the_log_softmax_and_finds_the_same(
+    saved, monkeypatch
+):
+    translator = Translator.from_checkpoint(saved[0], device="cpu")
+    scored = translator.translate(SENTENCES, beam_size=1, return_scores=True)
+    calls = []
+    real = torch.log_softmax
+    monkeypatch.setattr(torch, "log_softmax", lambda *a, **k: calls.append(1) or real(*a, **k))
+    assert translator.translate(SENTENCES, beam_size=1) == [t for [(t, _)] in scored]
+    assert calls == []
+    assert all(math.isfinite(s) for [(_, s)] in scored)
 
 
 def test_a_translator_of_a_module_gives_the_same_as_from_checkpoint(saved):
