@@ -259,8 +259,18 @@ def separate_process_rates(
     return {k: statistics.median(v) for k, v in rates.items()}, statistics.median(ratios)
 
 
-DECODING_ENGINES = ("ours float32", "ours bf16", "CTranslate2 float32", "CTranslate2 int8")
-DECODING_PEERS = {"ours float32": "CTranslate2 float32", "ours bf16": "CTranslate2 int8"}
+DECODING_ENGINES = (
+    "ours float32",
+    "ours bf16",
+    "ours bf16 -row_buckets",
+    "CTranslate2 float32",
+    "CTranslate2 int8",
+)
+DECODING_PEERS = {
+    "ours float32": "CTranslate2 float32",
+    "ours bf16": "CTranslate2 int8",
+    "ours bf16 -row_buckets": "ours bf16",  # the ablation row of the trick
+}
 
 
 def _read_split(args: argparse.Namespace, lang: str) -> list[str]:
@@ -271,26 +281,29 @@ def decode_worker(args: argparse.Namespace) -> None:
     """``--decode-worker ENGINE``: this process loads that one engine (ours from ``--ckpt``,
     CTranslate2 from the folder ``--export-dir/QUANTIZATION``), translates the sentences once
     untimed, then ``--decode-repeats`` times with ``--beam``, and prints the median
-    sentences/s and the BLEU of the last call as its last line (JSON)."""
+    sentences/s and the BLEU of the last call as its last line (JSON). ``ours bf16
+    -row_buckets`` decodes with that trick off (its ablation row)."""
     import sacrebleu
 
     from seq2seq.export.ctranslate2 import CTranslate2Translator
+    from seq2seq.nn import fast
     from seq2seq.translator import Translator
 
     name = args.decode_worker
     if name.startswith("ours"):
-        dtype = "bfloat16" if name.endswith("bf16") else "float32"
+        dtype = "bfloat16" if "bf16" in name else "float32"
         engine = Translator.from_checkpoint(args.ckpt, device="cpu", dtype=dtype)
     else:
         folder = Path(args.export_dir) / name.split()[-1]
         engine = CTranslate2Translator(folder, device="cpu", intra_threads=args.threads)
     sources, refs = _read_split(args, args.src_lang), _read_split(args, args.tgt_lang)
-    engine.translate(sources, beam_size=args.beam)
-    times = []
-    for _ in range(args.decode_repeats):
-        start = time.perf_counter()
-        outputs = engine.translate(sources, beam_size=args.beam)
-        times.append(time.perf_counter() - start)
+    with fast.enabled(not name.endswith("-row_buckets"), "row_buckets"):
+        engine.translate(sources, beam_size=args.beam)
+        times = []
+        for _ in range(args.decode_repeats):
+            start = time.perf_counter()
+            outputs = engine.translate(sources, beam_size=args.beam)
+            times.append(time.perf_counter() - start)
     bleu = sacrebleu.corpus_bleu(outputs, [refs]).score
     print(json.dumps({"sent_per_s": len(sources) / statistics.median(times), "bleu": bleu}))
 
