@@ -318,6 +318,7 @@ class TranslationModule(L.LightningModule):
         beam_size: int | None = None,
         n_best: int = 1,
         tgt_lang: str | None = None,
+        scores: bool = True,
         **decoding: Any,
     ) -> list[list[tuple[str, float]]]:
         """Decode a batch of sources into detokenized text
@@ -331,6 +332,7 @@ class TranslationModule(L.LightningModule):
             n_best: hypotheses returned per sentence (at most the beam size).
             tgt_lang: the target language, for a tokenizer that forces it as the first
                 decoder token (NLLB); ``None``: the tokenizer's own.
+            scores: ``False``: greedy search skips the log-softmax, its scores are ``nan``.
             **decoding: other :class:`~seq2seq.nn.DecodingConfig` fields.
 
         Returns:
@@ -350,11 +352,12 @@ class TranslationModule(L.LightningModule):
         if "sampling" not in decoding and trainer is not None and not trainer.predicting:
             decoding["sampling"] = False  # held-out scores are those of the search
         config = apply_overrides(self.decoding, {"beam_size": beam_size, **decoding})
-        return decode_batch(self.model, self.tokenizer, batch, config, n_best, tgt_lang)
+        return decode_batch(self.model, self.tokenizer, batch, config, n_best, tgt_lang, scores)
 
     def _held_out_step(self, batch: dict[str, Any], key: str, beam: int | None) -> None:
         sums = self._loss_sums(batch)
-        hyps = self.translate_batch(batch, beam_size=beam, tgt_lang=self._decoding_lang(key))
+        lang = self._decoding_lang(key)
+        hyps = self.translate_batch(batch, beam_size=beam, tgt_lang=lang, scores=False)
         best = [n_best[0][0] for n_best in hyps]
         refs = batch.get("ref_text") or [""] * len(best)
         self._held_out.add(key, sums, batch["index"].tolist(), best, refs)

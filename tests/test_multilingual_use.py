@@ -84,10 +84,10 @@ def _sources_seen(translator: Translator, monkeypatch, **options) -> set[tuple[i
     seen: set[tuple[int, ...]] = set()
     real = module.decode_batch
 
-    def spy(model, tokenizer, batch, config, n_best=1):
+    def spy(model, tokenizer, batch, config, n_best=1, **options):
         mask = batch["src_mask"][:, 0, 0]
         seen.update(tuple(row[keep].tolist()) for row, keep in zip(batch["src"], mask, strict=True))
-        return real(model, tokenizer, batch, config, n_best)
+        return real(model, tokenizer, batch, config, n_best, **options)
 
     monkeypatch.setattr(module, "decode_batch", spy)
     translator.translate(SENTENCES, **options)
