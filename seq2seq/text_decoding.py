@@ -255,18 +255,15 @@ def decode_batch(
         model: the Transformer (or Ensemble), in the mode the caller chose.
         tokenizer: its SentencePiece model.
         batch: ``src`` ``(B, S)`` long and ``src_mask`` ``(B, 1, 1, S)`` bool; optionally
-            ``"prefix"``, one list of target ids per sentence forced at the start of its
-            hypotheses (the text returned starts with it), and ``"unscored_prefix"``, how many
-            of its leading tokens are not scored (a language token). Without a prefix, the
-            tokenizer's target-language prefix (:func:`default_target_prefix`) is forced, if
-            it has one, unscored (as Hugging Face's ``forced_bos_token_id``).
+            ``"prefix"`` (target ids forced first, per sentence) and ``"unscored_prefix"``, as
+            the searches take them. Without a prefix, :func:`default_target_prefix` is forced,
+            unscored (as Hugging Face's ``forced_bos_token_id``).
         config: the decoding settings.
         n_best: hypotheses per sentence (at most ``config.beam_size``; with sampling, 1 or
             ``config.n_samples``, which is what is returned).
         tgt_lang: the target language whose prefix is forced without a ``"prefix"``
             (``None``: the tokenizer's own); a source-side tag is already in ``src``.
-        scores: ``False`` lets greedy search skip the log-softmax of every step
-            (:func:`~seq2seq.nn.greedy_search`); its scores are then ``nan``.
+        scores: ``False``: greedy search skips its log-softmax and scores ``nan``.
 
     Returns:
         For each sentence, ``n_best`` pairs of (text, score), best first (``n_samples`` in
