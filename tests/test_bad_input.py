@@ -193,6 +193,16 @@ def test_missing_file(tmp_path, pairs, spm_file):
         _datamodule(data, spm_file).prepare_data()
 
 
+def test_a_misspelt_language_is_named_with_the_languages_of_the_split(tmp_path, pairs, spm_file):
+    data = _corpus(tmp_path, pairs)
+    dm = _datamodule(data, spm_file, src_lang="ge")
+    with pytest.raises(
+        FileNotFoundError,
+        match=r"No 'ge' file for split 'train': looked for .*; the folder has 'train' in: de, en$",
+    ):
+        dm.prepare_data()
+
+
 @pytest.mark.parametrize(
     ("split", "stage"), [("val", "fit"), ("val", "validate"), ("test_2016_flickr", "test")]
 )

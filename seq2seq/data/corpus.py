@@ -85,9 +85,13 @@ def find_split(data_dir: str | Path, split: str, lang: str) -> Path:
     for path in candidates:
         if path.is_file():
             return path
+    suffixes = (p.name[len(split) + 1 :] for p in Path(data_dir).glob(f"{split}.*") if p.is_file())
+    langs = sorted({name.removesuffix(".gz") for name in suffixes} - {""})
+    has = f"; the folder has {split!r} in: {', '.join(langs)}" if langs else ""
     raise FileNotFoundError(
         f"No {lang!r} file for split {split!r}: looked for "
         + " and ".join(str(p) for p in candidates)
+        + has
     )
 
 
