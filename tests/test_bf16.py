@@ -93,7 +93,7 @@ def test_translate_dtype_flag(tiny_run, monkeypatch, capsys, tmp_path):
     source = tmp_path / "in.de"
     source.write_text("".join(s + "\n" for s in multi30k_lines("val", "de", 20)), encoding="utf-8")
     outputs = {}
-    for dtype in ("float32", "bfloat16"):
+    for dtype in ("float32", "bfloat16", "bf16"):  # bf16: the short name, as precision takes
         out = tmp_path / f"out.{dtype}"
         code, _, err = run_main(
             monkeypatch, capsys, "translate", "--ckpt_path", ckpt, "--input", str(source),
@@ -101,8 +101,8 @@ def test_translate_dtype_flag(tiny_run, monkeypatch, capsys, tmp_path):
         )  # fmt: skip
         assert code == 0, err
         outputs[dtype] = out.read_text(encoding="utf-8").splitlines()
-    assert len(outputs["bfloat16"]) == 20
-    assert sum(a == b for a, b in zip(*outputs.values(), strict=True)) >= 14
+    assert len(outputs["bfloat16"]) == 20 and outputs["bf16"] == outputs["bfloat16"]
+    assert sum(a == b for a, b in zip(outputs["float32"], outputs["bf16"], strict=True)) >= 14
 
 
 def test_translate_refuses_an_unknown_dtype(tiny_run, monkeypatch, capsys):

@@ -111,13 +111,14 @@ def translate(argv: Sequence[str]) -> None:
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: auto)")
     parser.add_argument(
         "--dtype",
-        choices=["float32", "bfloat16"],
+        choices=["float32", "bfloat16", "fp32", "bf16"],
         default="float32",
-        help="compute type of decoding: bfloat16 autocast over the float32 weights is faster on "
-        "GPUs and on CPUs with avx512_bf16 or amx_bf16 (default: float32; a CTranslate2 folder "
-        "takes its type from seq2seq export --quantization)",
+        help="compute type of decoding: bfloat16 (bf16) autocast over the float32 weights is "
+        "faster on GPUs and on CPUs with avx512_bf16 or amx_bf16 (default: float32; a "
+        "CTranslate2 folder takes its type from seq2seq export --quantization)",
     )
     args = parser.parse_args(list(argv))
+    args.dtype = {"fp32": "float32", "bf16": "bfloat16"}.get(args.dtype, args.dtype)
     decoding = _decoding_flags(parser, args)
     sampling = bool(decoding.get("sampling"))
     for name in ("n_best", "max_tokens"):
