@@ -43,6 +43,8 @@ from seq2seq.text_decoding import (
 __all__ = ["Translator", "decoding_dtype"]
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+DTYPE_NAMES = DTYPES | {"fp32": torch.float32, "bf16": torch.bfloat16}
+"""The names :func:`decoding_dtype` takes."""
 
 
 def decoding_dtype(dtype: str | torch.dtype) -> torch.dtype:
@@ -52,11 +54,10 @@ def decoding_dtype(dtype: str | torch.dtype) -> torch.dtype:
     Raises:
         ValueError: for any other type, naming the choices.
     """
-    names = DTYPES | {"fp32": torch.float32, "bf16": torch.bfloat16}
     if isinstance(dtype, torch.dtype) and dtype in DTYPES.values():
         return dtype
-    if isinstance(dtype, str) and dtype in names:
-        return names[dtype]
+    if isinstance(dtype, str) and dtype in DTYPE_NAMES:
+        return DTYPE_NAMES[dtype]
     raise ValueError(f"dtype {dtype}: decoding runs in float32 or bfloat16")
 
 

@@ -15,12 +15,14 @@ from pathlib import Path
 from typing import Any
 
 import docstring_parser
+import torch
 
 from seq2seq.commands.parsing import Parser, check_output, plain
 from seq2seq.data.corpus import decode_lines, read_lines
 from seq2seq.files import atomic_write, stream_errors
 from seq2seq.nn import DecodingConfig
 from seq2seq.text_decoding import apply_overrides, language_prefixes, sampling_rules
+from seq2seq.translator import DTYPE_NAMES
 
 __all__ = ["add_decoding_flags", "translate"]
 
@@ -111,14 +113,13 @@ def translate(argv: Sequence[str]) -> None:
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: auto)")
     parser.add_argument(
         "--dtype",
-        choices=["float32", "bfloat16", "fp32", "bf16"],
+        choices=list(DTYPE_NAMES),
         default="float32",
         help="compute type of decoding: bfloat16 (bf16) autocast over the float32 weights is "
         "faster on GPUs and on CPUs with avx512_bf16 or amx_bf16 (default: float32; a "
         "CTranslate2 folder takes its type from seq2seq export --quantization)",
     )
     args = parser.parse_args(list(argv))
-    args.dtype = {"fp32": "float32", "bf16": "bfloat16"}.get(args.dtype, args.dtype)
     decoding = _decoding_flags(parser, args)
     sampling = bool(decoding.get("sampling"))
     for name in ("n_best", "max_tokens"):
@@ -129,7 +130,7 @@ def translate(argv: Sequence[str]) -> None:
         parser.error(f"--n_best {args.n_best} exceeds --beam_size {args.beam_size}")
     if args.device is not None:
         _check_device(parser, args.device)
-    if args.dtype != "float32" and Path(args.ckpt_path[0]).is_dir():
+    if DTYPE_NAMES[args.dtype] != torch.float32 and Path(args.ckpt_path[0]).is_dir():
         parser.error(
             f"--dtype {args.dtype}: a CTranslate2 folder computes in the type it was exported "
             "with (seq2seq export --quantization)"
@@ -268,8 +269,6 @@ def _ensemble_translator(
 
 def _check_device(parser: argparse.ArgumentParser, name: str) -> None:
     """Refuse a ``--device`` that PyTorch does not know or that this machine lacks."""
-    import torch
-
     try:
         device = torch.device(name)
     except RuntimeError:
