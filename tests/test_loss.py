@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from seq2seq.nn import label_smoothed_cross_entropy, linear_label_smoothed_cross_entropy
+from seq2seq.nn import loss as loss_module
 
 PAD = 0
 
@@ -120,8 +121,13 @@ def test_fused_linear_loss_equals_projection_then_loss(chunk_size, with_bias):
         assert not torch.allclose(plain, loss)
 
 
+@pytest.mark.parametrize("group_bytes", [1, None])
 @pytest.mark.parametrize("with_bias", [False, True])
-def test_fused_linear_loss_under_bf16_autocast_is_close(with_bias):
+def test_fused_linear_loss_under_bf16_autocast_is_close(with_bias, group_bytes, monkeypatch):
+    """Under bf16 autocast the loss and gradients match float32 to bfloat16 rounding, with the
+    weight gradient one product over all chunks (default) or one per chunk (``group_bytes=1``)."""
+    if group_bytes is not None:
+        monkeypatch.setattr(loss_module, "_GROUP_BYTES", group_bytes)
     hidden, weight, target = _linear_data(dtype=torch.float32)
     bias = torch.randn(weight.size(0)).requires_grad_() if with_bias else None
     with torch.autocast("cpu", dtype=torch.bfloat16):

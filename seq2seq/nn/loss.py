@@ -83,6 +83,9 @@ def label_smoothed_cross_entropy(
     return _LabelSmoothedCE.apply(logits, target, float(epsilon), ignore_index)
 
 
+_GROUP_BYTES = 256 << 20  # the most logit gradients kept for one weight-gradient product
+
+
 class _LinearLabelSmoothedCE(torch.autograd.Function):
     """Output projection + label-smoothed cross entropy over row chunks (see
     :func:`linear_label_smoothed_cross_entropy`). The forward pass also computes the gradients
@@ -97,7 +100,11 @@ class _LinearLabelSmoothedCE(torch.autograd.Function):
         grad_hidden = torch.empty_like(hidden)
         low = (torch.float16, torch.bfloat16)
         acc_dtype = torch.float32 if weight.dtype in low else weight.dtype
-        grad_weight = torch.zeros_like(weight, dtype=acc_dtype)
+        # Under autocast the chunks' logit gradients are kept, up to _GROUP_BYTES of them, and
+        # the weight gradient is one product over their rows, as autocast computes any linear
+        # layer's: summing a product per chunk would add a V x D block in float32 per chunk.
+        grouped = autocast and weight.dtype not in low
+        grad_weight = None if grouped else torch.zeros_like(weight, dtype=acc_dtype)
         grad_bias = None if bias is None else torch.zeros_like(bias, dtype=torch.float32)
         fused_acc = not autocast and hidden.dtype == acc_dtype
         # Logits through seq2seq.nn.fast.linear: on CPU the weight is packed for oneDNN once per
@@ -111,6 +118,12 @@ class _LinearLabelSmoothedCE(torch.autograd.Function):
         # A short last chunk is padded with ignored rows where the products run in bfloat16 on
         # CPU, so that oneDNN reuses the kernels it compiled for the others (fast.row_buckets).
         pad_last = n > chunk_size and fast.bfloat16_cpu_product(hidden, weight, "row_buckets")
+        if grouped:
+            itemsize = torch.empty((), dtype=weight.dtype).element_size()
+            group = max(1, _GROUP_BYTES // (vocab * itemsize * chunk_size)) * chunk_size
+            group = min(group, -(-n // chunk_size) * chunk_size)
+            lows = hidden.new_empty((group, vocab), dtype=weight.dtype)
+            kept_rows = hidden.new_empty((group, hidden.size(1)), dtype=weight.dtype)
         for start in range(0, n, chunk_size):
             h = hidden[start : start + chunk_size]
             t = target[start : start + chunk_size]
@@ -144,10 +157,20 @@ class _LinearLabelSmoothedCE(torch.autograd.Function):
                     grad_bias += kept @ grad - epsilon / vocab * kept.sum()
             # Subtract eps / V and round to the products' dtype in one pass.
             dtype = weight.dtype if autocast else h.dtype
-            low = grad if grad.dtype == dtype else torch.empty_like(grad, dtype=dtype)
+            if grouped:
+                at = start % group
+                low = lows[at : at + h.size(0)]
+            else:
+                low = grad if grad.dtype == dtype else torch.empty_like(grad, dtype=dtype)
             torch.sub(grad, epsilon / vocab, out=low)
             grad_hidden[start : start + rows] = ((low @ weight) * keep_h)[:rows]
-            if fused_acc:
+            if grouped:
+                end = at + h.size(0)
+                torch.mul(h, keep_h, out=kept_rows[at:end])
+                if end == group or start + chunk_size >= n:  # the group is full, or the last
+                    part = lows[:end].t() @ kept_rows[:end]
+                    grad_weight = part.float() if grad_weight is None else grad_weight.add_(part)
+            elif fused_acc:
                 grad_weight.addmm_(low.t(), h * keep_h)
             else:
                 grad_weight += low.t() @ (h * keep_h)
@@ -178,9 +201,12 @@ def linear_label_smoothed_cross_entropy(
     """Output projection fused with :func:`label_smoothed_cross_entropy`.
 
     ``label_smoothed_cross_entropy(hidden @ weight.T + bias, target, epsilon)`` over chunks of
-    ``chunk_size`` rows, never holding the ``(N, V)`` logits; gradients are computed chunk by
-    chunk in the forward pass and scaled in backward (as Liger Kernel, Hsu et al. 2024, and Cut
-    Cross-Entropy, Wijmans et al. 2024). Products in the autocast dtype, softmax in float32.
+    ``chunk_size`` rows, never holding the ``(N, V)`` float32 logits; gradients are computed
+    chunk by chunk in the forward pass and scaled in backward (as Liger Kernel, Hsu et al. 2024,
+    and Cut Cross-Entropy, Wijmans et al. 2024). Products in the autocast dtype, softmax in
+    float32. Under autocast the logits' gradients are kept in the autocast dtype for up to
+    256 MiB of rows (all of them for a 4,096-token batch and 8,000 types), whose weight
+    gradient is one product, as for any linear layer under autocast.
 
     Args:
         hidden: ``(N, D)`` float hidden states (e.g. the decoder's final states at the target
