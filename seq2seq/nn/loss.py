@@ -100,10 +100,12 @@ class _LinearLabelSmoothedCE(torch.autograd.Function):
         grad_hidden = torch.empty_like(hidden)
         low = (torch.float16, torch.bfloat16)
         acc_dtype = torch.float32 if weight.dtype in low else weight.dtype
-        # Under autocast the chunks' logit gradients are kept, up to _GROUP_BYTES of them, and
-        # the weight gradient is one product over their rows, as autocast computes any linear
-        # layer's: summing a product per chunk would add a V x D block in float32 per chunk.
-        grouped = autocast and weight.dtype not in low
+        # Under bfloat16 autocast the chunks' logit gradients are kept, up to _GROUP_BYTES of
+        # them, and the weight gradient is one product over their rows, as autocast computes any
+        # linear layer's: a product per chunk would add a V x D block in float32 per chunk.
+        # (float16 keeps a product per chunk: a sum over more rows could overflow its range.)
+        bf16_autocast = autocast and torch.get_autocast_dtype(device_type) == torch.bfloat16
+        grouped = bf16_autocast and weight.dtype not in low
         grad_weight = None if grouped else torch.zeros_like(weight, dtype=acc_dtype)
         grad_bias = None if bias is None else torch.zeros_like(bias, dtype=torch.float32)
         fused_acc = not autocast and hidden.dtype == acc_dtype
@@ -204,7 +206,7 @@ def linear_label_smoothed_cross_entropy(
     ``chunk_size`` rows, never holding the ``(N, V)`` float32 logits; gradients are computed
     chunk by chunk in the forward pass and scaled in backward (as Liger Kernel, Hsu et al. 2024,
     and Cut Cross-Entropy, Wijmans et al. 2024). Products in the autocast dtype, softmax in
-    float32. Under autocast the logits' gradients are kept in the autocast dtype for up to
+    float32. Under bfloat16 autocast the logits' gradients are kept in bfloat16 for up to
     256 MiB of rows (all of them for a 4,096-token batch and 8,000 types), whose weight
     gradient is one product, as for any linear layer under autocast.
 
