@@ -1154,6 +1154,24 @@ def test_sync_dist_advice_for_the_held_out_scores_is_silenced():
     assert [str(w.message) for w in caught] == [advice.format("train/loss")]
 
 
+def test_the_model_summary_warning_for_a_mixed_precision_is_silenced():
+    """Lightning's model summary warns that ``bf16-mixed`` is "not supported" and counts 32 bits
+    per parameter, which is right for a mixed precision's float32 weights; the warning for
+    another precision still shows."""
+    from seq2seq.cli.entry import silence_lightning_notices
+
+    notice = (
+        "Precision {} is not supported by the model summary.  Estimated model size in MB will "
+        "not be accurate. Using 32 bits instead."
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        silence_lightning_notices()
+        for precision in ("bf16-mixed", "16-mixed", "transformer-engine"):
+            warnings.warn(notice.format(precision), stacklevel=1)
+    assert [str(w.message) for w in caught] == [notice.format("transformer-engine")]
+
+
 def test_a_score_on_part_of_a_set_says_so(tiny_run, multi30k_dir, monkeypatch, capsys):
     """tiny.yaml tests 2 batches (limit_test_batches 2): the printed score says how many of the
     set's sentences it covers."""

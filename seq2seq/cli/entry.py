@@ -200,13 +200,18 @@ def silence_lightning_notices(subcommand: str | None = None) -> None:
     deprecation warning raised inside Lightning's own code on every command, no
     ``ModelCheckpoint`` "could not find the monitored key" before the first validation, nor
     its "dirpath has changed" when ``validate``/``test``/``predict`` read another folder's
-    checkpoint, and under DDP
-    no advice to log the held-out scores with ``sync_dist=True`` (``TranslationModule`` sums
-    them over the processes itself, so every process logs the same values)."""
+    checkpoint, nor the model summary's "precision not supported" for a mixed precision (whose
+    weights are float32, as its size estimate assumes), and under DDP no advice to log the
+    held-out scores with ``sync_dist=True`` (``TranslationModule`` sums them over the
+    processes itself, so every process logs the same values)."""
     logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_DROP_ADVERTISEMENT)
     warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
     warnings.filterwarnings(
         "ignore", message=r"It is recommended to use `self\.log\('(val|test)/.*sync_dist=True"
+    )
+    # A mixed precision keeps float32 weights, which the summary's 32-bit size counts right.
+    warnings.filterwarnings(
+        "ignore", message=r"Precision (bf16|16)-mixed is not supported by the model summary"
     )
     # Warned (instead of raised) only while no validation has run, e.g. a run stopped by
     # max_steps before its first one: LastCheckpoint says so in words of the run instead.
