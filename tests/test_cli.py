@@ -1458,3 +1458,29 @@ def test_translate_samples_and_forces_prefixes_end_to_end(tiny_run, tmp_path, mo
         f"seq2seq translate: error: --prefix_file {short} has 1 line but the input {source} "
         "has 4; give one prefix per input line (an empty line for none)"
     )
+
+
+def test_a_stop_mid_epoch_writes_no_checkpoint_named_with_an_older_score(
+    tmp_path, multi30k_dir, tiny_cache, monkeypatch
+):
+    """Validation once per epoch and ``max_steps`` reached mid-epoch: the folder's scored
+    checkpoints are those of validations only (Lightning's ``ModelCheckpoint`` saves at a
+    training epoch's end by default there, with the last validation's score in a new step's
+    name); the stop's state is in ``last.ckpt``."""
+    config = yaml.safe_load((CONFIGS / "tiny.yaml").read_text())
+    config["trainer"].update(val_check_interval=1.0, limit_train_batches=6, max_steps=9)
+    config["trainer"]["callbacks"][0]["init_args"]["save_top_k"] = 3  # any score is kept
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(config))
+    monkeypatch.chdir(tmp_path)
+    cli_main(
+        [
+            "fit", "--config", str(path), "--data.data_dir", str(multi30k_dir),
+            "--data.cache_dir", str(tiny_cache),
+        ]
+    )  # fmt: skip
+    names = sorted(p.name for p in (tmp_path / "checkpoints" / "tiny").iterdir())
+    scored = [name for name in names if name != "last.ckpt"]
+    assert "last.ckpt" in names
+    assert scored and all("step=6" in name for name in scored), names
+    assert load_checkpoint(tmp_path / "checkpoints" / "tiny" / "last.ckpt")["global_step"] == 9
