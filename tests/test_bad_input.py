@@ -193,12 +193,20 @@ def test_missing_file(tmp_path, pairs, spm_file):
         _datamodule(data, spm_file).prepare_data()
 
 
-def test_a_misspelt_language_is_named_with_the_languages_of_the_split(tmp_path, pairs, spm_file):
+@pytest.mark.parametrize(
+    ("lang", "hint"), [("ge", ""), ("DE", r" \(did you mean 'de'\?\)"), ("Fr", "")]
+)
+def test_a_misspelt_language_is_named_with_the_languages_of_the_split(
+    tmp_path, pairs, spm_file, lang, hint
+):
+    """The error lists the split's languages, and names the lower-case code when only the
+    case is wrong."""
     data = _corpus(tmp_path, pairs)
-    dm = _datamodule(data, spm_file, src_lang="ge")
+    dm = _datamodule(data, spm_file, src_lang=lang)
     with pytest.raises(
         FileNotFoundError,
-        match=r"No 'ge' file for split 'train': looked for .*; the folder has 'train' in: de, en$",
+        match=rf"No '{lang}' file for split 'train': looked for .*; the folder has 'train' in: "
+        rf"de, en{hint}$",
     ):
         dm.prepare_data()
 

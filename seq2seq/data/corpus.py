@@ -88,6 +88,8 @@ def find_split(data_dir: str | Path, split: str, lang: str) -> Path:
     suffixes = (p.name[len(split) + 1 :] for p in Path(data_dir).glob(f"{split}.*") if p.is_file())
     langs = sorted({name.removesuffix(".gz") for name in suffixes} - {""})
     has = f"; the folder has {split!r} in: {', '.join(langs)}" if langs else ""
+    if lang != lang.lower() and lang.lower() in langs:  # codes are lower case: de, not DE
+        has += f" (did you mean {lang.lower()!r}?)"
     raise FileNotFoundError(
         f"No {lang!r} file for split {split!r}: looked for "
         + " and ".join(str(p) for p in candidates)
