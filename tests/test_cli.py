@@ -1137,39 +1137,37 @@ def test_all_devices_on_the_cpu_is_one_line(in_tmp, monkeypatch, capsys):
     ), err
 
 
-def test_sync_dist_advice_for_the_held_out_scores_is_silenced():
-    """Under DDP Lightning advises sync_dist=True for every epoch-level value; the held-out
-    scores are summed over the processes by the module already (other values keep it)."""
+@pytest.mark.parametrize(
+    ("notice", "silenced", "shown"),
+    [
+        # Under DDP Lightning advises sync_dist=True for every epoch-level value; the held-out
+        # scores are summed over the processes by the module already (other values keep it).
+        (
+            "It is recommended to use `self.log({!r}, ..., sync_dist=True)` when logging on "
+            "epoch level in distributed setting to accumulate the metric across devices.",
+            ["val/loss", "test/bleu"],
+            "train/loss",
+        ),
+        # The model summary's 32-bit size is right for a mixed precision's float32 weights.
+        (
+            "Precision {} is not supported by the model summary.  Estimated model size in MB "
+            "will not be accurate. Using 32 bits instead.",
+            ["bf16-mixed", "16-mixed"],
+            "transformer-engine",
+        ),
+    ],
+    ids=["sync_dist", "model_summary"],
+)
+def test_lightning_notices_that_do_not_apply_are_silenced(notice, silenced, shown):
+    """``silence_lightning_notices`` drops these notices and keeps the same notice for others."""
     from seq2seq.cli.entry import silence_lightning_notices
 
-    advice = (
-        "It is recommended to use `self.log({!r}, ..., sync_dist=True)` when logging on epoch "
-        "level in distributed setting to accumulate the metric across devices."
-    )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         silence_lightning_notices()
-        for name in ("val/loss", "test/bleu", "train/loss"):
-            warnings.warn(advice.format(name), stacklevel=1)
-    assert [str(w.message) for w in caught] == [advice.format("train/loss")]
-
-
-def test_the_model_summary_warning_for_a_mixed_precision_is_silenced():
-    """Lightning's model summary warns that ``bf16-mixed`` is "not supported" and counts 32 bits
-    per parameter, which is right for a mixed precision's float32 weights; the warning for
-    another precision still shows."""
-    from seq2seq.cli.entry import silence_lightning_notices
-
-    notice = (
-        "Precision {} is not supported by the model summary.  Estimated model size in MB will "
-        "not be accurate. Using 32 bits instead."
-    )
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        silence_lightning_notices()
-        for precision in ("bf16-mixed", "16-mixed", "transformer-engine"):
-            warnings.warn(notice.format(precision), stacklevel=1)
-    assert [str(w.message) for w in caught] == [notice.format("transformer-engine")]
+        for name in [*silenced, shown]:
+            warnings.warn(notice.format(name), stacklevel=1)
+    assert [str(w.message) for w in caught] == [notice.format(shown)]
 
 
 def test_a_score_on_part_of_a_set_says_so(tiny_run, multi30k_dir, monkeypatch, capsys):

@@ -203,12 +203,9 @@ def linear_label_smoothed_cross_entropy(
     """Output projection fused with :func:`label_smoothed_cross_entropy`.
 
     ``label_smoothed_cross_entropy(hidden @ weight.T + bias, target, epsilon)`` over chunks of
-    ``chunk_size`` rows, never holding the ``(N, V)`` float32 logits; gradients are computed
-    chunk by chunk in the forward pass and scaled in backward (as Liger Kernel, Hsu et al. 2024,
-    and Cut Cross-Entropy, Wijmans et al. 2024). Products in the autocast dtype, softmax in
-    float32. Under bfloat16 autocast the logits' gradients are kept in bfloat16 for up to
-    256 MiB of rows (all of them for a 4,096-token batch and 8,000 types), whose weight
-    gradient is one product, as for any linear layer under autocast.
+    ``chunk_size`` rows, never holding the ``(N, V)`` float32 logits; gradients are computed in
+    the forward pass and scaled in backward (as Liger Kernel, Hsu et al. 2024, and Cut
+    Cross-Entropy, Wijmans et al. 2024). Products in the autocast dtype, softmax in float32.
 
     Args:
         hidden: ``(N, D)`` float hidden states (e.g. the decoder's final states at the target
