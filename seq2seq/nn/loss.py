@@ -104,8 +104,8 @@ class _LinearLabelSmoothedCE(torch.autograd.Function):
         # them, and the weight gradient is one product over their rows, as autocast computes any
         # linear layer's: a product per chunk would add a V x D block in float32 per chunk.
         # (float16 keeps a product per chunk: a sum over more rows could overflow its range.)
-        bf16_autocast = autocast and torch.get_autocast_dtype(device_type) == torch.bfloat16
-        grouped = bf16_autocast and weight.dtype not in low
+        bf16 = autocast and torch.get_autocast_dtype(device_type) == torch.bfloat16
+        grouped = bf16 and weight.dtype not in low and n > 0
         grad_weight = None if grouped else torch.zeros_like(weight, dtype=acc_dtype)
         grad_bias = None if bias is None else torch.zeros_like(bias, dtype=torch.float32)
         fused_acc = not autocast and hidden.dtype == acc_dtype
@@ -121,8 +121,8 @@ class _LinearLabelSmoothedCE(torch.autograd.Function):
         # CPU, so that oneDNN reuses the kernels it compiled for the others (fast.row_buckets).
         pad_last = n > chunk_size and fast.bfloat16_cpu_product(hidden, weight, "row_buckets")
         if grouped:
-            itemsize = torch.empty((), dtype=weight.dtype).element_size()
-            group = max(1, _GROUP_BYTES // (vocab * itemsize * chunk_size)) * chunk_size
+            group = max(1, _GROUP_BYTES // (vocab * weight.element_size() * chunk_size))
+            group *= chunk_size
             group = min(group, -(-n // chunk_size) * chunk_size)
             lows = hidden.new_empty((group, vocab), dtype=weight.dtype)
             kept_rows = hidden.new_empty((group, hidden.size(1)), dtype=weight.dtype)
