@@ -44,6 +44,26 @@ def test_packed_copy_follows_in_place_updates():
     torch.testing.assert_close(after, F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5)
 
 
+@needs_onednn
+@pytest.mark.parametrize("fused", [False, True])
+def test_packed_copy_follows_optimizer_steps(fused):
+    """A fused AdamW step leaves the weight's version counter as it is: the packed copy is
+    rebuilt after every optimizer step all the same (validation between training steps)."""
+    torch.manual_seed(0)
+    layer = Linear(16, 8)
+    optimizer = torch.optim.AdamW(layer.parameters(), lr=0.1, fused=fused)
+    x = torch.randn(3, 16)
+    for _ in range(2):
+        layer(x).square().sum().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        with torch.no_grad():
+            out = layer(x)
+        assert layer._packed.packed is not None  # the oneDNN path was taken
+        expected = F.linear(x, layer.weight, layer.bias)
+        torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+
+
 def test_training_and_other_dtypes_use_f_linear(monkeypatch):
     calls = []
     monkeypatch.setattr(PackedWeight, "get", lambda self, *a: calls.append(a) or a[:2])

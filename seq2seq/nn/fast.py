@@ -51,6 +51,7 @@ from collections.abc import Iterator
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from seq2seq.nn.kv_cache import KVCache
 
@@ -138,10 +139,25 @@ def _key(t: Tensor | None) -> tuple | None:
     return None if t is None else (t.data_ptr(), t._version, tuple(t.shape))
 
 
+# A fused optimizer step (AdamW(fused=True)) writes the weights in place without bumping their
+# version counters: every optimizer step of this process counts, so each packed copy is rebuilt.
+_optimizer_steps = 0
+
+
+def _count_optimizer_step(optimizer, args, kwargs) -> None:
+    global _optimizer_steps
+    _optimizer_steps += 1
+
+
+register_optimizer_step_post_hook(_count_optimizer_step)
+
+
 class PackedWeight:
     """A weight's oneDNN-prepacked copy (float32, or bfloat16 for autocast), rebuilt when the
-    weight changes (keyed on its storage and version counter, so an optimizer step or a
-    ``load_state_dict`` invalidates it). A plain attribute, never part of a state dict."""
+    weight changes: keyed on its storage and version counter (an in-place update,
+    ``load_state_dict``) and on the optimizer steps taken in this process (a fused optimizer
+    leaves the version counter as it is). Writes through ``weight.data`` are not seen. A plain
+    attribute, never part of a state dict."""
 
     __slots__ = ("bias", "key", "packed")
 
@@ -154,7 +170,7 @@ class PackedWeight:
         self, weight: Tensor, bias: Tensor | None = None, dtype: torch.dtype = torch.float32
     ) -> tuple[Tensor, Tensor | None]:
         """The packed weight and the bias, both in ``dtype``."""
-        key = (_key(weight), _key(bias), dtype)
+        key = (_key(weight), _key(bias), dtype, _optimizer_steps)
         if key != self.key or self.packed is None:
             self.packed = _MKLDNN._reorder_linear_weight(weight.detach().to(dtype), _BATCH_HINT)
             self.bias = None if bias is None else bias.detach().to(dtype)
