@@ -5,13 +5,14 @@ Prints the CPU (``lscpu`` model name, whether ``amx_bf16`` / ``avx512_bf16`` are
 throughput of a README-size step (``configs/multi30k_de_en.yaml``'s model: d_model 256, 4 heads,
 3 + 3 layers, d_ff 1024, vocabulary 8000; ``--batch`` sentences of ``--length`` source and
 target tokens) as ``TranslationModule`` runs it: the decoder states at the target positions
-and the fused output projection + label-smoothed loss, backward, AdamW. bfloat16 means
-``torch.autocast("cpu", dtype=torch.bfloat16)`` around the forward pass, float32 weights and
-optimizer state, as ``--trainer.precision bf16-mixed``. The step is timed with each dtype in
-processes of its own (``--processes`` of each, in alternating order, ``--steps`` timed steps
-each; the median of the paired ratios), as a fit runs one dtype, and both in one process, each
-repetition timing both in alternating order (``common.time_interleaved``). The two differ:
-next to a float32 model bfloat16 runs faster than alone (benchmarks/README.md).
+and the fused output projection + label-smoothed loss, backward, AdamW (``fused=True``, as the
+config's). bfloat16 means ``torch.autocast("cpu", dtype=torch.bfloat16)`` around the forward
+pass, float32 weights and optimizer state, as ``--trainer.precision bf16-mixed``. The step is
+timed with each dtype in processes of its own (``--processes`` of each, in alternating order,
+``--steps`` timed steps each; the median of the paired ratios), as a fit runs one dtype, and
+both in one process, each repetition timing both in alternating order
+(``common.time_interleaved``). The two differ: next to a float32 model bfloat16 runs faster
+than alone (benchmarks/README.md).
 ``FlopCounterMode`` counts the model FLOPs of one step (forward and backward) on the plain
 output projection and loss, CPU flash attention included; FLOPs per target token times
 tokens/s, over the ``torch.mm`` rate of the same dtype, is the share of the matmul ceiling a
@@ -116,7 +117,9 @@ def training_step(batch: int, length: int, seed: int = 0, dtypes: tuple[bool, ..
     mask = torch.ones(batch, 1, 1, length, dtype=torch.bool)
     index = torch.arange(batch * length)
     models = {dtype: Transformer(config).train() for dtype in dtypes}
-    optimizers = {k: torch.optim.AdamW(m.parameters(), lr=1e-4) for k, m in models.items()}
+    optimizers = {
+        k: torch.optim.AdamW(m.parameters(), lr=1e-4, fused=True) for k, m in models.items()
+    }
 
     def step(bf16: bool) -> None:
         model, optimizer = models[bf16], optimizers[bf16]
@@ -194,14 +197,15 @@ def varying_batches(n: int, max_tokens: int = 4096, seed: int = 0) -> list[tuple
 def varying_worker(args: argparse.Namespace) -> None:
     """``--varying-worker DTYPE``: ``--steps`` timed training steps (after 3 untimed ones) on
     :func:`varying_batches`, each step a new batch, with the row counts ``TranslationModule``
-    passes (``fast.bucket_index``); ``--no-buckets`` switches ``row_buckets`` off. Prints the
-    target tokens/s as the last line (JSON)."""
+    passes (``fast.bucket_index``); ``--no-buckets`` switches ``row_buckets`` off,
+    ``--loop-adamw`` takes AdamW's loop over the parameters instead of its fused step. Prints
+    the target tokens/s as the last line (JSON)."""
     from seq2seq.nn import fast
 
     bf16 = args.varying_worker == "bf16"
     torch.manual_seed(0)
     model = Transformer(README_MODEL).train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=not args.loop_adamw)
     batches = varying_batches(args.steps + 3, args.max_tokens)
 
     def step(batch) -> int:
@@ -376,6 +380,7 @@ def main() -> None:
     parser.add_argument("--train-worker", choices=["float32", "bf16"], help=argparse.SUPPRESS)
     parser.add_argument("--varying-worker", choices=["float32", "bf16"], help=argparse.SUPPRESS)
     parser.add_argument("--no-buckets", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--loop-adamw", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument(
         "--varying-steps", type=int, default=20, help="timed steps per varying-shape process"
     )
@@ -455,6 +460,8 @@ def main() -> None:
             "float32": ("float32", []),
             "bf16": ("bf16", []),
             "bf16 -row_buckets": ("bf16", ["--no-buckets"]),
+            "float32, AdamW loop": ("float32", ["--loop-adamw"]),
+            "bf16, AdamW loop": ("bf16", ["--loop-adamw"]),
         }
         vary, vary_ratio = separate_process_rates(args, "--varying-worker", variants)
         print(
@@ -465,6 +472,12 @@ def main() -> None:
         print(
             f"| the same, bf16 with `row_buckets` off | | {vary['bf16 -row_buckets']:.0f} | "
             f"{vary['bf16 -row_buckets'] / vary['float32']:.2f}x |"
+        )
+        loop = {k: vary[f"{k}, AdamW loop"] for k in ("float32", "bf16")}
+        print(
+            f"| the same with AdamW's loop over the parameters, not `fused=True` (ratio: fused / "
+            f"loop) | {loop['float32']:.0f} ({vary['float32'] / loop['float32']:.3f}x) | "
+            f"{loop['bf16']:.0f} ({vary['bf16'] / loop['bf16']:.3f}x) | |"
         )
     print(
         f"| {step_name}, both in one process, interleaved (target tokens/s) | "

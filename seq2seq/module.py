@@ -7,7 +7,8 @@ from typing import Any
 import lightning as L
 import torch
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
-from lightning.pytorch.utilities import rank_zero_warn
+from lightning.pytorch.plugins.precision import MixedPrecision, Precision
+from lightning.pytorch.utilities import GradClipAlgorithmType, rank_zero_warn
 
 from seq2seq.callbacks.resume import ExactResume
 from seq2seq.callbacks.throughput import TokenThroughput
@@ -302,6 +303,28 @@ class TranslationModule(L.LightningModule):
         self.log("train/lr", float(optimizer.param_groups[0]["lr"]), prog_bar=True)
         for name, value in values.items():  # train/grad_norm
             self.log(name, value)
+
+    def configure_gradient_clipping(
+        self,
+        optimizer: torch.optim.Optimizer,
+        gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: str | None = None,
+    ) -> None:
+        """Lightning's clipping, which under ``bf16-mixed`` also clips for an optimizer that
+        would unscale gradients in its own step (``AdamW(fused=True)``): Lightning refuses that
+        pair under every mixed precision, though bf16 has no gradient scaler (Lightning issue
+        21435). Under ``16-mixed`` the refusal stands: the scaled gradients are not clipped."""
+        plugin = self.trainer.precision_plugin
+        if (
+            gradient_clip_val
+            and type(plugin) is MixedPrecision
+            and plugin.scaler is None
+            and getattr(optimizer, "_step_supports_amp_scaling", False)
+        ):
+            algorithm = GradClipAlgorithmType(gradient_clip_algorithm or "norm")
+            Precision.clip_gradients(plugin, optimizer, gradient_clip_val, algorithm)
+            return
+        self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     def configure_optimizers(self):
         optimizer = self.optimizer_factory(self.parameters())

@@ -51,6 +51,36 @@ def test_bf16_mixed_training_of_the_tiny_config(tmp_path, multi30k_dir):
     assert any(h.strip() for h in hyps)
 
 
+def test_bf16_mixed_clips_the_gradients_of_a_fused_optimizer(tmp_path, multi30k_dir, monkeypatch):
+    """Lightning refuses gradient clipping for ``AdamW(fused=True)`` (tiny.yaml's optimizer)
+    under every mixed precision; under bf16-mixed, which has no gradient scaler, the module
+    clips, every optimizer step."""
+    from lightning.pytorch.plugins.precision import Precision
+
+    from seq2seq.cli import cli_main
+
+    clipped = []
+    by_norm = Precision.clip_grad_by_norm
+
+    def spy(self, optimizer, clip_val):
+        clipped.append((type(optimizer).__name__, optimizer.defaults["fused"], clip_val))
+        by_norm(self, optimizer, clip_val)
+
+    monkeypatch.setattr(Precision, "clip_grad_by_norm", spy)
+    cli_main(
+        [
+            "fit", "--config", str(CONFIGS / "tiny.yaml"),
+            "--data.data_dir", str(multi30k_dir),
+            "--data.cache_dir", str(tmp_path / "cache"),
+            "--checkpoint_dir", str(tmp_path / "checkpoints"),
+            "--trainer.precision", "bf16-mixed", "--trainer.gradient_clip_val", "0.5",
+            "--trainer.max_steps", "3", "--trainer.val_check_interval", "3",
+            "--trainer.limit_val_batches", "1", "--trainer.logger", "false",
+        ]
+    )  # fmt: skip
+    assert clipped == [("AdamW", True, 0.5)] * 3
+
+
 @pytest.mark.parametrize("beam", [1, 3])
 def test_bf16_decoding_equals_float32_on_most_sentences(tiny_run, beam):
     ckpt = tiny_run / "checkpoints/tiny/last.ckpt"
