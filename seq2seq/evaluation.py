@@ -204,6 +204,8 @@ def write_report(
     total = _heldout_size(trainer, key)
     if total is not None and len(hypotheses) < total:
         limit = "limit_val_batches" if is_validation_key(key) else "limit_test_batches"
+        if trainer.fast_dev_run:  # it sets the limits itself: the flag the user gave
+            limit = "fast_dev_run"
         lines.append(
             f"  scored on {len(hypotheses)} of the {total} sentences (--trainer.{limit}): not "
             "the whole set's score"

@@ -72,6 +72,26 @@ def pytest_configure(config):
         os.environ["OMP_NUM_THREADS"] = str(threads)
 
 
+_ROOT_AT_START: set[str] = set()
+
+
+def pytest_sessionstart(session):
+    _ROOT_AT_START.update(path.name for path in REPO.iterdir())
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Fails a session whose tests left files in the checkout's root (a fit without a logger
+    writes config.yaml and hypotheses/ into its working folder), naming them."""
+    if _xdist_worker():
+        return
+    left = sorted({path.name for path in REPO.iterdir()} - _ROOT_AT_START - {".pytest_cache"})
+    if left:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        reporter.write("\n")
+        reporter.write_line(f"tests left {left} in {REPO}: write under tmp_path", red=True)
+
+
 def pytest_collection_modifyitems(config, items):
     if not torch.cuda.is_available():
         skip = pytest.mark.skip(reason="needs a CUDA device")

@@ -76,6 +76,7 @@ def test_bf16_mixed_clips_the_gradients_of_a_fused_optimizer(tmp_path, multi30k_
             "--trainer.precision", "bf16-mixed", "--trainer.gradient_clip_val", "0.5",
             "--trainer.max_steps", "3", "--trainer.val_check_interval", "3",
             "--trainer.limit_val_batches", "1", "--trainer.logger", "false",
+            "--trainer.default_root_dir", str(tmp_path),
         ]
     )  # fmt: skip
     assert clipped == [("AdamW", True, 0.5)] * 3

@@ -597,6 +597,22 @@ def test_a_file_that_is_not_a_checkpoint_is_named_as_such(tmp_path):
     assert not isinstance(info.value, UnsafeCheckpointError)
 
 
+def test_a_missing_checkpoint_is_named_with_the_closest_file_of_its_folder(tmp_path):
+    from seq2seq.checkpoint import missing_checkpoint
+
+    for name in ("last.ckpt", "epoch03-step400-bleu20.10.ckpt", "notes.txt"):
+        (tmp_path / name).write_bytes(b"")
+    assert missing_checkpoint(tmp_path / "lats.ckpt") == (
+        f"checkpoint not found: {tmp_path / 'lats.ckpt'} (did you mean {tmp_path / 'last.ckpt'}?)"
+    )
+    assert missing_checkpoint(tmp_path / "model.ckpt").endswith("model.ckpt")  # nothing close
+    missing_folder = tmp_path / "nowhere" / "last.ckpt"
+    assert missing_checkpoint(missing_folder) == f"checkpoint not found: {missing_folder}"
+    assert missing_checkpoint("bset", aliases=("best", "last")).endswith("(did you mean best?)")
+    with pytest.raises(FileNotFoundError, match="did you mean .*last.ckpt"):
+        load_checkpoint(tmp_path / "lst.ckpt")
+
+
 def test_user_errors_are_one_line_without_traceback(tmp_path, monkeypatch, capsys):
     from seq2seq.cli import main
 
@@ -672,6 +688,8 @@ def test_bad_checkpoints_are_refused_before_any_data_is_read(
     config = ["--config", str(CONFIGS / "tiny.yaml"), "--data.data_dir", str(tmp_path / "nodata")]
     cases = [
         (["test", *config, "--ckpt_path", "nope.ckpt"], "checkpoint not found: nope.ckpt"),
+        (["test", *config, "--ckpt_path", "bset"], "not found: bset (did you mean best?)"),
+        (["test", *config, "--ckpt_path", "avg.ckp"], "avg.ckp (did you mean avg.ckpt?)"),
         (["test", *config, "--ckpt_path", str(tmp_path)], "is a folder, not a checkpoint file"),
         (["fit", *config, "--ckpt_path", str(averaged)], "holds model weights only"),
     ]
@@ -789,6 +807,18 @@ def test_yaml_syntax_error_names_the_config_file_and_line(monkeypatch, capsys, t
         monkeypatch, capsys, "fit", "--config", tiny, "--trainer", str(config)
     )
     assert code == 2 and out.err.startswith(f"seq2seq: error: YAML syntax error in {config}")
+
+
+@pytest.mark.parametrize("flag", [["-c", "{}"], ["--config", "{}"], ["--config={}"]])
+def test_a_config_of_one_command_before_the_command_is_one_line(monkeypatch, capsys, flag):
+    tiny = str(CONFIGS / "tiny.yaml")
+    argv = [part.format(tiny) for part in flag]
+    code, out = _exit_of_main(monkeypatch, capsys, *argv, "test", "--ckpt_path", "best")
+    assert code == 2
+    assert out.err.strip() == (
+        f"seq2seq: error: {tiny} holds the settings of one command: give it after the "
+        f"command, seq2seq test --config {tiny} ..."
+    )
 
 
 def test_resuming_a_run_whose_max_time_is_spent_says_why_nothing_trains(
@@ -1168,6 +1198,25 @@ def test_lightning_notices_that_do_not_apply_are_silenced(notice, silenced, show
         for name in [*silenced, shown]:
             warnings.warn(notice.format(name), stacklevel=1)
     assert [str(w.message) for w in caught] == [notice.format(shown)]
+
+
+def test_fit_ends_naming_its_best_and_last_checkpoints(multi30k_dir, tiny_cache, in_tmp, capsys):
+    cli_main(
+        [
+            "fit", "--config", str(CONFIGS / "tiny.yaml"),
+            "--data.data_dir", str(multi30k_dir), "--data.cache_dir", str(tiny_cache),
+            "--checkpoint_dir", "run", "--trainer.max_steps", "4",
+            "--trainer.val_check_interval", "2", "--trainer.limit_val_batches", "1",
+            "--trainer.logger", "false",
+        ]
+    )  # fmt: skip
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("checkpoints:")]
+    best = re.fullmatch(
+        r"checkpoints: run: best (\S+\.ckpt) \(val/bleu [\d.]+\), "
+        r"last\.ckpt \(step 4\)",
+        line,
+    )
+    assert best and (in_tmp / "run" / best[1]).is_file(), line
 
 
 def test_a_score_on_part_of_a_set_says_so(tiny_run, multi30k_dir, monkeypatch, capsys):

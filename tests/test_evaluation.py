@@ -141,8 +141,11 @@ def test_report_outside_fit_names_the_checkpoints_step_and_other_ranks_stay_quie
     assert (tmp_path / "logs" / "hypotheses" / "test.newstest.step40.txt").is_file()
     assert "scored on" not in printed[0]  # all 3 sentences
     write_report(_report_trainer(tmp_path, global_rank=1), "val", HYPS, scores, None, print)
-    write_report(_report_trainer(tmp_path, fast_dev_run=True), "val", HYPS, scores, None, print)
+    smoke = []
+    write_report(_report_trainer(tmp_path, fast_dev_run=2), "val", HYPS, scores, None, smoke.append)
     assert not (tmp_path / "hypotheses").exists()
+    # a smoke run limits the batches itself: the message names the flag that was given
+    assert "  scored on 3 of the 4 sentences (--trainer.fast_dev_run)" in smoke[0]
 
 
 def test_score_table_has_a_row_per_set_and_names_the_first():

@@ -629,6 +629,7 @@ def test_resume_on_a_grown_corpus_keeps_the_checkpoints_tokenizer(tmp_path, mult
         "--data.test_splits", "[]",
         "--data.download", "false",
         "--trainer.default_root_dir", str(tmp_path),
+        "--trainer.logger.init_args.save_dir", str(tmp_path / "logs"),
         "--checkpoint_dir", str(tmp_path / "checkpoints"),
         "--trainer.val_check_interval", "2",
         "--trainer.limit_val_batches", "1",

@@ -32,6 +32,7 @@ from seq2seq.checkpoint.load import (
     check_model_checkpoint,
     check_same_vocabulary,
     load_checkpoint,
+    missing_checkpoint,
     resolve_ckpt_path,
     resume_flags,
 )
@@ -59,6 +60,7 @@ __all__ = [
     "differing_settings",
     "language_pair",
     "load_checkpoint",
+    "missing_checkpoint",
     "model_config",
     "resolve_ckpt_path",
     "resume_flags",

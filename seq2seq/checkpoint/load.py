@@ -6,6 +6,7 @@ the training stack. The format itself is :mod:`seq2seq.checkpoint.format`.
 
 from __future__ import annotations
 
+import difflib
 import pickle
 import zipfile
 from collections.abc import Callable, Mapping, Sequence
@@ -40,6 +41,21 @@ class UnsafeCheckpointError(CheckpointError):
     """A checkpoint holds objects that only a full (code-executing) unpickler could load."""
 
 
+def missing_checkpoint(path: str | Path, aliases: Sequence[str] = ()) -> str:
+    """``checkpoint not found: PATH``, with the closest checkpoint file of its folder (or of
+    ``aliases``, for a bare name) as a did-you-mean: ``lats.ckpt`` -> ``last.ckpt``."""
+    path = Path(path)
+    folder = path.parent
+    # the names without .ckpt, which every candidate file shares
+    candidates = {p.stem: str(p) for p in folder.glob("*.ckpt")} if folder.is_dir() else {}
+    if folder == Path("."):
+        candidates.update({alias: alias for alias in aliases})
+    name = path.stem if path.suffix else path.name  # avg.ckp: avg
+    close = difflib.get_close_matches(name, sorted(candidates), n=1, cutoff=0.7)
+    hint = f" (did you mean {candidates[close[0]]}?)" if close else ""
+    return f"checkpoint not found: {path}{hint}"
+
+
 def load_checkpoint(
     path: str | Path, map_location: str | torch.device = "cpu", mmap: bool = False
 ) -> dict[str, Any]:
@@ -67,7 +83,7 @@ def load_checkpoint(
     if path.is_dir():
         raise IsADirectoryError(f"{path} is a folder, not a checkpoint file (.ckpt)")
     if not path.is_file():
-        raise FileNotFoundError(f"checkpoint not found: {path}")
+        raise FileNotFoundError(missing_checkpoint(path))
     if not zipfile.is_zipfile(path):
         raise CheckpointError(
             f"{path} is not a PyTorch checkpoint, or a truncated one (a .ckpt file written by "

@@ -27,6 +27,7 @@ from seq2seq.checkpoint.load import (
     check_model_checkpoint,
     check_same_vocabulary,
     load_checkpoint,
+    missing_checkpoint,
 )
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.data.vocabulary import tokenizer_from_bytes
@@ -105,7 +106,7 @@ def check_ensemble_paths(paths: Sequence[str | Path]) -> None:
     """
     for i, path in enumerate(paths):
         if not Path(path).exists():
-            raise FileNotFoundError(f"checkpoint not found: {path}")
+            raise FileNotFoundError(missing_checkpoint(path))
         if Path(path).is_dir():
             raise ValueError(
                 f"{path} is a folder (an exported CTranslate2 model?): an ensemble takes "

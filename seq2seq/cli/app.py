@@ -323,11 +323,15 @@ class Seq2SeqCLI(compat.SkipCheckpointHparams, LightningCLI):
         return []
 
     def after_fit(self) -> None:
-        """Say why a resumed run trained nothing when one of its limits (``max_time``,
-        ``max_steps``, ``max_epochs``) was already reached: Lightning restores the run's
-        progress and stops at once, with at most a line of its own."""
+        """Say where the run's checkpoints are (:func:`_checkpoint_summary`), or why a resumed
+        run trained nothing when one of its limits (``max_time``, ``max_steps``,
+        ``max_epochs``) was already reached: Lightning restores the run's progress and stops at
+        once, with at most a line of its own."""
         trainer = self.trainer
         if self._resumed_step is None or self._resumed_step != trainer.global_step:
+            summary = _checkpoint_summary(trainer)
+            if summary and trainer.is_global_zero:
+                print(summary)
             return
         timer = next((c for c in trainer.callbacks if isinstance(c, Timer)), None)
         remaining = None if timer is None else timer.time_remaining("train")
@@ -421,3 +425,24 @@ def run_lightning_cli(args: Sequence[str] | None) -> Seq2SeqCLI:
         save_config_kwargs={"overwrite": True},
         seed_everything_default=1,
     )
+
+
+def _checkpoint_summary(trainer) -> str | None:
+    """``checkpoints: FOLDER: best FILE (val/bleu 41.64), last.ckpt (step N)``: the files that
+    ``--ckpt_path best`` and ``last`` name, after a fit that wrote checkpoints; else ``None``."""
+    callback = trainer.checkpoint_callback
+    if trainer.fast_dev_run or callback is None or not callback.dirpath:
+        return None
+    folder = Path(callback.dirpath)
+    parts = []
+    if callback.best_model_path and Path(callback.best_model_path).is_file():
+        score = callback.best_model_score
+        scored = "" if score is None else f" ({callback.monitor} {float(score):.2f})"
+        parts.append(f"best {Path(callback.best_model_path).name}{scored}")
+    if (folder / "last.ckpt").is_file():
+        parts.append(f"last.ckpt (step {trainer.global_step})")
+    if not parts:
+        return None
+    if folder.is_relative_to(Path.cwd()):
+        folder = folder.relative_to(Path.cwd())
+    return f"checkpoints: {folder}: {', '.join(parts)}"

@@ -18,6 +18,7 @@ from seq2seq.checkpoint import (
     check_model_checkpoint,
     language_pair,
     load_checkpoint,
+    missing_checkpoint,
     resolve_ckpt_path,
 )
 from seq2seq.checkpoint.format import (
@@ -99,6 +100,8 @@ def resolve_ckpt_arguments(
             check_output_file(writer["output_path"], "--prediction_writer.output_path")
         if str(ckpt_path) == UNTRAINED:
             return None
+    if ckpt_path and ckpt_path not in ("best", "last") and not Path(ckpt_path).exists():
+        raise FileNotFoundError(missing_checkpoint(ckpt_path, aliases=("best", "last")))
     if ckpt_path in ("best", "last") and not (subcommand == "fit" and ckpt_path == "last"):
         config["ckpt_path"] = str(
             resolve_ckpt_path(ckpt_path, checkpoint_dirs(config), config.get("checkpoint_dir"))

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from seq2seq.cli.messages import (
     HPARAMS_CLASH,
     USES,
+    check_config_position,
     check_config_syntax,
     commands_help,
     plain_commands,
@@ -50,6 +51,7 @@ def cli_main(args: Sequence[str] | None = None) -> Seq2SeqCLI | None:
     """
     argv = list(sys.argv[1:] if args is None else args)
     check_config_syntax(argv)
+    check_config_position(argv)
     silence_lightning_notices(argv[0] if argv else None)
     if argv and argv[0] in PLAIN_COMMANDS:
         from seq2seq import commands

@@ -168,6 +168,28 @@ def _type_name(typehint: str) -> str:
     return "null" if name == "NoneType" else name
 
 
+def check_config_position(argv: Sequence[str]) -> None:
+    """Exit with status 2 and one line when ``-c/--config FILE`` comes before the subcommand
+    but FILE holds one subcommand's settings (``trainer:``, ``model:``, ``data:``, as the files
+    of ``configs/`` do), not a section per subcommand (``fit:``, ``test:``): jsonargparse
+    would name the first option of the file as "not accepted before subcommand"."""
+    if not argv or not (argv[0] in ("-c", "--config") or argv[0].startswith("--config=")):
+        return
+    name = argv[0].split("=", 1)[1] if "=" in argv[0] else (argv[1] if len(argv) > 1 else "")
+    command = next((a for a in argv if a in SUBCOMMAND_HELP), None)
+    try:
+        settings = yaml.safe_load(Path(name).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return  # the other checks name the file
+    if command and isinstance(settings, dict) and not set(settings) & set(SUBCOMMAND_HELP):
+        print(
+            f"seq2seq: error: {name} holds the settings of one command: give it after the "
+            f"command, seq2seq {command} --config {name} ...",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+
+
 def check_config_syntax(argv: Sequence[str]) -> None:
     """Exit with status 2 and one line naming the file, line and column when a YAML file given
     on the command line (``--config``, a ``--trainer`` piece, ...) is not valid YAML
@@ -196,7 +218,7 @@ DESCRIPTION = "Train, evaluate and use encoder-decoder Transformer translation m
 def usage() -> str:
     """The usage line of ``seq2seq --help``."""
     return (
-        "seq2seq [-c CONFIG] {fit,validate,test,predict} [OPTIONS]\n"
+        "seq2seq {fit,validate,test,predict} [--config CONFIG] [OPTIONS]\n"
         f"       seq2seq {{{','.join(plain_commands())}}} [OPTIONS]"
     )
 
