@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import io
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -150,6 +151,16 @@ def test_invalid_value_names_the_option_and_the_value(monkeypatch, capsys):
         "seq2seq: error: invalid value 'abc' for --trainer.max_epochs (expected int or null)"
     )
     assert "seq2seq validate --help" in err[-1]
+    # a list option given one bare value: the message writes the list
+    code, out = _exit_of_main(
+        monkeypatch, capsys, "validate", "--config", str(CONFIGS / "tiny.yaml"),
+        "--data.test_splits", "test_2016_flickr",
+    )  # fmt: skip
+    assert code == 2
+    assert out.err.splitlines()[0] == (
+        "seq2seq: error: invalid value 'test_2016_flickr' for --data.test_splits (expected "
+        "list or null; a list of one: --data.test_splits '[test_2016_flickr]')"
+    )
     # SEQ2SEQ_TRACEBACK=1: jsonargparse's own report, usage and full message
     monkeypatch.setenv("SEQ2SEQ_TRACEBACK", "1")
     code, out = _exit_of_main(monkeypatch, capsys, *argv)
@@ -515,6 +526,12 @@ def test_translate_refuses_bad_input_and_settings_before_decoding(
             ["translate", "--ckpt_path", "m.ckpt", "--beam", "2"],
             "unrecognized option --beam (did you mean --beam_size?)",
         ),
+        # A config file belongs to the Lightning commands.
+        (
+            ["translate", "--config", "c.yaml", "--ckpt_path", "m.ckpt"],
+            "unrecognized option --config (this command reads the model and its settings from "
+            "--ckpt_path; a config file is for fit, validate, test and predict)",
+        ),
         # argparse's own errors: one line naming the option.
         (
             ["translate", "--ckpt_path", "m.ckpt", "--n_best", "x"],
@@ -699,6 +716,15 @@ def test_bad_checkpoints_are_refused_before_any_data_is_read(
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and expected in err[0], (argv, err)
     assert not (tmp_path / "nodata").exists()
+    # Over another run's checkpoint folder, the file is named first (resuming it elsewhere
+    # would fail the same way).
+    other_run = tmp_path / "checkpoints" / "tiny"
+    other_run.mkdir(parents=True)
+    shutil.copy(tiny_run / "checkpoints/tiny/last.ckpt", other_run / "last.ckpt")
+    monkeypatch.setattr("sys.argv", ["seq2seq", "fit", *config, "--ckpt_path", str(averaged)])
+    assert main() == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "holds model weights only" in err[0], err
 
 
 @pytest.mark.parametrize("command", ["validate", "test", "predict", "fit"])
@@ -819,6 +845,34 @@ def test_a_config_of_one_command_before_the_command_is_one_line(monkeypatch, cap
         f"seq2seq: error: {tiny} holds the settings of one command: give it after the "
         f"command, seq2seq test --config {tiny} ..."
     )
+
+
+def test_an_option_before_the_config_that_sets_it_is_one_line(tmp_path, monkeypatch, capsys):
+    """jsonargparse applies arguments in order: the config's value would replace an option
+    given before it, silently."""
+    tiny = str(CONFIGS / "tiny.yaml")
+    for given in (["--trainer.max_steps", "3"], ["--trainer.max_steps=3"]):
+        argv = ["fit", *given, "--config", tiny, "--trainer.fast_dev_run", "true"]
+        code, out = _exit_of_main(monkeypatch, capsys, *argv)
+        assert code == 2 and out.out == ""
+        assert out.err.strip() == (
+            f"seq2seq: error: --trainer.max_steps comes before --config {tiny}, which sets "
+            f"trainer.max_steps too, and the later one wins: give the config first, seq2seq "
+            f"fit --config {tiny} --trainer.max_steps ..."
+        )
+    # Keys under a class_path's init_args count; keys the file leaves alone are no clash.
+    from seq2seq.cli.messages import check_options_before_config
+
+    config = tmp_path / "c.yaml"
+    config.write_text(
+        "trainer:\n  logger:\n    class_path: lightning.pytorch.loggers.TensorBoardLogger\n"
+        "    init_args:\n      save_dir: logs\n"
+    )
+    with pytest.raises(SystemExit):
+        check_options_before_config(["test", "--trainer.logger.save_dir", "x", "-c", str(config)])
+    check_options_before_config(["test", "--trainer.max_epochs", "3", "-c", str(config)])
+    check_options_before_config(["test", "--config", str(config), "--trainer.logger.save_dir", "x"])
+    capsys.readouterr()
 
 
 def test_resuming_a_run_whose_max_time_is_spent_says_why_nothing_trains(

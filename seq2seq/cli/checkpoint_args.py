@@ -129,7 +129,11 @@ def resolve_ckpt_arguments(
                 checkpoint_dirs(config), checkpoint_dir=config.get("checkpoint_dir")
             )
     elif subcommand == "fit" and not fast_dev_run:
-        # Resuming from a file: fine in its own folder, not over another run's checkpoints.
+        # Resuming from a file: fine in its own folder, not over another run's checkpoints;
+        # a file that no run can resume from is named first, whatever its folder.
+        checkpoint = read(ckpt_path)
+        check_model_checkpoint(checkpoint, ckpt_path, trainer=True)
+        _refuse_unresumable(ckpt_path, checkpoint)
         own = Path(os.path.realpath(Path(ckpt_path).parent))
         others = [d for d in checkpoint_dirs(config) if Path(os.path.realpath(d)) != own]
         refuse_earlier_checkpoints(others, resuming=ckpt_path)
@@ -144,12 +148,9 @@ def resolve_ckpt_arguments(
     return step
 
 
-def _check_resumable(config, path: str, checkpoint: dict, step: int | None) -> None:
-    """``fit --ckpt_path``: continues the run's log version, warns when resuming behind the
-    folder's ``last.ckpt``, and refuses what the module or data module would refuse only
-    after the data is prepared."""
-    continue_log_version(config, checkpoint)
-    warn_resuming_behind_last(path, step)
+def _refuse_unresumable(path: str, checkpoint: dict) -> None:
+    """Raises CheckpointError for a checkpoint that holds no training state to resume:
+    written by ``seq2seq import`` or weights only (``seq2seq average``)."""
     imported = (checkpoint.get(CHECKPOINT_KEY) or {}).get(IMPORTED_FROM)
     if imported is not None:
         source = imported.get("folder") if hasattr(imported, "get") else imported
@@ -163,6 +164,15 @@ def _check_resumable(config, path: str, checkpoint: dict, step: int | None) -> N
             "cannot resume from it; give a checkpoint written by `seq2seq fit`, or start a "
             f"new run from its weights with --init_from {path}"
         )
+
+
+def _check_resumable(config, path: str, checkpoint: dict, step: int | None) -> None:
+    """``fit --ckpt_path``: continues the run's log version, warns when resuming behind the
+    folder's ``last.ckpt``, and refuses what the module or data module would refuse only
+    after the data is prepared."""
+    continue_log_version(config, checkpoint)
+    warn_resuming_behind_last(path, step)
+    _refuse_unresumable(path, checkpoint)
     saved = checkpoint.get(CHECKPOINT_KEY, {}).get("model_config", {})
     if saved and hasattr(config.get("model"), "get"):
         if _settings_from_a_checkpoint(checkpoint):

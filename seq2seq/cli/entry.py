@@ -23,6 +23,7 @@ from seq2seq.cli.messages import (
     USES,
     check_config_position,
     check_config_syntax,
+    check_options_before_config,
     commands_help,
     plain_commands,
     traceback_wanted,
@@ -52,6 +53,7 @@ def cli_main(args: Sequence[str] | None = None) -> Seq2SeqCLI | None:
     argv = list(sys.argv[1:] if args is None else args)
     check_config_syntax(argv)
     check_config_position(argv)
+    check_options_before_config(argv)
     silence_lightning_notices(argv[0] if argv else None)
     if argv and argv[0] in PLAIN_COMMANDS:
         from seq2seq import commands

@@ -155,7 +155,10 @@ def _invalid_value_lines(key: str, inline: str, details: list[str]) -> list[str]
     if inline:
         summary += f": {inline}"
     if expected and not notes:  # with notes (a class at fault) the other types mislead
-        summary += f" (expected {' or '.join(dict.fromkeys(expected))})"
+        summary += f" (expected {' or '.join(dict.fromkeys(expected))}"
+        if value is not None and "list" in expected and not value.startswith("["):
+            summary += f"; a list of one: --{key} '[{value}]'"
+        summary += ")"
     notes = list(dict.fromkeys(notes))
     if len(notes) > 4:
         notes[4:] = ["..."]
@@ -188,6 +191,51 @@ def check_config_position(argv: Sequence[str]) -> None:
             file=sys.stderr,
         )
         raise SystemExit(2)
+
+
+def check_options_before_config(argv: Sequence[str]) -> None:
+    """Exit with status 2 and one line when an option given before ``--config FILE`` (after
+    the command) is one that FILE sets too: jsonargparse applies the arguments in order, so the
+    file's value would silently replace the option's."""
+    if not argv or argv[0] not in SUBCOMMAND_HELP:
+        return
+    args = list(argv[1:])
+    for i, arg in enumerate(args):
+        if arg in ("-c", "--config") and i + 1 < len(args):
+            name = args[i + 1]
+        elif arg.startswith("--config="):
+            name = arg.split("=", 1)[1]
+        else:
+            continue
+        try:
+            settings = yaml.safe_load(Path(name).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            continue  # the other checks name the file
+        for earlier in args[:i]:
+            key = earlier.split("=", 1)[0].removeprefix("--")
+            if not earlier.startswith("--") or key in ("config", "print_config"):
+                continue
+            if _config_sets(settings, key.split(".")):
+                print(
+                    f"seq2seq: error: --{key} comes before --config {name}, which sets {key} "
+                    f"too, and the later one wins: give the config first, seq2seq {argv[0]} "
+                    f"--config {name} --{key} ...",
+                    file=sys.stderr,
+                )
+                raise SystemExit(2)
+
+
+def _config_sets(settings, parts: list[str]) -> bool:
+    """Whether the parsed YAML ``settings`` hold the dotted key ``parts`` (looking into the
+    ``init_args`` of a ``class_path`` entry)."""
+    node = settings
+    for part in parts:
+        if isinstance(node, dict) and part not in node and isinstance(node.get("init_args"), dict):
+            node = node["init_args"]
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
 
 
 def check_config_syntax(argv: Sequence[str]) -> None:

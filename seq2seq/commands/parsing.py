@@ -33,6 +33,11 @@ class Parser(argparse.ArgumentParser):
             known = [o for action in self._actions for o in action.option_strings]
             underscored = "--" + name.lstrip("-").replace("-", "_")  # fairseq's --beam-size
             hint = f" (did you mean {underscored}?)" if underscored in known else ""
+            if name in ("-c", "--config") and "--ckpt_path" in known:
+                hint = (
+                    " (this command reads the model and its settings from --ckpt_path; a "
+                    "config file is for fit, validate, test and predict)"
+                )
             message = f"unrecognized option {name}" + (hint or did_you_mean(name, known))
         self.exit(2, f"{self.prog}: error: {message}\n")
 
