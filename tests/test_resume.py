@@ -43,6 +43,14 @@ class KillAtStep(Callback):
             os.kill(os.getpid(), signal.SIGKILL)
 
 
+def _hear_sigint() -> None:
+    """Ctrl-C as a terminal delivers it: a shell starts a background job with SIGINT ignored,
+    which Python then leaves as it is (no KeyboardInterrupt); the helpers that send SIGINT
+    restore Python's handler in ``setup``, before ``LastCheckpoint`` looks at it."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 class InterruptAtStep(KillAtStep):
     """Sends SIGINT (Ctrl-C) ``times`` times to its own process before the backward pass of
     training batch ``step``, inside the batch (test helper)."""
@@ -58,6 +66,9 @@ class InterruptAtStep(KillAtStep):
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         pass
+
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        _hear_sigint()
 
 
 class SignalAtEpochEndValidation(Callback):
@@ -537,6 +548,9 @@ class InterruptValidation(Callback):
 
     def __init__(self, step: int) -> None:
         self.step = step
+
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        _hear_sigint()
 
     def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, *args) -> None:
         if not trainer.sanity_checking and trainer.global_step == self.step:
