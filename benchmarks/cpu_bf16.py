@@ -30,6 +30,9 @@ prints sentences/s, BLEU, the ratios ours / CTranslate2 float32 and ours bfloat1
     python benchmarks/cpu_bf16.py --ckpt checkpoints/multi30k_de_en/last.ckpt \\
         --data_dir ../shared/data/multi30k          # and decoding, about 10 more minutes
     python benchmarks/cpu_bf16.py --profile bf16    # torch.profiler's top operators instead
+
+On a CPU without bfloat16 instructions it measures float32 alone (the bf16 columns read ``-``)
+unless ``--dtypes both``: emulated bfloat16 steps take seconds each.
 """
 
 from __future__ import annotations
@@ -68,12 +71,20 @@ def cpu() -> str:
     return f"{lines.get('Model name', '?').strip()} ({', '.join(present)})"
 
 
-def matmul_rates(repeats: int) -> dict[str, float]:
+def measures_bf16(args: argparse.Namespace) -> bool:
+    """Whether ``--dtypes`` (``auto``: the CPU's bfloat16 flags) asks for the bf16 rows."""
+    if args.dtypes != "auto":
+        return args.dtypes == "both"
+    return "no bf16 flags" not in cpu()
+
+
+def matmul_rates(repeats: int, names: tuple[str, ...] = ("float32", "bf16")) -> dict[str, float]:
     """GFLOP/s of a 2048^3 ``torch.mm`` per dtype (medians, interleaved)."""
     n = 2048
+    dtypes = {"float32": torch.float32, "bf16": torch.bfloat16}
     pairs = {
-        name: (torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype))
-        for name, dtype in (("float32", torch.float32), ("bf16", torch.bfloat16))
+        name: (torch.randn(n, n).to(dtypes[name]), torch.randn(n, n).to(dtypes[name]))
+        for name in names
     }
     times = time_interleaved({k: (lambda a=a, b=b: a @ b) for k, (a, b) in pairs.items()}, repeats)
     return {k: 2 * n**3 / statistics.median(t) / 1e9 for k, t in times.items()}
@@ -259,8 +270,9 @@ def separate_process_rates(
             run = command + [worker, dtype] + extra
             out = subprocess.run(run, capture_output=True, text=True, check=True)
             rates[name].append(json.loads(out.stdout.strip().splitlines()[-1])["tokens_per_s"])
-    ratios = [b / f for f, b in zip(rates["float32"], rates["bf16"], strict=True)]
-    return {k: statistics.median(v) for k, v in rates.items()}, statistics.median(ratios)
+    ratios = [b / f for f, b in zip(rates["float32"], rates.get("bf16", []), strict=False)]
+    medians = {k: statistics.median(v) for k, v in rates.items()}
+    return medians, statistics.median(ratios) if ratios else math.nan
 
 
 DECODING_ENGINES = (
@@ -312,7 +324,7 @@ def decode_worker(args: argparse.Namespace) -> None:
     print(json.dumps({"sent_per_s": len(sources) / statistics.median(times), "bleu": bleu}))
 
 
-def decoding(args: argparse.Namespace) -> None:
+def decoding(args: argparse.Namespace, names: tuple[str, ...] = ("float32", "bf16")) -> None:
     """Ours float32 / bfloat16 and CTranslate2 float32 / int8, greedy and beam 5, each engine
     in processes of its own (:func:`decode_worker`), ``--decode-processes`` of each in rotating
     order.
@@ -342,7 +354,7 @@ def decoding(args: argparse.Namespace) -> None:
     )
     print("| search | engine | sent/s | BLEU | ratio | against |")
     print("| --- | --- | --- | --- | --- | --- |")
-    engines = list(DECODING_ENGINES)
+    engines = [e for e in DECODING_ENGINES if "bf16" not in e or "bf16" in names]
     for beam in (1, 5):
         runs: dict[str, list[dict]] = {name: [] for name in engines}
         for r in range(args.decode_processes):
@@ -386,6 +398,13 @@ def main() -> None:
     )
     parser.add_argument("--max-tokens", type=int, default=4096, help="varying batches' budget")
     parser.add_argument("--profile", choices=["float32", "bf16"], default=None)
+    parser.add_argument(
+        "--dtypes",
+        choices=["auto", "both", "float32"],
+        default="auto",
+        help="auto (default): bf16 too where the CPU has bf16 instructions; elsewhere they are "
+        "emulated, and the bf16 rows alone would run for far more than an hour",
+    )
     parser.add_argument("--ckpt", default=None, help="a trained checkpoint: also time decoding")
     parser.add_argument("--data_dir", default="../shared/data/multi30k")
     parser.add_argument("--split", default="test_2016_flickr")
@@ -425,36 +444,42 @@ def main() -> None:
                 step(bf16)
         print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15))
         return
-    rates = matmul_rates(args.repeats)
-    times = time_interleaved(
-        {"float32": lambda: step(False), "bf16": lambda: step(True)}, args.repeats, warmup=2
-    )
+    names = ("float32", "bf16") if measures_bf16(args) else ("float32",)
+    if names == ("float32",):
+        print(
+            "float32 only: this CPU has no bfloat16 instructions (--dtypes both to time "
+            "emulated bfloat16 too; its steps take seconds each)"
+        )
+    rates = matmul_rates(args.repeats, names)
+    steps = {"float32": lambda: step(False), "bf16": lambda: step(True)}
+    times = time_interleaved({k: steps[k] for k in names}, args.repeats, warmup=2)
     speed = {k: tokens / statistics.median(t) for k, t in times.items()}
-    alone, alone_ratio = separate_process_rates(args) if args.processes > 0 else (None, None)
+    pair = {"float32": ("float32", []), "bf16": ("bf16", [])}
+    own = {k: pair[k] for k in names}
+    alone, alone_ratio = separate_process_rates(args, variants=own) if args.processes else ({}, 0)
     flops_per_token = step.flops() / tokens
     share = {k: flops_per_token * speed[k] / 1e9 / rates[k] for k in speed}
     print(
         "model FLOPs per target token (FlopCounterMode, forward + backward): "
         f"{flops_per_token / 1e6:.1f} M"
     )
+
+    def row(measure: str, values: dict, ratio: str | None = None, fmt: str = "{:.0f}") -> None:
+        cells = [fmt.format(values[k]) if k in values else "-" for k in ("float32", "bf16")]
+        if ratio is None and len(values) == 2 and fmt == "{:.0f}":
+            ratio = f"{values['bf16'] / values['float32']:.2f}x"
+        print(f"| {measure} | {cells[0]} | {cells[1]} | {ratio or ''} |")
+
     print("| measure | float32 | bf16 | bf16 / float32 |")
     print("| --- | --- | --- | --- |")
-    print(
-        f"| torch.mm 2048^3 (GFLOP/s) | {rates['float32']:.0f} | {rates['bf16']:.0f} | "
-        f"{rates['bf16'] / rates['float32']:.2f}x |"
-    )
+    row("torch.mm 2048^3 (GFLOP/s)", rates)
     step_name = f"README-size training step, B={args.batch}, S=T={args.length}"
-    if alone is not None:
-        print(
-            f"| {step_name}, each dtype in its own process (target tokens/s; median of "
-            f"{args.processes} each, ratio: median of pairs) | {alone['float32']:.0f} | "
-            f"{alone['bf16']:.0f} | {alone_ratio:.2f}x |"
-        )
+    if alone:
+        row(f"{step_name}, each dtype in its own process (target tokens/s; median of "
+            f"{args.processes} each, ratio: median of pairs)", alone,
+            f"{alone_ratio:.2f}x" if len(alone) == 2 else "")  # fmt: skip
         share_alone = {k: flops_per_token * alone[k] / 1e9 / rates[k] for k in alone}
-        print(
-            f"| share of the dtype's torch.mm rate, own process | {share_alone['float32']:.0%} | "
-            f"{share_alone['bf16']:.0%} | |"
-        )
+        row("share of the dtype's torch.mm rate, own process", share_alone, fmt="{:.0%}")
     if args.processes > 0:
         variants = {
             "float32": ("float32", []),
@@ -463,32 +488,25 @@ def main() -> None:
             "float32, AdamW loop": ("float32", ["--loop-adamw"]),
             "bf16, AdamW loop": ("bf16", ["--loop-adamw"]),
         }
+        variants = {k: v for k, v in variants.items() if v[0] in names}
         vary, vary_ratio = separate_process_rates(args, "--varying-worker", variants)
-        print(
-            f"| training step on fit-like batches of {args.max_tokens} tokens, a new shape every "
-            f"step, each in its own process (target tokens/s; {args.processes} each) | "
-            f"{vary['float32']:.0f} | {vary['bf16']:.0f} | {vary_ratio:.2f}x |"
-        )
-        print(
-            f"| the same, bf16 with `row_buckets` off | | {vary['bf16 -row_buckets']:.0f} | "
-            f"{vary['bf16 -row_buckets'] / vary['float32']:.2f}x |"
-        )
-        loop = {k: vary[f"{k}, AdamW loop"] for k in ("float32", "bf16")}
-        print(
-            f"| the same with AdamW's loop over the parameters, not `fused=True` (ratio: fused / "
-            f"loop) | {loop['float32']:.0f} ({vary['float32'] / loop['float32']:.3f}x) | "
-            f"{loop['bf16']:.0f} ({vary['bf16'] / loop['bf16']:.3f}x) | |"
-        )
-    print(
-        f"| {step_name}, both in one process, interleaved (target tokens/s) | "
-        f"{speed['float32']:.0f} | {speed['bf16']:.0f} | {speed['bf16'] / speed['float32']:.2f}x |"
-    )
-    print(
-        f"| share of the dtype's torch.mm rate, one process | {share['float32']:.0%} | "
-        f"{share['bf16']:.0%} | |"
-    )
+        both = {k: vary[k] for k in names}
+        row(f"training step on fit-like batches of {args.max_tokens} tokens, a new shape every "
+            f"step, each in its own process (target tokens/s; {args.processes} each)", both,
+            f"{vary_ratio:.2f}x" if len(names) == 2 else "")  # fmt: skip
+        if "bf16" in names:
+            print(
+                f"| the same, bf16 with `row_buckets` off | | {vary['bf16 -row_buckets']:.0f} | "
+                f"{vary['bf16 -row_buckets'] / vary['float32']:.2f}x |"
+            )
+        loop = {k: vary[f"{k}, AdamW loop"] for k in names}
+        cells = {k: f"{loop[k]:.0f} ({vary[k] / loop[k]:.3f}x)" for k in names}
+        row("the same with AdamW's loop over the parameters, not `fused=True` (ratio: fused / "
+            "loop)", cells, "", fmt="{}")  # fmt: skip
+    row(f"{step_name}, both in one process, interleaved (target tokens/s)", speed)
+    row("share of the dtype's torch.mm rate, one process", share, fmt="{:.0%}")
     if args.ckpt:
-        decoding(args)
+        decoding(args, names)
 
 
 if __name__ == "__main__":

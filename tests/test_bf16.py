@@ -136,6 +136,33 @@ def test_translate_dtype_flag(tiny_run, monkeypatch, capsys, tmp_path):
     assert sum(a == b for a, b in zip(outputs["float32"], outputs["bf16"], strict=True)) >= 14
 
 
+@pytest.mark.parametrize(("has", "dtype", "warned"), [
+    (False, "bf16", True), (True, "bf16", False), (None, "bf16", False), (False, "float32", False),
+])  # fmt: skip
+def test_translate_in_bfloat16_on_a_cpu_without_its_instructions_is_warned_about(
+    tiny_run, monkeypatch, capsys, tmp_path, has, dtype, warned
+):
+    from seq2seq.cli import environment
+
+    monkeypatch.setattr(environment, "cpu_has_bfloat16_instructions", lambda: has)
+    source = tmp_path / "in.de"
+    source.write_text("ein Hund .\n", encoding="utf-8")
+    ckpt = str(tiny_run / "checkpoints/tiny/last.ckpt")
+    code, _, err = run_main(
+        monkeypatch, capsys, "translate", "--ckpt_path", ckpt,
+        "--input", str(source), "--output", str(tmp_path / "out.en"), "--dtype", dtype,
+    )  # fmt: skip
+    assert code == 0, err
+    lines = [line for line in err if "bfloat16 instructions" in line]
+    expected = (
+        "seq2seq: warning: --dtype bfloat16 on a CPU without bfloat16 instructions (no "
+        "avx512_bf16 or amx_bf16 in /proc/cpuinfo): they are emulated and run several times "
+        "slower than --dtype float32"
+    )
+    assert lines == ([expected] if warned else []), err
+    assert (tmp_path / "out.en").read_text(encoding="utf-8").count("\n") == 1
+
+
 def test_translate_refuses_an_unknown_dtype(tiny_run, monkeypatch, capsys):
     ckpt = str(tiny_run / "checkpoints/tiny/last.ckpt")
     code, _, err = run_main(

@@ -17,6 +17,7 @@ from typing import Any
 import docstring_parser
 import torch
 
+from seq2seq.cli.environment import warn_emulated_bfloat16
 from seq2seq.commands.parsing import Parser, check_output, plain
 from seq2seq.data.corpus import decode_lines, read_lines
 from seq2seq.files import atomic_write, stream_errors
@@ -170,6 +171,8 @@ def translate(argv: Sequence[str]) -> None:
             dtype=args.dtype,
             **decoding,
         )
+    if translator.dtype == torch.bfloat16 and translator.device.type == "cpu":
+        warn_emulated_bfloat16("--dtype bfloat16", "--dtype float32")
     # A missing or unknown language is one error line before any input is read.
     language_prefixes(translator.tokenizer, args.tgt_lang, args.src_lang)
     if Path(args.ckpt_path[0]).is_dir():  # a CTranslate2 folder (seq2seq.export), which searches
