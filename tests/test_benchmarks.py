@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -156,6 +157,27 @@ def test_cpu_bf16_times_each_dtype_in_a_process_of_its_own():
     variants = {"float32": ("float32", []), "bf16": ("bf16", []), "off": ("bf16", ["--no-buckets"])}
     medians, _ = cpu_bf16.separate_process_rates(args, "--varying-worker", variants)
     assert set(medians) == set(variants) and all(v > 0 for v in medians.values())
+
+
+def test_cpu_bf16_measures_float32_alone_where_bfloat16_is_emulated(monkeypatch):
+    """``--dtypes auto`` drops the bf16 rows on a CPU without bfloat16 flags (its emulated steps
+    would run for hours); ``both`` keeps them; a float32-only run has no ratio."""
+    sys.path[:0] = [str(ROOT / "benchmarks")]
+    try:
+        import cpu_bf16
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    for flags, dtypes, expected in [
+        ("no bf16 flags", "auto", False), ("avx512_bf16", "auto", True),
+        ("no bf16 flags", "both", True), ("amx_bf16, avx512_bf16", "float32", False),
+    ]:  # fmt: skip
+        monkeypatch.setattr(cpu_bf16, "cpu", lambda flags=flags: f"Some CPU ({flags})")
+        assert cpu_bf16.measures_bf16(argparse.Namespace(dtypes=dtypes)) is expected
+    args = argparse.Namespace(
+        threads=1, batch=2, length=3, steps=1, processes=1, varying_steps=1, max_tokens=96
+    )
+    medians, ratio = cpu_bf16.separate_process_rates(args, variants={"float32": ("float32", [])})
+    assert set(medians) == {"float32"} and medians["float32"] > 0 and math.isnan(ratio)
 
 
 def test_cpu_bf16_varying_batches_are_collated_as_a_fit_sees_them():
