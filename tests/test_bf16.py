@@ -142,9 +142,9 @@ def test_translate_dtype_flag(tiny_run, monkeypatch, capsys, tmp_path):
 def test_translate_in_bfloat16_on_a_cpu_without_its_instructions_is_warned_about(
     tiny_run, monkeypatch, capsys, tmp_path, has, dtype, warned
 ):
-    from seq2seq.cli import environment
+    from seq2seq import machine
 
-    monkeypatch.setattr(environment, "cpu_has_bfloat16_instructions", lambda: has)
+    monkeypatch.setattr(machine, "cpu_has_bfloat16_instructions", lambda: has)
     source = tmp_path / "in.de"
     source.write_text("ein Hund .\n", encoding="utf-8")
     ckpt = str(tiny_run / "checkpoints/tiny/last.ckpt")
@@ -179,11 +179,11 @@ def test_translate_refuses_an_unknown_dtype(tiny_run, monkeypatch, capsys):
 def test_fit_in_float32_on_a_cpu_with_bfloat16_instructions_suggests_bf16_mixed(
     tiny_cache, multi30k_dir, tmp_path, monkeypatch, capsys, has, precision, suggested
 ):
-    from seq2seq.cli import environment
+    from seq2seq import machine
     from seq2seq.nn import fast
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(environment, "cpu_has_bfloat16_instructions", lambda: has)
+    monkeypatch.setattr(machine, "cpu_has_bfloat16_instructions", lambda: has)
     heap = []
     monkeypatch.setattr(fast, "keep_freed_heap", lambda: heap.append(1) or True)
     code, _, err = run_main(

@@ -1371,7 +1371,7 @@ def test_resuming_a_checkpoint_behind_its_folders_last_is_warned_about(tiny_run,
 
 
 def test_cpu_bfloat16_instructions_are_read_from_cpuinfo(tmp_path):
-    from seq2seq.cli.environment import cpu_has_bfloat16_instructions
+    from seq2seq.machine import cpu_has_bfloat16_instructions
 
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text("flags\t\t: fpu avx512f avx512bw avx512_vnni\n")
@@ -1389,10 +1389,10 @@ def test_bfloat16_on_a_cpu_without_its_instructions_is_warned_about(
 ):
     """bf16-mixed where the CPU emulates bfloat16 (no AVX512-BF16 or AMX): one warning line;
     none where it has them or where /proc/cpuinfo cannot tell."""
-    from seq2seq.cli import environment
+    from seq2seq import machine
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(environment, "cpu_has_bfloat16_instructions", lambda: has)
+    monkeypatch.setattr(machine, "cpu_has_bfloat16_instructions", lambda: has)
     code, _, err = run_main(
         monkeypatch, capsys, "validate", "--config", str(CONFIGS / "tiny.yaml"),
         "--data.data_dir", str(multi30k_dir), "--data.cache_dir", str(tiny_cache),

@@ -222,8 +222,9 @@ def test_training_step_gives_the_same_loss_and_gradients_with_and_without_the_tr
     )  # fmt: skip
     plain_grads = torch.autograd.grad(plain, list(model.parameters()))
     torch.testing.assert_close(fused.to(dtype), plain, rtol=1e-6, atol=1e-6)  # float32 sums
-    # The fused loss's softmax is float32: closer than that only by luck.
-    tolerance = {} if not output_bias else dict(rtol=1e-4, atol=1e-5)
+    # The fused loss's softmax is float32, so float64 gradients agree to float32's precision
+    # only (1.1e-7 apart on an AMD EPYC, below 1e-7 on an Intel Xeon).
+    tolerance = dict(rtol=1e-5, atol=1e-6) if not output_bias else dict(rtol=1e-4, atol=1e-5)
     for a, b in zip(fused_grads, plain_grads, strict=True):
         torch.testing.assert_close(a, b, **tolerance)
 

@@ -1,4 +1,5 @@
-"""Checks of the machine and the run's surroundings: accelerators, bfloat16 instructions,
+"""Checks of the machine and the run's surroundings: accelerators, bfloat16 instructions
+(through :mod:`seq2seq.machine`),
 a terminal for the progress bar, a streamed run's validation schedule, an empty input."""
 
 from __future__ import annotations
@@ -7,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from seq2seq import machine
 from seq2seq.data.corpus import iter_lines
 
 if TYPE_CHECKING:
@@ -60,37 +62,14 @@ def stdout_is_terminal() -> bool:
     return hasattr(sys.stdout, "isatty") and sys.stdout.isatty()
 
 
-def cpu_has_bfloat16_instructions(cpuinfo: str | Path = "/proc/cpuinfo") -> bool | None:
-    """Whether the CPU lists AVX512-BF16 or AMX among its flags (``None``: cannot tell, e.g.
-    no ``/proc/cpuinfo`` outside Linux)."""
-    try:
-        flags = Path(cpuinfo).read_text(errors="replace").split()
-    except OSError:
-        return None
-    return "avx512_bf16" in flags or "amx_bf16" in flags
-
-
 def warn_slow_bfloat16(trainer: L.Trainer) -> None:
-    """:func:`warn_emulated_bfloat16` for a ``bf16`` ``--trainer.precision`` on a CPU: training
-    ran 3.5x slower than ``32-true`` there (3,569 against 1,024 target tokens/s,
+    """:func:`seq2seq.machine.warn_emulated_bfloat16` for a ``bf16`` ``--trainer.precision`` on
+    a CPU: training ran 3.5x slower than ``32-true`` there (3,569 against 1,024 target tokens/s,
     ``benchmarks/cpu_vs_marian.py`` on an AVX-512 Xeon without AVX512-BF16)."""
     precision = str(getattr(trainer, "precision", ""))
     if precision.startswith("bf16") and trainer.strategy.root_device.type == "cpu":
-        warn_emulated_bfloat16(f"--trainer.precision {precision}", "--trainer.precision 32-true")
-
-
-def warn_emulated_bfloat16(setting: str, instead: str) -> None:
-    """One warning line on stderr for ``setting`` (bfloat16 on the CPU) where the CPU lacks
-    bfloat16 instructions (no AVX512-BF16 or AMX) and oneDNN emulates them, naming the float32
-    ``instead``; nothing where the CPU has them or ``/proc/cpuinfo`` cannot tell. Decoding the
-    README model in bfloat16 on a 2-core AMD EPYC without AVX-512 took 4.6x (greedy) and 5.1x
-    (beam 5) as long as in float32, on 200 sentences of test_2016_flickr."""
-    if cpu_has_bfloat16_instructions() is False:
-        print(
-            f"seq2seq: warning: {setting} on a CPU without bfloat16 instructions (no "
-            "avx512_bf16 or amx_bf16 in /proc/cpuinfo): they are emulated and run several "
-            f"times slower than {instead}",
-            file=sys.stderr,
+        machine.warn_emulated_bfloat16(
+            f"--trainer.precision {precision}", "--trainer.precision 32-true"
         )
 
 
@@ -103,7 +82,7 @@ def suggest_bfloat16(trainer: L.Trainer) -> None:
     precision = str(getattr(trainer, "precision", ""))
     if precision not in ("32-true", "32") or trainer.strategy.root_device.type != "cpu":
         return
-    if cpu_has_bfloat16_instructions():
+    if machine.cpu_has_bfloat16_instructions():
         print(
             "seq2seq: this CPU has bfloat16 instructions (avx512_bf16 or amx_bf16): "
             "--trainer.precision bf16-mixed trains faster here (README, Precision)",

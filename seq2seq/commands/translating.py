@@ -17,10 +17,10 @@ from typing import Any
 import docstring_parser
 import torch
 
-from seq2seq.cli.environment import warn_emulated_bfloat16
 from seq2seq.commands.parsing import Parser, check_output, plain
 from seq2seq.data.corpus import decode_lines, read_lines
 from seq2seq.files import atomic_write, stream_errors
+from seq2seq.machine import warn_emulated_bfloat16
 from seq2seq.nn import DecodingConfig
 from seq2seq.text_decoding import apply_overrides, language_prefixes, sampling_rules
 from seq2seq.translator import DTYPE_NAMES
@@ -171,7 +171,9 @@ def translate(argv: Sequence[str]) -> None:
             dtype=args.dtype,
             **decoding,
         )
-    if translator.dtype == torch.bfloat16 and translator.device.type == "cpu":
+    # A CTranslate2 folder computes in its exported type (bfloat16 was refused above).
+    bf16 = DTYPE_NAMES[args.dtype] == torch.bfloat16
+    if bf16 and getattr(translator, "device", None) is not None and translator.device.type == "cpu":
         warn_emulated_bfloat16("--dtype bfloat16", "--dtype float32")
     # A missing or unknown language is one error line before any input is read.
     language_prefixes(translator.tokenizer, args.tgt_lang, args.src_lang)
