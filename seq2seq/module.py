@@ -211,11 +211,11 @@ class TranslationModule(L.LightningModule):
         return [c for c in ours if not any(a is c for a in attached)]
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        # After ExactResume's hook, whose "rng" entry it keeps (seq2seq.checkpoint.format).
-        rng = checkpoint.pop(CHECKPOINT_KEY, {}).get("rng")
+        # After ExactResume's hook, whose "rng" and "precision" entries it keeps
+        # (seq2seq.checkpoint.format).
+        resume = checkpoint.pop(CHECKPOINT_KEY, {})
         extra: dict[str, Any] = {"model_config": self.model_config}
-        if rng is not None:
-            extra["rng"] = rng
+        extra.update({k: resume[k] for k in ("rng", "precision") if resume.get(k) is not None})
         if self.tokenizer is not None:
             extra["tokenizer"] = tokenizer_tensor(self.tokenizer.to_bytes())
         if self.initialised_from is not None:

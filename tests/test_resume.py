@@ -658,3 +658,27 @@ def test_resume_on_a_grown_corpus_keeps_the_checkpoints_tokenizer(tmp_path, mult
     cli = cli_main([*argv, "--trainer.max_steps", "4", "--ckpt_path", "last"])
     assert cli.trainer.global_step == 4
     assert sorted((tmp_path / "cache").glob("spm_*.model")) == models
+
+
+def test_resuming_in_another_precision_says_so(tmp_path, multi30k_dir):
+    """A run resumed with another --trainer.precision than it trained in is told so in one
+    line (it goes on, with other rounding and speed); the same precision says nothing."""
+    data = _write_corpus(multi30k_dir, tmp_path / "data", {"train": 300, "val": 20})
+    path = _last_checkpoint_config(tmp_path, data, "run", max_steps=2)
+    first = _fit(path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    saved = load_checkpoint(tmp_path / "run" / "checkpoints" / "last.ckpt")
+    assert saved["seq2seq"]["precision"] == "32-true"
+    other = _fit(path, "--ckpt_path", "last", "--trainer.max_steps", "3",
+                 "--trainer.precision", "bf16-mixed")  # fmt: skip
+    assert other.returncode == 0, other.stderr[-3000:]
+    expected = (
+        "seq2seq: warning: resuming a run trained with --trainer.precision 32-true under "
+        "--trainer.precision bf16-mixed: it goes on in bf16-mixed (give --trainer.precision "
+        "32-true to keep the run's)"
+    )
+    assert expected in other.stderr.splitlines(), other.stderr[-3000:]
+    same = _fit(path, "--ckpt_path", "last", "--trainer.max_steps", "4",
+                "--trainer.precision", "bf16-mixed")  # fmt: skip
+    assert same.returncode == 0, same.stderr[-3000:]
+    assert "resuming a run trained with" not in same.stderr

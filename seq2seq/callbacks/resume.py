@@ -3,6 +3,7 @@ resumed from a checkpoint continue the interrupted one exactly."""
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import lightning as L
@@ -74,6 +75,7 @@ class ExactResume(L.Callback):
     ) -> None:
         rng = self._step_rng if _batch_under_way(trainer) else None
         checkpoint.setdefault(CHECKPOINT_KEY, {})["rng"] = rng or capture_rng_state()
+        checkpoint[CHECKPOINT_KEY]["precision"] = str(trainer.precision)
         if _epoch_cut_short(trainer, self._training_epoch):
             keep_cut_epoch_unfinished(checkpoint, self._training_epoch)
         if self._validation_open:  # stopped (Ctrl-C, SIGTERM) before this validation's score
@@ -92,7 +94,24 @@ class ExactResume(L.Callback):
     ) -> None:
         # Restored at the next training batch, after the data loaders have been set up.
         self._resume_rng = checkpoint.get(CHECKPOINT_KEY, {}).get("rng")
+        warn_other_precision(trainer, checkpoint.get(CHECKPOINT_KEY, {}).get("precision"))
         settle_validation_progress(checkpoint)  # before Lightning restores its loops from it
+
+
+def warn_other_precision(trainer: L.Trainer, saved: str | None) -> None:
+    """One line (global rank 0) when ``fit`` resumes a run that trained in another
+    ``--trainer.precision`` (``saved``; ``None`` in checkpoints written before it was kept):
+    the run goes on in the new one, with other rounding and speed, not as it would have."""
+    if saved is None or str(trainer.precision) == saved or trainer.state.fn != "fit":
+        return
+    current = str(trainer.precision)
+    if trainer.is_global_zero:
+        print(
+            f"seq2seq: warning: resuming a run trained with --trainer.precision {saved} under "
+            f"--trainer.precision {current}: it goes on in {current} (give --trainer.precision "
+            f"{saved} to keep the run's)",
+            file=sys.stderr,
+        )
 
 
 def _batch_under_way(trainer: L.Trainer) -> bool:

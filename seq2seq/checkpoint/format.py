@@ -8,6 +8,8 @@ states; seq2seq adds ``checkpoint[CHECKPOINT_KEY]``, a dictionary of:
 * ``"model_config"``: the fields of :class:`seq2seq.nn.TransformerConfig`;
 * ``"tokenizer"``: the serialized SentencePiece model as a uint8 tensor (optional);
 * ``"rng"``: the random generators' states for an exact resume (training only);
+* ``"precision"``: the run's ``--trainer.precision`` (training only), which a resume with
+  another one is told about;
 * ``"log"``: the logger's name and version, so that a resumed run logs into the same folder;
 * :data:`IMPORTED_FROM`: in a checkpoint written by ``seq2seq import``, where it came from;
 * :data:`INIT_FROM`: in the checkpoints of a run started with ``fit --init_from``, that file.
