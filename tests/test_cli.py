@@ -516,7 +516,29 @@ def test_translate_refuses_bad_input_and_settings_before_decoding(
             ["translate", "--ckpt_path", "m.ckpt", "--beam-size", "2"],
             "unrecognized option --beam-size (did you mean --beam_size?)",
         ),
-        (["translate", "--ckpt", "m.ckpt"], "the following arguments are required: --ckpt_path"),
+        # A mistyped required option is named after argparse's "required".
+        (
+            ["translate", "--ckpt", "m.ckpt"],
+            "the following arguments are required: --ckpt_path; --ckpt is not an option of this "
+            "command (did you mean --ckpt_path?)",
+        ),
+        (
+            ["translate", "--ckpt-path", "m.ckpt"],
+            "the following arguments are required: --ckpt_path; --ckpt-path is not an option of "
+            "this command (did you mean --ckpt_path?)",
+        ),
+        (["translate"], "the following arguments are required: --ckpt_path"),
+        # A mistyped choice gets the closest one.
+        (
+            ["export", "--ckpt_path", "m.ckpt", "--format", "ctranslate", "--output", "x"],
+            "argument --format: invalid choice: 'ctranslate' (choose from 'ctranslate2', "
+            "'huggingface') (did you mean --format ctranslate2?)",
+        ),
+        (
+            ["translate", "--ckpt_path", "m.ckpt", "--dtype", "float16"],
+            "argument --dtype: invalid choice: 'float16' (choose from 'float32', 'bfloat16', "
+            "'fp32', 'bf16') (did you mean --dtype bfloat16?)",
+        ),
         # A prefix is pointed to the options it abbreviates.
         (
             ["average", "--in", "a.ckpt", "--output", "o.ckpt"],

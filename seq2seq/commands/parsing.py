@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import re
+import sys
 from pathlib import Path
 
 from seq2seq.files import check_output_file
@@ -25,12 +27,34 @@ class Parser(argparse.ArgumentParser):
     ...`` (exit status 2), an unrecognised option with the closest spellings of this command's
     options (``--beam-size``: did you mean ``--beam_size``?); ``--help`` lists the options."""
 
+    def parse_args(self, args=None, namespace=None):
+        """argparse's, keeping the arguments given for :meth:`error`."""
+        self._given = list(sys.argv[1:] if args is None else args)
+        return super().parse_args(args, namespace)
+
     def error(self, message: str):
+        known = [o for action in self._actions for o in action.option_strings]
+        choice = re.fullmatch(
+            r"argument (\S+): invalid choice: '(.*)' \(choose from (.*)\)", message
+        )
+        if choice:  # --format ctranslate: did you mean ctranslate2?
+            choices = re.findall(r"'([^']*)'", choice.group(3))
+            close = difflib.get_close_matches(choice.group(2), choices, n=1, cutoff=0.6)
+            message += f" (did you mean {choice.group(1)} {close[0]}?)" if close else ""
+        if message.startswith("the following arguments are required: "):
+            # argparse names the missing option before the mistyped one (--ckpt-path X)
+            for given in getattr(self, "_given", []):
+                name = given.split("=", 1)[0]
+                if name.startswith("--") and name not in known:
+                    hint = did_you_mean(name, known)
+                    underscored = "--" + name.lstrip("-").replace("-", "_")
+                    hint = f" (did you mean {underscored}?)" if underscored in known else hint
+                    message += f"; {name} is not an option of this command{hint}"
+                    break
         prefix = "unrecognized arguments: "
         unknown = [a for a in message.removeprefix(prefix).split() if a.startswith("-")]
         if message.startswith(prefix) and unknown:
             name = unknown[0].split("=", 1)[0]
-            known = [o for action in self._actions for o in action.option_strings]
             underscored = "--" + name.lstrip("-").replace("-", "_")  # fairseq's --beam-size
             hint = f" (did you mean {underscored}?)" if underscored in known else ""
             if name in ("-c", "--config") and "--ckpt_path" in known:
