@@ -435,3 +435,18 @@ def test_download_into_a_mistyped_folder_names_the_one_beside_it(tmp_path):
 def test_multi30k_copy_matches_known_hashes():
     for name, digest in MULTI30K_SHA256.items():
         assert hashlib.sha256((MULTI30K / name).read_bytes()).hexdigest() == digest
+
+
+def test_a_missing_split_of_a_corpus_folder_names_the_splits_it_holds(tmp_path):
+    """A mistyped split name in the right folder lists the folder's splits of the pair (text
+    pairs, one-file formats) instead of sending the user to another folder."""
+    names = "train.de train.en.gz val.de val.en test_2016_flickr.de.gz test_2016_flickr.en.gz"
+    for name in (*names.split(), "extra.tsv", "only_de.de", "dev.fr", "dev.en"):
+        (tmp_path / name).write_text("x\n")
+    with pytest.raises(FileNotFoundError) as info:
+        locate_split(tmp_path, "test_2016_flikr", "de", "en")
+    assert str(info.value).endswith(
+        f"{tmp_path} holds the splits extra, test_2016_flickr, train, val (did you mean "
+        "test_2016_flickr?)."
+    )
+    assert "Point `data.data_dir`" not in str(info.value)

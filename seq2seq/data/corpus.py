@@ -47,6 +47,7 @@ from seq2seq.data.formats import (
     read_tsv,
     unzip_pairs,
 )
+from seq2seq.spelling import did_you_mean
 
 __all__ = [
     "CorpusSplit",
@@ -396,8 +397,36 @@ def locate_split(
         )
     looked = [*src_candidates, *tgt_candidates, *(p for c in single.values() for p in c)]
     looked += [root / "dataset_dict.json", root / split / "state.json"]
+    others = splits_in(root, src_lang, tgt_lang)
+    if others:  # the folder is right, the split name is not
+        advice = f"{root} holds the splits {', '.join(others)}{did_you_mean(split, others)}"
+    else:
+        advice = "Point `data.data_dir` at the corpus folder or set `data.hf_dataset`"
     raise FileNotFoundError(
         f"No {src_lang}-{tgt_lang} data for split {split!r} in {root}; looked for: "
         + ", ".join(str(p) for p in looked)
-        + ". Point `data.data_dir` at the corpus folder or set `data.hf_dataset`."
+        + f". {advice}."
     )
+
+
+def splits_in(root: Path, src_lang: str, tgt_lang: str) -> list[str]:
+    """The split names of ``src_lang``-``tgt_lang`` data in folder ``root``, sorted: a pair of
+    text files (plain or gzip) or one TSV, JSON lines or Parquet file."""
+    names = set()
+    try:
+        files = [p.name for p in root.iterdir() if p.is_file()]
+    except OSError:
+        return []
+    for name in files:
+        stem = name.removesuffix(".gz")
+        for suffix in (".tsv", ".jsonl", ".parquet"):
+            if stem.endswith(suffix):
+                names.add(stem.removesuffix(suffix))
+        split, _, lang = stem.rpartition(".")
+        if (
+            split
+            and lang == src_lang
+            and any(f"{split}.{tgt_lang}{gz}" in files for gz in ("", ".gz"))
+        ):
+            names.add(split)
+    return sorted(names)
