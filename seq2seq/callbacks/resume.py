@@ -102,9 +102,9 @@ def warn_other_precision(trainer: L.Trainer, saved: str | None) -> None:
     """One line (global rank 0) when ``fit`` resumes a run that trained in another
     ``--trainer.precision`` (``saved``; ``None`` in checkpoints written before it was kept):
     the run goes on in the new one, with other rounding and speed, not as it would have."""
-    if saved is None or str(trainer.precision) == saved or trainer.state.fn != "fit":
+    current = None if saved is None else str(trainer.precision)
+    if current is None or current == saved or trainer.state.fn != "fit":
         return
-    current = str(trainer.precision)
     if trainer.is_global_zero:
         print(
             f"seq2seq: warning: resuming a run trained with --trainer.precision {saved} under "

@@ -46,17 +46,14 @@ class Parser(argparse.ArgumentParser):
             for given in getattr(self, "_given", []):
                 name = given.split("=", 1)[0]
                 if name.startswith("--") and name not in known:
-                    hint = did_you_mean(name, known)
-                    underscored = "--" + name.lstrip("-").replace("-", "_")
-                    hint = f" (did you mean {underscored}?)" if underscored in known else hint
+                    hint = _underscored(name, known) or did_you_mean(name, known)
                     message += f"; {name} is not an option of this command{hint}"
                     break
         prefix = "unrecognized arguments: "
         unknown = [a for a in message.removeprefix(prefix).split() if a.startswith("-")]
         if message.startswith(prefix) and unknown:
             name = unknown[0].split("=", 1)[0]
-            underscored = "--" + name.lstrip("-").replace("-", "_")  # fairseq's --beam-size
-            hint = f" (did you mean {underscored}?)" if underscored in known else ""
+            hint = _underscored(name, known)
             if name in ("-c", "--config") and "--ckpt_path" in known:
                 hint = (
                     " (this command reads the model and its settings from --ckpt_path; a "
@@ -64,6 +61,13 @@ class Parser(argparse.ArgumentParser):
                 )
             message = f"unrecognized option {name}" + (hint or did_you_mean(name, known))
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _underscored(name: str, known: list[str]) -> str:
+    """`` (did you mean --beam_size?)`` for fairseq's ``--beam-size`` where that is an option,
+    else ``""``."""
+    underscored = "--" + name.lstrip("-").replace("-", "_")
+    return f" (did you mean {underscored}?)" if underscored in known else ""
 
 
 def check_output(parser: argparse.ArgumentParser, output: Path) -> None:

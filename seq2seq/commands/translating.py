@@ -171,9 +171,8 @@ def translate(argv: Sequence[str]) -> None:
             dtype=args.dtype,
             **decoding,
         )
-    # A CTranslate2 folder computes in its exported type (bfloat16 was refused above).
-    bf16 = DTYPE_NAMES[args.dtype] == torch.bfloat16
-    if bf16 and getattr(translator, "device", None) is not None and translator.device.type == "cpu":
+    # Not a CTranslate2 folder, which refused bfloat16 above (it computes in its exported type).
+    if DTYPE_NAMES[args.dtype] == torch.bfloat16 and translator.device.type == "cpu":
         warn_emulated_bfloat16("--dtype bfloat16", "--dtype float32")
     # A missing or unknown language is one error line before any input is read.
     language_prefixes(translator.tokenizer, args.tgt_lang, args.src_lang)
