@@ -99,7 +99,7 @@ def _line(xs: list[float], ys: list[float]) -> tuple[float, float]:
     return my - slope * mx, slope
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ckpt", required=True, help="a float32 checkpoint of ours")
     parser.add_argument("--data_dir", default="../shared/data/multi30k")
@@ -112,7 +112,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--worker", choices=ENGINES, help=argparse.SUPPRESS)
     parser.add_argument("--export-dir", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.worker:
         _worker(args)
@@ -122,17 +122,27 @@ def main() -> None:
 
     from seq2seq.export.ctranslate2 import export_ctranslate2
 
-    folder = export_ctranslate2(args.ckpt, Path(tempfile.mkdtemp(prefix="decode_steps.")), "float32")
-    command = [sys.executable, str(Path(__file__).resolve()), "--export-dir", str(folder)]
-    for name in ("ckpt", "data_dir", "split", "src_lang", "rows", "steps", "repeats", "threads"):
-        command += [f"--{name}", str(getattr(args, name))]
     runs: dict[str, list[dict]] = {name: [] for name in ENGINES}
-    for p in range(args.processes):
-        for name in ENGINES if p % 2 == 0 else ENGINES[::-1]:
-            out = subprocess.run(
-                command + ["--worker", name], capture_output=True, text=True, check=True
-            )
-            runs[name].append(json.loads(out.stdout.strip().splitlines()[-1]))
+    with tempfile.TemporaryDirectory(prefix="decode_steps.") as work:
+        folder = export_ctranslate2(args.ckpt, Path(work) / "float32", "float32")
+        command = [sys.executable, str(Path(__file__).resolve()), "--export-dir", str(folder)]
+        for name in (
+            "ckpt",
+            "data_dir",
+            "split",
+            "src_lang",
+            "rows",
+            "steps",
+            "repeats",
+            "threads",
+        ):
+            command += [f"--{name}", str(getattr(args, name))]
+        for p in range(args.processes):
+            for name in ENGINES if p % 2 == 0 else ENGINES[::-1]:
+                out = subprocess.run(command + ["--worker", name], capture_output=True, text=True)
+                if out.returncode:
+                    raise SystemExit(f"the {name} worker failed:\n{out.stderr[-3000:]}")
+                runs[name].append(json.loads(out.stdout.strip().splitlines()[-1]))
     rows = [int(r) for r in args.rows.split(",")]
     ms = {
         name: [statistics.median(run[str(n)] for run in runs[name]) for n in rows]

@@ -231,3 +231,38 @@ def test_cpu_bf16_decodes_each_engine_in_a_process_of_its_own(
     assert sum("-row_buckets" in row[1] and row[5].startswith("ours bf16") for row in rows) == 2
     for row in rows:
         assert float(row[2]) > 0 and row[4].endswith("x") and float(row[4][:-1]) > 0
+
+
+@pytest.mark.slow
+def test_decode_steps_times_both_engines_on_the_same_steps(tiny_run, multi30k_dir, capsys):
+    """Each engine decodes exactly --steps steps for each row count (a worker refuses other
+    lengths), and the fit of the per-step times is printed for both."""
+    pytest.importorskip("ctranslate2")  # the `export` extra
+    sys.path[:0] = [str(ROOT / "benchmarks")]
+    try:
+        import decode_steps
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    decode_steps.main(
+        [
+            "--ckpt", str(tiny_run / "checkpoints" / "tiny" / "last.ckpt"),
+            "--data_dir", str(multi30k_dir), "--rows", "1,3", "--steps", "4",
+            "--repeats", "1", "--processes", "1", "--threads", "1",
+        ]
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    rows = [line.split(" | ") for line in out.splitlines() if line.startswith(("| 1 ", "| 3 "))]
+    assert len(rows) == 2
+    for row in rows:
+        assert float(row[1]) > 0 and float(row[2]) > 0 and row[3].endswith("x |")
+    assert "ours: " in out and "ctranslate2: " in out and "us per row" in out
+
+
+def test_decode_steps_fits_a_line():
+    sys.path[:0] = [str(ROOT / "benchmarks")]
+    try:
+        import decode_steps
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    fixed, per_row = decode_steps._line([1.0, 16.0, 64.0], [2.5 + 0.1 * x for x in (1, 16, 64)])
+    assert fixed == pytest.approx(2.5) and per_row == pytest.approx(0.1)
