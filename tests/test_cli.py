@@ -1469,6 +1469,36 @@ def test_a_resumed_fit_continues_its_tensorboard_folder(tiny_cache, multi30k_dir
     assert [e.step for e in events.Scalars("val/bleu")] == [9, 19]
 
 
+def test_a_resume_under_another_logger_name_says_how_to_continue_the_runs_folder(capsys):
+    """A resume without the run's --trainer.logger.init_args.name logs into a new version of
+    the config's name: one warning names the run's folder and the flag that continues it."""
+    from jsonargparse import Namespace
+
+    from seq2seq.checkpoint.format import CHECKPOINT_KEY
+    from seq2seq.cli.checkpoint_args import continue_log_version
+
+    def config(name):
+        logger = Namespace(
+            class_path="lightning.pytorch.loggers.TensorBoardLogger",
+            init_args=Namespace(save_dir="lightning_logs", name=name, version=None),
+        )
+        return Namespace(trainer=Namespace(logger=logger))
+
+    checkpoint = {CHECKPOINT_KEY: {"log": {"name": "rt2", "version": 0}}}
+    same = config("rt2")
+    continue_log_version(same, checkpoint)
+    assert same.trainer.logger.init_args.version == 0
+    assert capsys.readouterr().err == ""
+    other = config("multi30k_de_en")
+    continue_log_version(other, checkpoint)
+    assert other.trainer.logger.init_args.version is None
+    assert capsys.readouterr().err == (
+        "seq2seq: warning: the run being resumed logged to TensorBoard as rt2/version_0; this "
+        "one logs as multi30k_de_en, in a new version: give --trainer.logger.init_args.name "
+        "rt2 to continue the run's folder\n"
+    )
+
+
 def test_testing_another_folders_checkpoint_has_no_dirpath_notice(
     tiny_run, multi30k_dir, in_tmp, monkeypatch, capsys
 ):

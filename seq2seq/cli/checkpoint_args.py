@@ -406,7 +406,8 @@ def continue_log_version(config, checkpoint: dict) -> None:
     """A resumed ``fit`` logs into the version folder of the run it resumes
     (``lightning_logs/<name>/version_N``), as fairseq's TensorBoard folder continues, instead of
     a new ``version_N+1``: the configured TensorBoard logger, if it has the name the checkpoint
-    recorded and no version of its own. (Each process writes event files of its own, so
+    recorded and no version of its own; under another name it warns (one line, global rank 0)
+    and logs into a new version of that name. (Each process writes event files of its own, so
     nothing is overwritten; Lightning's CSV logger would rewrite ``metrics.csv``, so a CSV
     logger keeps starting a new version.)"""
     saved = (checkpoint.get(CHECKPOINT_KEY) or {}).get("log") or {}
@@ -418,8 +419,18 @@ def continue_log_version(config, checkpoint: dict) -> None:
         return
     init_args = logger["init_args"]
     name = init_args.get("name") or "lightning_logs"
-    if init_args.get("version") is None and name == saved.get("name"):
+    if init_args.get("version") is not None:
+        return
+    if name == saved.get("name"):
         init_args["version"] = saved["version"]
+    elif rank_zero_only.rank == 0:  # a flag of the run left out, most likely
+        print(
+            f"seq2seq: warning: the run being resumed logged to TensorBoard as "
+            f"{saved.get('name')}/version_{saved.get('version')}; this one logs as {name}, in "
+            f"a new version: give --trainer.logger.init_args.name {saved.get('name')} to "
+            "continue the run's folder",
+            file=sys.stderr,
+        )
 
 
 def warn_resuming_behind_last(ckpt_path: str | Path, step: int | None) -> None:
