@@ -17,6 +17,7 @@ says which of the two makes a gap between them.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import statistics
 import subprocess
@@ -38,6 +39,8 @@ def _worker(args: argparse.Namespace) -> None:
     calls after one untimed call, printed as the last line (JSON)."""
     rows = [int(r) for r in args.rows.split(",")]
     sources = read_split(args.data_dir, args.split, args.src_lang, max(rows))
+    if len(sources) < max(rows):
+        raise SystemExit(f"--rows {max(rows)}: {args.split} holds {len(sources)} sentences")
     if args.worker == "ours":
         from seq2seq.nn.decoding import DecodingConfig
         from seq2seq.nn.search import greedy_search
@@ -80,7 +83,10 @@ def _worker(args: argparse.Namespace) -> None:
     for n in rows:
         lengths = call(n)
         if set(lengths) != {args.steps}:  # the same work in both engines, or no figure
-            raise SystemExit(f"{args.worker}: {n} rows gave lengths {sorted(set(lengths))}")
+            raise SystemExit(
+                f"{args.worker} decoded {sorted(set(lengths))} steps of {n} rows, not --steps "
+                f"{args.steps} (which the model's max_positions caps)"
+            )
         times = []
         for _ in range(args.repeats):
             start = time.perf_counter()
@@ -99,17 +105,41 @@ def _line(xs: list[float], ys: list[float]) -> tuple[float, float]:
     return my - slope * mx, slope
 
 
+def _positive(text: str) -> int:
+    """An argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _row_counts(text: str) -> str:
+    """An argparse type: comma-separated integers >= 1 (kept as given, for the workers)."""
+    for part in text.split(","):
+        _positive(part)
+    return text
+
+
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     parser.add_argument("--ckpt", required=True, help="a float32 checkpoint of ours")
-    parser.add_argument("--data_dir", default="../shared/data/multi30k")
-    parser.add_argument("--split", default="test_2016_flickr")
-    parser.add_argument("--src_lang", default="de")
-    parser.add_argument("--rows", default="1,16,64,256", help="comma-separated row counts")
-    parser.add_argument("--steps", type=int, default=32, help="decoding steps per call")
-    parser.add_argument("--repeats", type=int, default=5, help="timed calls per row count")
-    parser.add_argument("--processes", type=int, default=2, help="processes of each engine")
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--data_dir", default="../shared/data/multi30k", help="the corpus")
+    parser.add_argument("--split", default="test_2016_flickr", help="its sentences decoded")
+    parser.add_argument("--src_lang", default="de", help="the source side of the split")
+    parser.add_argument(
+        "--rows", type=_row_counts, default="1,16,64,256",
+        help="comma-separated row counts (sentences per call); two or more for the fit",
+    )  # fmt: skip
+    parser.add_argument("--steps", type=_positive, default=32, help="decoding steps per call")
+    parser.add_argument("--repeats", type=_positive, default=5, help="timed calls per count")
+    parser.add_argument("--processes", type=_positive, default=2, help="processes per engine")
+    parser.add_argument("--threads", type=_positive, default=2, help="threads per process")
     parser.add_argument("--worker", choices=ENGINES, help=argparse.SUPPRESS)
     parser.add_argument("--export-dir", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -117,6 +147,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.worker:
         _worker(args)
         return
+    if not Path(args.ckpt).is_file():
+        parser.error(f"--ckpt {args.ckpt}: no such file")
+    if importlib.util.find_spec("ctranslate2") is None:
+        parser.error("CTranslate2 is not installed: pip install -e '.[export]'")
 
     from cpu_bf16 import cpu  # the lscpu line every speed figure carries
 
@@ -154,10 +188,12 @@ def main(argv: list[str] | None = None) -> None:
     for i, n in enumerate(rows):
         ours, ct2 = ms["ours"][i], ms["ctranslate2"][i]
         print(f"| {n} | {ours:.2f} | {ct2:.2f} | {ours / ct2:.2f}x |")
-    if len(rows) > 1:
-        for name in ENGINES:
-            fixed, per_row = _line([float(n) for n in rows], ms[name])
-            print(f"{name}: {fixed:.2f} ms per step + {1000 * per_row:.1f} us per row")
+    if len(set(rows)) < 2:
+        print("(one row count: no fit of the fixed and per-row costs)")
+        return
+    for name in ENGINES:
+        fixed, per_row = _line([float(n) for n in rows], ms[name])
+        print(f"{name}: {fixed:.2f} ms per step + {1000 * per_row:.1f} us per row")
 
 
 if __name__ == "__main__":

@@ -266,3 +266,25 @@ def test_decode_steps_fits_a_line():
         sys.path.remove(str(ROOT / "benchmarks"))
     fixed, per_row = decode_steps._line([1.0, 16.0, 64.0], [2.5 + 0.1 * x for x in (1, 16, 64)])
     assert fixed == pytest.approx(2.5) and per_row == pytest.approx(0.1)
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--rows", "0,4"], "argument --rows: must be >= 1, got 0"),
+        (["--rows", "a,b"], "argument --rows: not an integer: 'a'"),
+        (["--steps", "0"], "argument --steps: must be >= 1, got 0"),
+        (["--processes", "0"], "argument --processes: must be >= 1, got 0"),
+        ([], "--ckpt missing.ckpt: no such file"),
+    ],
+)
+def test_decode_steps_refuses_bad_arguments_in_one_line(flags, message, capsys):
+    sys.path[:0] = [str(ROOT / "benchmarks")]
+    try:
+        import decode_steps
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    with pytest.raises(SystemExit) as stop:
+        decode_steps.main(["--ckpt", "missing.ckpt", *flags])
+    assert stop.value.code == 2
+    assert capsys.readouterr().err.strip().endswith(f"error: {message}")
