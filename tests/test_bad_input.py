@@ -403,6 +403,8 @@ def test_d_model_not_divisible_by_n_heads():
         ("model.decoding.min_len", "-1", r"^model\.decoding\.min_len must be >= 0, got -1$"),
         ("data.bucket_size", "0", r"data\.bucket_size must be >= 1 or null, got 0\."),
         ("data.vocab_size", "3", r"data\.vocab_size must be > 4, got 3: the vocabulary holds"),
+        ("data.vocab_size", "0", r"^vocab_size must be >= 1, got 0$"),
+        ("model.d_ff", "0", r"^d_ff must be >= 1, got 0$"),
     ],
 )
 def test_out_of_range_setting_is_refused_before_any_data_is_read(

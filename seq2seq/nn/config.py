@@ -73,6 +73,9 @@ class TransformerConfig:
 
     def __post_init__(self) -> None:
         """Raises ValueError naming the setting, for sizes or options the model refuses."""
+        for name in ("vocab_size", "d_model", "d_ff", "max_positions"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.n_heads <= 0 or self.d_model % self.n_heads != 0:
             raise ValueError(
                 f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})"
