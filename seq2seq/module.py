@@ -166,6 +166,9 @@ class TranslationModule(L.LightningModule):
         self.model = Transformer(self.config)
         self.optimizer_factory = optimizer
         self.scheduler_factory = lr_scheduler
+        # Settings either refuses (a negative lr or warmup_steps) fail here, before any data is
+        # prepared, rather than when training starts.
+        lr_scheduler(optimizer([torch.nn.Parameter(torch.zeros(1))]))
         self.metrics = list(metrics) if metrics is not None else list(METRICS)
         for name in self.metrics:
             if name not in METRICS:
