@@ -136,6 +136,7 @@ def test_cpu_bf16_counts_the_model_flops_of_every_product():
     assert step.flops() == 3 * forward
 
 
+@pytest.mark.slow  # 4 worker processes that each import torch and time steps
 def test_cpu_bf16_times_each_dtype_in_a_process_of_its_own():
     """The training ratio that carries over to a fit comes from single-dtype processes: each
     worker builds and steps one dtype only, and the driver pairs them."""

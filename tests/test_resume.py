@@ -558,6 +558,7 @@ class InterruptValidation(Callback):
             os.kill(os.getpid(), signal.SIGINT)
 
 
+@pytest.mark.slow  # 4 runs, one stopped by Ctrl-C; CI runs the slow tier too (.ci/run)
 def test_validation_cut_short_by_ctrl_c_is_run_again_on_resume(tmp_path, multi30k_dir):
     """Ctrl-C during a validation: the resumed run runs that validation again (its score is
     logged at the uninterrupted run's step), then trains on."""
