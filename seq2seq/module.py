@@ -59,6 +59,23 @@ def _default_scheduler(optimizer: torch.optim.Optimizer) -> InverseSqrtLR:
     return InverseSqrtLR(optimizer, warmup_steps=4000)
 
 
+def _check_optimizer_settings(optimizer, lr_scheduler) -> None:
+    """Builds the optimizer and schedule once over a stand-in parameter, so that settings they
+    refuse with ``ValueError`` (a negative ``lr`` or ``warmup_steps``) fail when the module is
+    built, before any data is prepared, not when training starts. Other errors (an optimizer
+    that takes no CPU parameter, say) are left to ``configure_optimizers``.
+
+    Raises:
+        ValueError: as the optimizer or the schedule raises it.
+    """
+    try:
+        lr_scheduler(optimizer([torch.nn.Parameter(torch.zeros(1))]))
+    except ValueError:
+        raise
+    except Exception:  # only the settings' own errors are reported here
+        return
+
+
 def _warn_unused_sampling_fields(decoding: DecodingConfig) -> None:
     # translate's rule is that a sampling field asks for sampling; a config cannot tell a field
     # it sets from a default, so a sampling field set without sampling is warned about instead.
@@ -166,9 +183,7 @@ class TranslationModule(L.LightningModule):
         self.model = Transformer(self.config)
         self.optimizer_factory = optimizer
         self.scheduler_factory = lr_scheduler
-        # Settings either refuses (a negative lr or warmup_steps) fail here, before any data is
-        # prepared, rather than when training starts.
-        lr_scheduler(optimizer([torch.nn.Parameter(torch.zeros(1))]))
+        _check_optimizer_settings(optimizer, lr_scheduler)
         self.metrics = list(metrics) if metrics is not None else list(METRICS)
         for name in self.metrics:
             if name not in METRICS:

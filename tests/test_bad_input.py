@@ -649,3 +649,17 @@ def test_disk_full_while_saving(tmp_path, pairs, monkeypatch):
     folder = tmp_path / "checkpoints"
     assert load_checkpoint(folder / "last.ckpt")["global_step"] == 2
     assert [p.name for p in folder.iterdir()] == ["last.ckpt"]
+
+
+def test_an_optimizer_that_refuses_the_stand_in_parameter_is_left_to_training():
+    """Only the settings' own ValueErrors are reported when the module is built: an optimizer
+    that cannot take a CPU parameter (a GPU-only one, say) is built as before, by
+    configure_optimizers."""
+    from seq2seq.module import TranslationModule
+
+    def gpu_only(params):
+        raise RuntimeError("this optimizer needs CUDA parameters")
+
+    module = TranslationModule(vocab_size=40, d_model=16, n_heads=2, d_ff=32, optimizer=gpu_only)
+    with pytest.raises(RuntimeError, match="needs CUDA parameters"):
+        module.configure_optimizers()
