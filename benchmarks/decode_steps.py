@@ -2,7 +2,7 @@
 (float32), each engine in processes of its own.
 
     python benchmarks/decode_steps.py --ckpt checkpoints/multi30k_de_en/last.ckpt \
-        --data_dir ../shared/data/multi30k          # about 3 minutes on 2 cores
+        --data_dir ../shared/data/multi30k          # about a minute on 2 cores
 
 A decoding pass over a corpus runs steps of many sizes: a batch starts with hundreds of rows and
 ends with a few, as its sentences finish. Here each call decodes the first ``R`` sentences of the
@@ -49,7 +49,7 @@ def _worker(args: argparse.Namespace) -> None:
         engine = Translator.from_checkpoint(args.ckpt, device="cpu")
         model, tok = engine.model, engine.tokenizer
         ids = tok.encode(sources, side="source")
-        # min_len above max_len: the end of sentence is banned until the maximum length
+        # min_len at the maximum length: the end of sentence is banned until it is reached
         config = DecodingConfig(
             beam_size=1, max_len_a=0.0, max_len_b=args.steps, min_len=args.steps
         )
