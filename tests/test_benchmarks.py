@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import math
 import subprocess
@@ -15,13 +16,19 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_cpu_vs_marian_runs(tmp_path):
-    pytest.importorskip("transformers")  # the `bench` extra
+def _benchmark(name: str):
+    """The module of ``benchmarks/<name>.py`` (the folder is on ``sys.path`` while it imports
+    its siblings, as when run as a script)."""
     sys.path[:0] = [str(ROOT / "benchmarks")]
     try:
-        import cpu_vs_marian
+        return importlib.import_module(name)
     finally:
         sys.path.remove(str(ROOT / "benchmarks"))
+
+
+def test_cpu_vs_marian_runs(tmp_path):
+    pytest.importorskip("transformers")  # the `bench` extra
+    cpu_vs_marian = _benchmark("cpu_vs_marian")
     out = tmp_path / "r.json"
     cpu_vs_marian.main(
         [
@@ -61,11 +68,7 @@ def test_data_pipeline_runs(tmp_path):
 
 
 def test_kv_cache_layout_runs(capsys):
-    sys.path[:0] = [str(ROOT / "benchmarks")]
-    try:
-        import kv_cache_layout
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    kv_cache_layout = _benchmark("kv_cache_layout")
     kv_cache_layout.main("--batch 2 --steps 3 --repeats 1 --evict-mb 1".split())
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in lines[2:5]] == ["1", "2", "3"]
@@ -81,11 +84,7 @@ def test_ema_sweep_runs(tmp_path, tiny_run, multi30k_dir):
     import torch
     from conftest import multi30k_slice
 
-    sys.path[:0] = [str(ROOT / "benchmarks")]
-    try:
-        import ema_sweep
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    ema_sweep = _benchmark("ema_sweep")
     from seq2seq.module import TranslationModule
 
     module = TranslationModule.load_from_checkpoint(tiny_run / "checkpoints/tiny/last.ckpt")
@@ -114,11 +113,7 @@ def test_cpu_bf16_counts_the_model_flops_of_every_product():
     """The FLOPs behind cpu_bf16.py's share of the matmul ceiling equal the count by hand:
     three times the forward products (each product's two gradients backward), attention and
     the output projection included."""
-    sys.path[:0] = [str(ROOT / "benchmarks")]
-    try:
-        import cpu_bf16
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    cpu_bf16 = _benchmark("cpu_bf16")
     batch, length = 2, 5
     step, tokens = cpu_bf16.training_step(batch, length)
     d, d_ff, vocab, layers = 256, 1024, 8000, 3  # the README model that training_step builds
@@ -140,11 +135,7 @@ def test_cpu_bf16_counts_the_model_flops_of_every_product():
 def test_cpu_bf16_times_each_dtype_in_a_process_of_its_own():
     """The training ratio that carries over to a fit comes from single-dtype processes: each
     worker builds and steps one dtype only, and the driver pairs them."""
-    sys.path[:0] = [str(ROOT / "benchmarks")]
-    try:
-        import cpu_bf16
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    cpu_bf16 = _benchmark("cpu_bf16")
     step, _ = cpu_bf16.training_step(2, 3, dtypes=(True,))
     step(True)
     with pytest.raises(KeyError):
@@ -163,11 +154,7 @@ def test_cpu_bf16_times_each_dtype_in_a_process_of_its_own():
 def test_cpu_bf16_measures_float32_alone_where_bfloat16_is_emulated(monkeypatch):
     """``--dtypes auto`` drops the bf16 rows on a CPU without bfloat16 flags (its emulated steps
     would run for hours); ``both`` keeps them; a float32-only run has no ratio."""
-    sys.path[:0] = [str(ROOT / "benchmarks")]
-    try:
-        import cpu_bf16
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    cpu_bf16 = _benchmark("cpu_bf16")
     for flags, dtypes, expected in [
         ("no bf16 flags", "auto", False), ("avx512_bf16", "auto", True),
         ("no bf16 flags", "both", True), ("amx_bf16, avx512_bf16", "float32", False),
@@ -184,11 +171,7 @@ def test_cpu_bf16_measures_float32_alone_where_bfloat16_is_emulated(monkeypatch)
 def test_cpu_bf16_varying_batches_are_collated_as_a_fit_sees_them():
     """Right padding, masks and real-position indices as collate makes them, within the token
     budget, and a new shape in (nearly) every batch."""
-    sys.path[:0] = [str(ROOT / "benchmarks")]
-    try:
-        import cpu_bf16
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    cpu_bf16 = _benchmark("cpu_bf16")
     batches = cpu_bf16.varying_batches(30, max_tokens=1024)
     for src, tgt, src_mask, src_index, tgt_index, tokens in batches:
         assert src.numel() <= 1024 and tgt[:, 1:].numel() <= 1024
@@ -207,11 +190,7 @@ def test_cpu_bf16_decodes_each_engine_in_a_process_of_its_own(
     """Decoding against CTranslate2 is timed with one engine per process (in one process, our
     OpenMP threads slow down once CTranslate2 has run), and the ratios pair each round."""
     pytest.importorskip("ctranslate2")  # the `export` extra
-    sys.path[:0] = [str(ROOT / "benchmarks")]
-    try:
-        import cpu_bf16
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    cpu_bf16 = _benchmark("cpu_bf16")
     workers = []
     run = subprocess.run
 
@@ -239,11 +218,7 @@ def test_decode_steps_times_both_engines_on_the_same_steps(tiny_run, multi30k_di
     """Each engine decodes exactly --steps steps for each row count (a worker refuses other
     lengths), and the fit of the per-step times is printed for both."""
     pytest.importorskip("ctranslate2")  # the `export` extra
-    sys.path[:0] = [str(ROOT / "benchmarks")]
-    try:
-        import decode_steps
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    decode_steps = _benchmark("decode_steps")
     decode_steps.main(
         [
             "--ckpt", str(tiny_run / "checkpoints" / "tiny" / "last.ckpt"),
@@ -260,11 +235,7 @@ def test_decode_steps_times_both_engines_on_the_same_steps(tiny_run, multi30k_di
 
 
 def test_decode_steps_fits_a_line():
-    sys.path[:0] = [str(ROOT / "benchmarks")]
-    try:
-        import decode_steps
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    decode_steps = _benchmark("decode_steps")
     fixed, per_row = decode_steps._line([1.0, 16.0, 64.0], [2.5 + 0.1 * x for x in (1, 16, 64)])
     assert fixed == pytest.approx(2.5) and per_row == pytest.approx(0.1)
 
@@ -280,11 +251,7 @@ def test_decode_steps_fits_a_line():
     ],
 )
 def test_decode_steps_refuses_bad_arguments_in_one_line(flags, message, capsys):
-    sys.path[:0] = [str(ROOT / "benchmarks")]
-    try:
-        import decode_steps
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    decode_steps = _benchmark("decode_steps")
     with pytest.raises(SystemExit) as stop:
         decode_steps.main(["--ckpt", "missing.ckpt", *flags])
     assert stop.value.code == 2
