@@ -236,9 +236,9 @@ def variants_seam(nn, model, batches, src, sizes, measurement) -> dict[str, Call
         tricks = ("dropout", "linear", "fused_loss", "real_rows")
     else:
         beam = 1 if measurement == "greedy" else sizes.beam
-        tricks = ("linear", "one_query")
+        tricks = ("linear", "one_query", "step")
         if beam > 1:
-            tricks = ("linear", "one_query", "topk", "cache", "slots")
+            tricks = ("linear", "one_query", "step", "topk", "cache", "slots")
 
         def step(**off):
             return decode_fn(nn, model, src, sizes, beam)

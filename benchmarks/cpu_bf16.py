@@ -38,6 +38,7 @@ unless ``--dtypes both``: emulated bfloat16 steps take seconds each.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import statistics
@@ -277,6 +278,7 @@ def separate_process_rates(
 
 DECODING_ENGINES = (
     "ours float32",
+    "ours float32 -step",
     "ours bf16",
     "ours bf16 -row_buckets",
     "CTranslate2 float32",
@@ -285,7 +287,9 @@ DECODING_ENGINES = (
 DECODING_PEERS = {
     "ours float32": "CTranslate2 float32",
     "ours bf16": "CTranslate2 int8",
-    "ours bf16 -row_buckets": "ours bf16",  # the ablation row of the trick
+    # the ablation rows of two tricks of seq2seq.nn.fast
+    "ours float32 -step": "ours float32",
+    "ours bf16 -row_buckets": "ours bf16",
 }
 
 
@@ -297,8 +301,8 @@ def decode_worker(args: argparse.Namespace) -> None:
     """``--decode-worker ENGINE``: this process loads that one engine (ours from ``--ckpt``,
     CTranslate2 from the folder ``--export-dir/QUANTIZATION``), translates the sentences once
     untimed, then ``--decode-repeats`` times with ``--beam``, and prints the median
-    sentences/s and the BLEU of the last call as its last line (JSON). ``ours bf16
-    -row_buckets`` decodes with that trick off (its ablation row)."""
+    sentences/s and the BLEU of the last call as its last line (JSON). ``ours DTYPE -TRICK``
+    decodes with that trick of ``seq2seq.nn.fast`` off (its ablation row)."""
     import sacrebleu
 
     from seq2seq.export.ctranslate2 import CTranslate2Translator
@@ -313,7 +317,8 @@ def decode_worker(args: argparse.Namespace) -> None:
         folder = Path(args.export_dir) / name.split()[-1]
         engine = CTranslate2Translator(folder, device="cpu", intra_threads=args.threads)
     sources, refs = _read_split(args, args.src_lang), _read_split(args, args.tgt_lang)
-    with fast.enabled(not name.endswith("-row_buckets"), "row_buckets"):
+    tricks_off = name.split(" -")[1:]
+    with fast.enabled(False, *tricks_off) if tricks_off else contextlib.nullcontext():
         engine.translate(sources, beam_size=args.beam)
         times = []
         for _ in range(args.decode_repeats):

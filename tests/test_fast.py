@@ -151,7 +151,7 @@ def test_install_keeps_the_state_dict_and_switching_off_gives_the_plain_modules(
     assert torch.nn.Linear not in kinds and torch.nn.Dropout not in kinds  # all installed
     assert fast.Linear in kinds and fast.Dropout in kinds
     with pytest.raises(ValueError, match="unknown speed tricks"):
-        with fast.enabled(False, "step"):
+        with fast.enabled(False, "warp"):
             pass
 
 
@@ -298,6 +298,122 @@ def test_the_ablation_benchmark_runs(tmp_path, capsys):
     assert ("train", "- fused_loss") in variants and ("beam", "- slots") in variants
     assert all(r["value"] > 0 for r in rows)
     assert "fast off (plain path)" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------- decoder step
+
+
+def _decode_step_by_step(model, src, mask, tgt):
+    """Logits ``(B, T, V)`` of each cached one-position step of ``tgt``, and the cache."""
+    cache = model.new_cache(4)  # grows past 4 during the steps
+    memory = model.encode(src, mask)
+    steps = [
+        model.decode(tgt[:, t : t + 1], memory if t == 0 else None, mask, cache)
+        for t in range(tgt.size(1))
+    ]
+    return torch.cat(steps, dim=1), cache
+
+
+def _count_calls(monkeypatch, name: str) -> list:
+    calls, original = [], getattr(fast, name)
+
+    def counted(*args, **kwargs):
+        calls.append(name)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(fast, name, counted)
+    return calls
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {},  # Pre-LN, ReLU (oneDNN's post-op), sinusoidal positions
+        {"norm_first": False, "activation": "gelu", "positional": "learned"},
+        {"positional": "rotary", "activation": "silu", "output_bias": True},
+    ],
+)
+@pytest.mark.parametrize(("masked", "linear"), [(True, True), (False, True), (True, False)])
+def test_decoder_step_gives_the_logits_and_caches_of_the_layers(
+    monkeypatch, fields, masked, linear
+):
+    """One position per row through ``fast.decoder_step`` or through the decoder's modules:
+    the same logits (float32 rounding) and cached keys/values, with a source of padding only
+    (every key masked) among the rows; its products through oneDNN or, with the ``linear``
+    trick off, ``F.linear``."""
+    torch.manual_seed(0)
+    model = Transformer(
+        vocab_size=60, d_model=32, n_heads=4, n_encoder_layers=1, n_decoder_layers=2, d_ff=64,
+        **fields,
+    ).eval()  # fmt: skip
+    _randomise_output_bias(model)
+    src = torch.randint(4, 60, (3, 7))
+    src[1, 4:] = 0
+    src[2, :] = 0
+    mask = padding_mask(src, 0) if masked else None
+    tgt = torch.randint(4, 60, (3, 6))
+    calls = _count_calls(monkeypatch, "decoder_step")
+    with torch.inference_mode(), fast.enabled(linear, "linear"):
+        on, cache_on = _decode_step_by_step(model, src, mask, tgt)
+        assert len(calls) == tgt.size(1)
+        with fast.enabled(False, "step"):
+            off, cache_off = _decode_step_by_step(model, src, mask, tgt)
+    assert len(calls) == tgt.size(1)  # switched off: the modules
+    torch.testing.assert_close(on, off, rtol=1e-5, atol=1e-5)
+    for layer_on, layer_off in zip(cache_on.layers, cache_off.layers, strict=True):
+        for kv_on, kv_off in zip(layer_on, layer_off, strict=True):
+            torch.testing.assert_close(kv_on.keys, kv_off.keys, rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(kv_on.values, kv_off.values, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_search_with_and_without_the_decoder_step_gives_the_same_hypotheses(monkeypatch, beam):
+    """Greedy and beam search (beams sharing a cross-attention row: ``KVCache.group``) decode
+    the same tokens with the same scores with the step switched off alone."""
+    torch.manual_seed(1)
+    model = Transformer(
+        vocab_size=200, d_model=32, n_heads=4, n_encoder_layers=1, n_decoder_layers=2, d_ff=64
+    ).eval()
+    src = torch.randint(4, 200, (5, 8))
+    src[3, 5:] = 0
+    mask = padding_mask(src, 0)
+    config = DecodingConfig(beam_size=beam, max_len_a=0.0, max_len_b=9)
+    search = greedy_search if beam == 1 else beam_search
+    calls = _count_calls(monkeypatch, "decoder_step")
+    with torch.inference_mode():
+        on = search(model, src, mask, 2, 3, config)
+        assert calls
+        with fast.enabled(False, "step"):
+            off = search(model, src, mask, 2, 3, config)
+    assert [[h.tokens for h in hyps] for hyps in on] == [[h.tokens for h in hyps] for hyps in off]
+    on_scores = [h.score for hyps in on for h in hyps]
+    assert on_scores == pytest.approx([h.score for hyps in off for h in hyps], abs=1e-5)
+
+
+def test_decoder_step_is_taken_for_float32_cpu_inference_of_one_position_only():
+    model = Transformer(
+        vocab_size=60, d_model=32, n_heads=4, n_encoder_layers=1, n_decoder_layers=1, d_ff=64
+    )
+    one, three = torch.ones(2, 1, dtype=torch.long), torch.ones(2, 3, dtype=torch.long)
+    decoder = model.decoder
+    assert not fast.use_decoder_step(decoder, one)  # training mode
+    model.eval()
+    assert not fast.use_decoder_step(decoder, one)  # autograd on
+    with torch.inference_mode():
+        assert fast.use_decoder_step(decoder, one)
+        assert not fast.use_decoder_step(decoder, three)
+        with fast.enabled(False, "step"):
+            assert not fast.use_decoder_step(decoder, one)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            assert not fast.use_decoder_step(decoder, one)
+        decoder.layers[0].cross_attn.record_weights = True  # Transformer.attention_maps
+        assert not fast.use_decoder_step(decoder, one)
+        decoder.layers[0].cross_attn.record_weights = False
+        model.double()
+        assert not fast.use_decoder_step(decoder, one)
+        model.float()
+        with pytest.raises(ValueError, match="cross-attention needs key_value"):
+            model.decode(one, None, None, model.new_cache())
 
 
 # --------------------------------------------------------------------------- row buckets

@@ -101,6 +101,8 @@ class DecoderCache:
         self, n_layers: int, capacity: int = 64, self_attention: type[KVCache] = KVCache
     ) -> None:
         self.layers = [(self_attention(False, capacity), KVCache(True)) for _ in range(n_layers)]
+        # the decoder's weights as seq2seq.nn.fast.decoder_step reads them, from the first step
+        self.step_plan: tuple | None = None
 
     @property
     def length(self) -> int:

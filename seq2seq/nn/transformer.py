@@ -236,7 +236,11 @@ class Transformer(nn.Module):
         Raises:
             ValueError: if the decoded positions would exceed ``max_positions``.
         """
-        logits = self.output(self._states(tgt, memory, src_mask, cache, output_index))
+        if cache is not None and output_index is None and fast.use_decoder_step(self.decoder, tgt):
+            logits = self.output(fast.decoder_step(self.decoder, tgt, memory, src_mask, cache))
+            logits = logits.unsqueeze(1)
+        else:
+            logits = self.output(self._states(tgt, memory, src_mask, cache, output_index))
         if self.padded_vocab_size != self.vocab_size:
             logits = logits[..., : self.vocab_size]
         if self.output_bias is not None:  # in the logits' dtype, as the product's own bias
