@@ -41,7 +41,9 @@ def test_round_trip_on_held_out_lines(tokenizer):
     assert len(normal) > 0.95 * len(val)
     ids = tokenizer.encode(normal)
     assert all(BOS_ID not in seq and EOS_ID not in seq and PAD_ID not in seq for seq in ids)
-    assert tokenizer.decode(ids) == normal
+    assert tokenizer.decode(ids) == normal  # one batched call
+    assert tokenizer.decode(ids[:5]) == normal[:5]  # one call per sentence
+    assert tokenizer.decode([]) == []
 
 
 def test_nmt_nfkc_normalisation_of_inputs(tokenizer):

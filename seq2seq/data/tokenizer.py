@@ -413,7 +413,12 @@ class Tokenizer:
             One detokenised string per sentence.
         """
         skip = self._skip
-        return self._sp.decode([[int(i) for i in seq if int(i) not in skip] for seq in ids])
+        pieces = [[int(i) for i in seq if int(i) not in skip] for seq in ids]
+        if len(pieces) < 64:
+            # SentencePiece decodes a list of sentences on a thread pool started per call:
+            # 140 µs per call against 4 µs for one sentence's ids (2-core AMD EPYC)
+            return [self._sp.decode(seq) for seq in pieces]
+        return self._sp.decode(pieces)
 
     def id_to_piece(self, ids: list[int]) -> list[str]:
         """Returns the piece string of each id (e.g. ``"▁Ein"``), for inspection and plots."""
