@@ -431,10 +431,11 @@ def one_query_attention(
 
 # --------------------------------------------------------------------------- decoder step
 # A cached decoding step through the decoder's modules makes about 220 operator calls and 60
-# module calls from Python; on a 2-core AMD EPYC Zen 3 that is 3.8 ms per step at one row, of
+# module calls from Python; on a 2-core AMD EPYC Zen 3 that is 4.1 ms per step at one row, of
 # which the 19 products take about 1.6 ms. Written out for one query per row, with the
-# modules' weights looked up once per search, the step takes about 1 ms less
-# (benchmarks/README.md, section cpu_bf16.py).
+# modules' weights looked up once per search, the step takes 2.9 ms, 1.2-1.6 ms less from 1 to
+# 256 rows; greedy decoding of test_2016_flickr ran 18% faster (benchmarks/README.md, section
+# cpu_bf16.py).
 
 
 def use_decoder_step(decoder: nn.Module, tgt: Tensor) -> bool:

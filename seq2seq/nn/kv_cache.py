@@ -95,13 +95,17 @@ class DecoderCache:
         n_layers: number of decoder layers.
         capacity: target positions to allocate at first in each self-attention cache.
         self_attention: the class of the self-attention caches.
+
+    Attributes:
+        layers: ``(self_attention_cache, cross_attention_cache)`` per layer.
+        step_plan: the decoder's weights as :func:`seq2seq.nn.fast.decoder_step` reads them,
+            looked up at its first step with this cache (``None`` before).
     """
 
     def __init__(
         self, n_layers: int, capacity: int = 64, self_attention: type[KVCache] = KVCache
     ) -> None:
         self.layers = [(self_attention(False, capacity), KVCache(True)) for _ in range(n_layers)]
-        # the decoder's weights as seq2seq.nn.fast.decoder_step reads them, from the first step
         self.step_plan: tuple | None = None
 
     @property
