@@ -24,7 +24,8 @@ decodes the first ``--limit`` sentences of ``--split`` with ours in float32 and 
 ``seq2seq export``; needs the ``export`` extra), greedy and beam 5, each engine in
 ``--decode-processes`` processes of its own in rotating order (:func:`decoding` says why), and
 prints sentences/s, BLEU, the ratios ours / CTranslate2 float32 and ours bfloat16 / CTranslate2 int8
-(CTranslate2 has no bfloat16 on CPU).
+(CTranslate2 has no bfloat16 on CPU), and the ablation rows of two tricks of ``seq2seq.nn.fast``
+(ours float32 without ``step``, ours bfloat16 without ``row_buckets``, against ours with them).
 
     python benchmarks/cpu_bf16.py                   # training only, ~2 minutes on 2 cores
     python benchmarks/cpu_bf16.py --ckpt checkpoints/multi30k_de_en/last.ckpt \\
