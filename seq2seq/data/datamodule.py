@@ -299,7 +299,9 @@ class TranslationDataModule(PairsMixin, L.LightningDataModule):
             return  # only the predict file is read, in setup()
         training = stage in ("fit", None) or self.tokenizer is None
         self._download_missing(training, stage)
-        for pair in self._pairs:  # a missing split is named before long work
+        for pair in self._pairs:  # a missing split is named before long work, training's first
+            if training:
+                self._locate(self.train_split, pair)
             check_inputs(
                 stage, self._stage_splits(stage), self.test_set_names,
                 partial(self._locate, pair=pair), partial(self._fetched, pair), self.predict_file,
