@@ -178,7 +178,10 @@ def test_invalid_utf8(tmp_path, pairs, spm_file):
     lines = (data / "train.en").read_bytes().split(b"\n")
     lines[2] = lines[2][:4] + b"\xff" + lines[2][4:]
     (data / "train.en").write_bytes(b"\n".join(lines))
-    with pytest.raises(ValueError, match=r"train\.en, line 3: invalid UTF-8"):
+    with pytest.raises(
+        ValueError,
+        match=r"train\.en, line 3: invalid UTF-8 \(.* at byte 5 of the line, counting from 1\)",
+    ):
         _datamodule(data, spm_file).prepare_data()
 
 

@@ -83,7 +83,8 @@ def decode_lines(data: bytes, name: str) -> list[str]:
         line = data.count(b"\n", 0, err.start) + 1
         column = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
         raise ValueError(
-            f"{name}, line {line}: invalid UTF-8 ({err.reason} at byte {column} of the line)."
+            f"{name}, line {line}: invalid UTF-8 ({err.reason} at byte {column} of the line, "
+            "counting from 1)."
         ) from err
     if text.startswith("\ufeff"):
         text = text[1:]
@@ -127,7 +128,7 @@ def iter_lines(path: str | Path) -> Iterator[str]:
                 except UnicodeDecodeError as err:
                     raise ValueError(
                         f"{path}, line {number}: invalid UTF-8 ({err.reason} at byte "
-                        f"{err.start + 1} of the line)."
+                        f"{err.start + 1} of the line, counting from 1)."
                     ) from err
                 if number == 1 and text.startswith("\ufeff"):
                     text = text[1:]
