@@ -8,7 +8,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from seq2seq.nn import DecodingConfig, Transformer, beam_search, fast, greedy_search, padding_mask
+from seq2seq.nn import (
+    DecodingConfig,
+    Transformer,
+    beam_search,
+    fast,
+    greedy_search,
+    padding_mask,
+    step,
+)
 from seq2seq.nn.fast import PackedWeight, linear
 
 
@@ -314,14 +322,14 @@ def _decode_step_by_step(model, src, mask, tgt):
     return torch.cat(steps, dim=1), cache
 
 
-def _count_calls(monkeypatch, name: str) -> list:
-    calls, original = [], getattr(fast, name)
+def _count_calls(monkeypatch, module, name: str) -> list:
+    calls, original = [], getattr(module, name)
 
     def counted(*args, **kwargs):
         calls.append(name)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(fast, name, counted)
+    monkeypatch.setattr(module, name, counted)
     return calls
 
 
@@ -337,7 +345,7 @@ def _count_calls(monkeypatch, name: str) -> list:
 def test_decoder_step_gives_the_logits_and_caches_of_the_layers(
     monkeypatch, fields, masked, linear
 ):
-    """One position per row through ``fast.decoder_step`` or through the decoder's modules:
+    """One position per row through ``step.decoder_step`` or through the decoder's modules:
     the same logits (float32 rounding) and cached keys/values, with a source of padding only
     (every key masked) among the rows; its products through oneDNN or, with the ``linear``
     trick off, ``F.linear``."""
@@ -352,7 +360,7 @@ def test_decoder_step_gives_the_logits_and_caches_of_the_layers(
     src[2, :] = 0
     mask = padding_mask(src, 0) if masked else None
     tgt = torch.randint(4, 60, (3, 6))
-    calls = _count_calls(monkeypatch, "decoder_step")
+    calls = _count_calls(monkeypatch, step, "decoder_step")
     with torch.inference_mode(), fast.enabled(linear, "linear"):
         on, cache_on = _decode_step_by_step(model, src, mask, tgt)
         assert len(calls) == tgt.size(1)
@@ -379,7 +387,7 @@ def test_search_with_and_without_the_decoder_step_gives_the_same_hypotheses(monk
     mask = padding_mask(src, 0)
     config = DecodingConfig(beam_size=beam, max_len_a=0.0, max_len_b=9)
     search = greedy_search if beam == 1 else beam_search
-    calls = _count_calls(monkeypatch, "decoder_step")
+    calls = _count_calls(monkeypatch, step, "decoder_step")
     with torch.inference_mode():
         on = search(model, src, mask, 2, 3, config)
         assert calls
@@ -396,21 +404,21 @@ def test_decoder_step_is_taken_for_float32_cpu_inference_of_one_position_only():
     )
     one, three = torch.ones(2, 1, dtype=torch.long), torch.ones(2, 3, dtype=torch.long)
     decoder = model.decoder
-    assert not fast.use_decoder_step(decoder, one)  # training mode
+    assert not step.use_decoder_step(decoder, one)  # training mode
     model.eval()
-    assert not fast.use_decoder_step(decoder, one)  # autograd on
+    assert not step.use_decoder_step(decoder, one)  # autograd on
     with torch.inference_mode():
-        assert fast.use_decoder_step(decoder, one)
-        assert not fast.use_decoder_step(decoder, three)
+        assert step.use_decoder_step(decoder, one)
+        assert not step.use_decoder_step(decoder, three)
         with fast.enabled(False, "step"):
-            assert not fast.use_decoder_step(decoder, one)
+            assert not step.use_decoder_step(decoder, one)
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            assert not fast.use_decoder_step(decoder, one)
+            assert not step.use_decoder_step(decoder, one)
         decoder.layers[0].cross_attn.record_weights = True  # Transformer.attention_maps
-        assert not fast.use_decoder_step(decoder, one)
+        assert not step.use_decoder_step(decoder, one)
         decoder.layers[0].cross_attn.record_weights = False
         model.double()
-        assert not fast.use_decoder_step(decoder, one)
+        assert not step.use_decoder_step(decoder, one)
         model.float()
         with pytest.raises(ValueError, match="cross-attention needs key_value"):
             model.decode(one, None, None, model.new_cache())

@@ -22,7 +22,7 @@ trick                  plain counterpart                     where it runs
 ``step``               ``Decoder`` module by module          cached decoding steps in
                                                              float32 CPU inference: one
                                                              position per row, written out
-                                                             (:func:`decoder_step`)
+                                                             (:mod:`seq2seq.nn.step`)
 ``row_buckets``        ``F.linear`` on the rows as they come  CPU training and decoding in
                                                              bfloat16: rows padded to one
                                                              of 8 counts per octave
@@ -50,8 +50,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
-from collections.abc import Callable, Iterator
-from typing import NamedTuple
+from collections.abc import Iterator
 
 import torch
 import torch.nn.functional as F
@@ -63,11 +62,11 @@ from seq2seq.nn.kv_cache import KVCache
 __all__ = [
     "TRICKS",
     "TimeMajorKVCache",
-    "decoder_step",
     "self_attention_cache",
     "slots_in_place",
     "one_query_attention",
-    "use_decoder_step",
+    "inference_operands",
+    "inference_product",
     "use_one_query",
     "Dropout",
     "Linear",
@@ -430,170 +429,28 @@ def one_query_attention(
 
 
 # --------------------------------------------------------------------------- decoder step
-# A cached decoding step through the decoder's modules makes about 220 operator calls and 60
-# module calls from Python; on a 2-core AMD EPYC Zen 3 that is 4.1 ms per step at one row, of
-# which the 19 products take about 1.6 ms. Written out for one query per row, with the
-# modules' weights looked up once per search, the step takes 2.9 ms, 1.2-1.6 ms less from 1 to
-# 256 rows; greedy decoding of test_2016_flickr ran 18% faster (benchmarks/README.md, section
-# cpu_bf16.py).
+# The operands of the products of seq2seq.nn.step.decoder_step (the ``step`` trick).
 
 
-def use_decoder_step(decoder: nn.Module, tgt: Tensor) -> bool:
-    """Whether a cached decoding step of ``tgt`` ``(B, T)`` takes :func:`decoder_step`: one new
-    position per row, float32 CPU inference (eval mode, autograd and autocast off), no
-    attention weights being recorded."""
-    return (
-        _ON["step"]
-        and tgt.size(1) == 1
-        and tgt.device.type == "cpu"
-        and not decoder.training
-        and not torch.is_grad_enabled()
-        and not torch.is_autocast_enabled("cpu")
-        and decoder.embed.weight.dtype == torch.float32
-        and not torch.compiler.is_compiling()
-        and not any(
-            layer.self_attn.record_weights or layer.cross_attn.record_weights
-            for layer in decoder.layers
-        )
-    )
-
-
-def decoder_step(
-    decoder: nn.Module, tgt: Tensor, memory: Tensor | None, src_mask: Tensor | None, cache
-) -> Tensor:
-    """``decoder(tgt, memory, src_mask, cache)[:, 0]`` for one new position per row: the
-    arithmetic of :class:`~seq2seq.nn.layers.DecoderLayer` (Pre-LN or Post-LN, any activation
-    and positions) written out for a single query; :func:`use_decoder_step` says when it
-    applies. The layers' weights are looked up at the cache's first step (one search), so
-    changing them in place between the steps of one cache is not seen.
-
-    Args:
-        decoder: a :class:`~seq2seq.nn.transformer.Decoder` in eval mode.
-        tgt: ``(B, 1)`` long ids of the new position.
-        memory: ``(G, S, D)`` encoder output, or ``None`` once the cache holds the
-            cross-attention keys/values.
-        src_mask: ``(G, 1, 1, S)`` bool source mask or ``None``; ``G = B / group`` rows (the
-            sentences whose beams share a cross-attention row, ``KVCache.group``).
-        cache: the :class:`~seq2seq.nn.kv_cache.DecoderCache`, updated in place.
-
-    Returns:
-        ``(B, D)`` final decoder states (of the one position).
-
-    Raises:
-        ValueError: with ``memory=None`` and empty cross-attention caches.
-    """
-    from seq2seq.nn.attention import attend_first_if_empty  # attention.py imports this module
-
-    if cache.step_plan is None or cache.step_plan[0] is not decoder:
-        cache.step_plan = (decoder, [_StepLayer.of(layer) for layer in decoder.layers])
-    # (B, D) states: oneDNN's product of a 2-D input costs about 20 µs less per call than of
-    # the (B, 1, D) one
-    x = decoder.embed_tokens(tgt, cache.length).squeeze(1)
-    bias = None  # (G, 1, 1, S): 0 where a key may be attended to, -inf where not
-    if src_mask is not None:
-        bias = torch.zeros(src_mask.shape, dtype=x.dtype, device=x.device)
-        bias.masked_fill_(~attend_first_if_empty(src_mask), float("-inf"))
-    for p, (self_kv, cross_kv) in zip(cache.step_plan[1], cache.layers, strict=True):
-        # Pre-LN: x + f(LN(x)); Post-LN: LN(x + f(x))
-        h = _self_attention_step(p, p.norm1(x) if p.pre else x, self_kv)
-        x = x + h if p.pre else p.norm1(x + h)
-        h = _cross_attention_step(p, p.norm2(x) if p.pre else x, memory, bias, cross_kv)
-        x = x + h if p.pre else p.norm2(x + h)
-        h = _product(p.ff_activation(_product(p.norm3(x) if p.pre else x, *p.fc1)), *p.fc2)
-        x = x + h if p.pre else p.norm3(x + h)
-    return decoder.norm(x)
-
-
-_Weights = tuple  # (weight or its oneDNN-packed copy, bias, packed: bool)
-
-
-def _weights(lin: nn.Module) -> _Weights:
-    """The operands of ``lin``'s float32 inference product: the oneDNN-packed weight where
-    :class:`Linear` would take it (the ``linear`` trick), else the weight itself."""
+def inference_operands(lin: nn.Module) -> tuple[Tensor, Tensor | None, bool]:
+    """``(weight, bias, packed)`` of ``lin``'s float32 CPU inference product for
+    :func:`inference_product`: the oneDNN-packed weight where :class:`Linear` would take it
+    (the ``linear`` trick), else the weight itself."""
     packed = getattr(lin, "_packed", None)
     if packed is None or not (_ON["linear"] and _ONEDNN) or lin.weight.dtype != torch.float32:
         return lin.weight, lin.bias, False
     return (*packed.get(lin.weight, lin.bias), True)
 
 
-def _product(x: Tensor, weight: Tensor, bias: Tensor | None, packed: bool, post: str = "none"):
-    """``x @ weight.T + bias``, ReLU'd with ``post="relu"``."""
+def inference_product(
+    x: Tensor, weight: Tensor, bias: Tensor | None, packed: bool, post: str = "none"
+) -> Tensor:
+    """``x @ weight.T + bias`` of :func:`inference_operands`, ReLU'd with ``post="relu"``
+    (oneDNN's post-op when ``packed``). ``(N, in)`` float32 -> ``(N, out)``."""
     if packed:
         return _MKLDNN._linear_pointwise(x, weight, bias, post, [], "")
     y = F.linear(x, weight, bias)
     return torch.relu_(y) if post == "relu" else y
-
-
-def _norm(module: nn.Module) -> Callable[[Tensor], Tensor]:
-    """``module`` as a function; a ``LayerNorm`` as ``F.layer_norm`` of its parameters."""
-    if type(module) is not nn.LayerNorm:
-        return module
-    shape, weight, bias, eps = module.normalized_shape, module.weight, module.bias, module.eps
-    return lambda x: F.layer_norm(x, shape, weight, bias, eps)
-
-
-class _StepLayer(NamedTuple):
-    """A :class:`~seq2seq.nn.layers.DecoderLayer` as :func:`decoder_step` reads it."""
-
-    pre: bool
-    norm1: Callable[[Tensor], Tensor]
-    norm2: Callable[[Tensor], Tensor]
-    norm3: Callable[[Tensor], Tensor]
-    self_attn: nn.Module
-    cross_attn: nn.Module
-    qkv: _Weights
-    self_out: _Weights
-    q: _Weights
-    kv: _Weights
-    cross_out: _Weights
-    fc1: _Weights  # with the activation as oneDNN's post-op when it is ReLU
-    fc2: _Weights
-    ff_activation: Callable[[Tensor], Tensor]
-
-    @classmethod
-    def of(cls, layer: nn.Module) -> _StepLayer:
-        sa, ca, ff = layer.self_attn, layer.cross_attn, layer.ff
-        fc1, activation = _weights(ff.fc1), ff._act
-        if ff.activation == "relu":
-            fc1, activation = (*fc1, "relu"), _identity
-        return cls(
-            layer.norm_first, _norm(layer.norm1), _norm(layer.norm2), _norm(layer.norm3), sa, ca,
-            _weights(sa.qkv), _weights(sa.out), _weights(ca.q), _weights(ca.kv), _weights(ca.out),
-            fc1, _weights(ff.fc2), activation,
-        )  # fmt: skip
-
-
-def _identity(x: Tensor) -> Tensor:
-    return x
-
-
-def _self_attention_step(p: _StepLayer, h: Tensor, cache: KVCache) -> Tensor:
-    """Self-attention of ``(B, D)`` new positions over the cached ones and themselves."""
-    b, heads, dh = h.size(0), p.self_attn.n_heads, p.self_attn.head_dim
-    qkv = _product(h, *p.qkv).view(b, 3, heads, 1, dh)
-    q, k, v = qkv[:, 0], qkv[:, 1], qkv[:, 2]  # (B, H, 1, Dh)
-    rotary = p.self_attn.rotary
-    if rotary is not None:
-        q, k = rotary(q, cache.length), rotary(k, cache.length)
-    k, v = cache.append(k, v)  # (B, H, L, Dh)
-    return _product(one_query_attention(q, k, v).view(b, heads * dh), *p.self_out)
-
-
-def _cross_attention_step(
-    p: _StepLayer, h: Tensor, memory: Tensor | None, bias: Tensor | None, cache: KVCache
-) -> Tensor:
-    """Cross-attention of ``(B, D)`` queries, ``cache.group`` of them per stored row."""
-    if cache.is_empty:
-        if memory is None:
-            raise ValueError("cross-attention needs key_value (or a filled cache)")
-        cache.set_static(*p.cross_attn._heads(_product(memory, *p.kv), 2))
-    b, g = h.size(0), cache.group
-    heads, dh = p.cross_attn.n_heads, p.cross_attn.head_dim
-    q = _product(h, *p.q).view(b // g, g, heads, dh).transpose(1, 2)  # (G, H, g, Dh)
-    scores = torch.matmul(q, cache.keys.transpose(-2, -1))  # (G, H, g, S)
-    scores = scores.mul_(dh**-0.5) if bias is None else torch.add(bias, scores, alpha=dh**-0.5)
-    out = torch.matmul(scores.softmax(dim=-1), cache.values)  # (G, H, g, Dh)
-    return _product(out.transpose(1, 2).reshape(b, heads * dh), *p.cross_out)
 
 
 # --------------------------------------------------------------------------- beam search caches

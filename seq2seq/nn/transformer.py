@@ -12,7 +12,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from seq2seq.nn import fast
+from seq2seq.nn import fast, step
 from seq2seq.nn.attention import MultiHeadAttention
 from seq2seq.nn.config import TransformerConfig
 from seq2seq.nn.kv_cache import DecoderCache
@@ -236,8 +236,8 @@ class Transformer(nn.Module):
         Raises:
             ValueError: if the decoded positions would exceed ``max_positions``.
         """
-        if cache is not None and output_index is None and fast.use_decoder_step(self.decoder, tgt):
-            logits = self.output(fast.decoder_step(self.decoder, tgt, memory, src_mask, cache))
+        if cache is not None and output_index is None and step.use_decoder_step(self.decoder, tgt):
+            logits = self.output(step.decoder_step(self.decoder, tgt, memory, src_mask, cache))
             logits = logits.unsqueeze(1)
         else:
             logits = self.output(self._states(tgt, memory, src_mask, cache, output_index))
