@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from types import SimpleNamespace
 
 import pytest
@@ -163,10 +164,23 @@ def test_install_keeps_the_state_dict_and_switching_off_gives_the_plain_modules(
             pass
 
 
+def _count_calls(monkeypatch, module, name: str) -> list:
+    calls, original = [], getattr(module, name)
+
+    def counted(*args, **kwargs):
+        calls.append(name)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, counted)
+    return calls
+
+
+@pytest.mark.parametrize("off", [(), ("step",)], ids=["all", "step"])
 @pytest.mark.parametrize("beam", [1, 4])
-def test_search_gives_the_same_hypotheses_with_and_without_the_tricks(beam):
-    """Every trick switched off (the plain path) decodes the same tokens with the same scores
-    (float32 rounding), on a vocabulary wide enough for the block-wise top-k."""
+def test_search_gives_the_same_hypotheses_with_and_without_the_tricks(monkeypatch, beam, off):
+    """Every trick switched off (the plain path), or the decoding step alone, decodes the same
+    tokens with the same scores (float32 rounding), on a vocabulary wide enough for the
+    block-wise top-k; beam search's beams share a cross-attention row (``KVCache.group``)."""
     torch.manual_seed(0)
     model = Transformer(
         vocab_size=1024, d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=2, d_ff=64
@@ -175,19 +189,18 @@ def test_search_gives_the_same_hypotheses_with_and_without_the_tricks(beam):
     src[1, 5:] = 0
     mask = padding_mask(src, 0)
     config = DecodingConfig(beam_size=beam, max_len_a=0.0, max_len_b=7)
+    search = greedy_search if beam == 1 else functools.partial(beam_search, n_best=beam)
+    calls = _count_calls(monkeypatch, step, "decoder_step")
     with torch.inference_mode():
-        if beam == 1:
-            on = greedy_search(model, src, mask, 2, 3, config)
-        else:
-            on = beam_search(model, src, mask, 2, 3, config, n_best=beam)
-        with fast.enabled(False):
-            if beam == 1:
-                off = greedy_search(model, src, mask, 2, 3, config)
-            else:
-                off = beam_search(model, src, mask, 2, 3, config, n_best=beam)
-    assert [[h.tokens for h in hyps] for hyps in on] == [[h.tokens for h in hyps] for hyps in off]
+        on = search(model, src, mask, 2, 3, config)
+        taken = len(calls)
+        with fast.enabled(False, *off):
+            off_hyps = search(model, src, mask, 2, 3, config)
+    assert taken and len(calls) == taken  # the step, then the decoder's modules
+    tokens = [[h.tokens for h in hyps] for hyps in on]
+    assert tokens == [[h.tokens for h in hyps] for hyps in off_hyps]
     on_scores = [h.score for hyps in on for h in hyps]
-    assert on_scores == pytest.approx([h.score for hyps in off for h in hyps], abs=1e-5)
+    assert on_scores == pytest.approx([h.score for hyps in off_hyps for h in hyps], abs=1e-5)
 
 
 @pytest.mark.parametrize(
@@ -322,17 +335,6 @@ def _decode_step_by_step(model, src, mask, tgt):
     return torch.cat(steps, dim=1), cache
 
 
-def _count_calls(monkeypatch, module, name: str) -> list:
-    calls, original = [], getattr(module, name)
-
-    def counted(*args, **kwargs):
-        calls.append(name)
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(module, name, counted)
-    return calls
-
-
 @pytest.mark.parametrize(
     "fields",
     [
@@ -372,30 +374,6 @@ def test_decoder_step_gives_the_logits_and_caches_of_the_layers(
         for kv_on, kv_off in zip(layer_on, layer_off, strict=True):
             torch.testing.assert_close(kv_on.keys, kv_off.keys, rtol=1e-5, atol=1e-5)
             torch.testing.assert_close(kv_on.values, kv_off.values, rtol=1e-5, atol=1e-5)
-
-
-@pytest.mark.parametrize("beam", [1, 4])
-def test_search_with_and_without_the_decoder_step_gives_the_same_hypotheses(monkeypatch, beam):
-    """Greedy and beam search (beams sharing a cross-attention row: ``KVCache.group``) decode
-    the same tokens with the same scores with the step switched off alone."""
-    torch.manual_seed(1)
-    model = Transformer(
-        vocab_size=200, d_model=32, n_heads=4, n_encoder_layers=1, n_decoder_layers=2, d_ff=64
-    ).eval()
-    src = torch.randint(4, 200, (5, 8))
-    src[3, 5:] = 0
-    mask = padding_mask(src, 0)
-    config = DecodingConfig(beam_size=beam, max_len_a=0.0, max_len_b=9)
-    search = greedy_search if beam == 1 else beam_search
-    calls = _count_calls(monkeypatch, step, "decoder_step")
-    with torch.inference_mode():
-        on = search(model, src, mask, 2, 3, config)
-        assert calls
-        with fast.enabled(False, "step"):
-            off = search(model, src, mask, 2, 3, config)
-    assert [[h.tokens for h in hyps] for hyps in on] == [[h.tokens for h in hyps] for hyps in off]
-    on_scores = [h.score for hyps in on for h in hyps]
-    assert on_scores == pytest.approx([h.score for hyps in off for h in hyps], abs=1e-5)
 
 
 def test_decoder_step_is_taken_for_float32_cpu_inference_of_one_position_only():
