@@ -235,7 +235,7 @@ def test_a_folder_per_pair_is_read_in_either_orientation(folders, tmp_path, capl
 def test_a_missing_pair_is_named_before_tokenising(folders, tmp_path):
     dm = _dm(folders, tmp_path, pairs=["de-en", "cs-en"])
     dm.trainer = SimpleNamespace(state=SimpleNamespace(fn=SimpleNamespace(value="fit")))
-    with pytest.raises(FileNotFoundError, match="No cs-en data for split 'val'"):
+    with pytest.raises(FileNotFoundError, match="No cs-en data for split 'train'"):
         dm.prepare_data()
     assert not list(tmp_path.glob("spm_*.model"))
 
