@@ -236,7 +236,8 @@ def variants_seam(nn, model, batches, src, sizes, measurement) -> dict[str, Call
         tricks = ("dropout", "linear", "fused_loss", "real_rows")
     else:
         beam = 1 if measurement == "greedy" else sizes.beam
-        tricks = ("linear", "one_query", "step")
+        # compact: no row leaves a forced-length run (cpu_bf16.py's "ours float32 -compact")
+        tricks = ("linear", "one_query", "step", "topk")
         if beam > 1:
             tricks = ("linear", "one_query", "step", "topk", "cache", "slots")
 
