@@ -15,8 +15,10 @@ from seq2seq.callbacks.throughput import TokenThroughput
 from seq2seq.checkpoint.format import (
     CHECKPOINT_KEY,
     INIT_FROM,
+    ORIGIN,
     TRAINING_WEIGHTS,
     tokenizer_tensor,
+    weights_origin,
 )
 from seq2seq.checkpoint.restore import (
     check_model_settings,
@@ -190,6 +192,8 @@ class TranslationModule(L.LightningModule):
                 raise ValueError(f"unknown metric {name!r} in metrics; choose from {METRICS}")
         self.tokenizer: Tokenizer | None = None
         self.initialised_from: str | None = None  # fit --init_from's checkpoint
+        #: The fingerprint of the initial weights of the run (seq2seq.checkpoint.format.ORIGIN).
+        self.origin: str | None = None
         #: The run's ``--checkpoint_dir`` (set by the command line when given), named in the
         #: messages that say how to resume.
         self.checkpoint_dir: str | None = None
@@ -221,6 +225,12 @@ class TranslationModule(L.LightningModule):
         if self.tokenizer is not None:
             check_vocab_size(self.tokenizer, self.config.vocab_size, "the tokenizer")
 
+    def on_fit_start(self) -> None:
+        # A fresh run's origin: its initial weights (random, or --init_from's where that
+        # checkpoint recorded none); a resumed run restored its own with its checkpoint.
+        if self.origin is None and self.trainer.ckpt_path is None:
+            self.origin = weights_origin(self.model)
+
     def configure_callbacks(self) -> list[L.Callback]:
         # Exact resume and train/tokens_per_s belong to training this module, not to a config:
         # added here, once per trainer (a second fit or test would replace them, with a message).
@@ -238,6 +248,8 @@ class TranslationModule(L.LightningModule):
             extra["tokenizer"] = tokenizer_tensor(self.tokenizer.to_bytes())
         if self.initialised_from is not None:
             extra[INIT_FROM] = self.initialised_from
+        if self.origin is not None:
+            extra[ORIGIN] = self.origin
         checkpoint[CHECKPOINT_KEY] = extra
         logger = self._trainer.logger if self._trainer is not None else None
         if logger is not None and isinstance(getattr(logger, "version", None), int):
@@ -247,6 +259,7 @@ class TranslationModule(L.LightningModule):
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self._checkpoint_step = checkpoint.get("global_step")  # names validate/test outputs
         self.initialised_from = (checkpoint.get(CHECKPOINT_KEY) or {}).get(INIT_FROM)
+        self.origin = (checkpoint.get(CHECKPOINT_KEY) or {}).get(ORIGIN)
         check_model_settings(checkpoint, self.model_config)
         tokenizer = tokenizer_from_checkpoint(checkpoint)
         if tokenizer is not None:

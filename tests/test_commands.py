@@ -45,6 +45,28 @@ def run_dir(tmp_path, monkeypatch) -> Path:
     return folder
 
 
+def test_average_refuses_checkpoints_of_other_initial_weights(tmp_path):
+    """Checkpoints whose runs started from other weights (format.ORIGIN) are refused, naming
+    both files, before anything is written; one origin, or none recorded, is averaged."""
+    paths = {}
+    for name, origin in [("a", "1111"), ("b", "1111"), ("c", None), ("d", "2222")]:
+        path = _training_checkpoint(tmp_path / f"{name}.ckpt", 1.0, 1_000_000)
+        if origin is not None:
+            checkpoint = torch.load(path)
+            checkpoint["seq2seq"] = {"origin": origin}
+            torch.save(checkpoint, path)
+        paths[name] = path
+    output = tmp_path / "avg.ckpt"
+    with pytest.raises(CheckpointError) as error:
+        average_checkpoints([paths["a"], paths["c"], paths["d"]], output)
+    message = str(error.value)
+    assert message.startswith(f"{paths['d']} and {paths['a']} come from runs of different initial")
+    assert "origins 2222 and 1111" in message and not output.exists()
+    average_checkpoints([paths["a"], paths["b"], paths["c"]], output)
+    assert load_checkpoint(output)["seq2seq"]["origin"] == "1111"
+    average_checkpoints([paths["c"], paths["d"]], output)  # c records none: not compared
+
+
 def test_average_refuses_an_output_that_is_an_input(run_dir, monkeypatch, capsys):
     first = run_dir / "epoch=1.ckpt"
     before = first.read_bytes()

@@ -15,6 +15,8 @@ from hf_folders import fairseq_spm, marian_folder, nllb_folder
 from test_resume import CKPT_EVERY, KILL_AT, MAX_STEPS, _config, _fit, _logged, _write_corpus
 
 from seq2seq.checkpoint import load_checkpoint
+from seq2seq.checkpoint.format import weights_origin
+from seq2seq.checkpoint.models import load_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -54,6 +56,10 @@ def test_fit_init_from_an_imported_model_trains_with_its_tokenizer(imported, ref
     started = load_checkpoint(imported["marian"])["seq2seq"]["tokenizer"]
     trained = load_checkpoint(reference / "checkpoints" / "last.ckpt")["seq2seq"]["tokenizer"]
     assert torch.equal(started, trained)
+    # the import records no origin: the run's is the fingerprint of the imported weights
+    imported_model = load_model(imported["marian"], {})[0].model
+    origin = load_checkpoint(reference / "checkpoints" / "last.ckpt")["seq2seq"]["origin"]
+    assert origin == weights_origin(imported_model)
 
 
 def test_imported_and_fine_tuned_models_test_and_translate(

@@ -233,6 +233,7 @@ def test_sigkill_mid_epoch_then_resume_matches_uninterrupted_run(tmp_path, multi
     saved = load_checkpoint(last)
     assert saved["global_step"] == KILL_AT // CKPT_EVERY * CKPT_EVERY
     assert "rng" in saved["seq2seq"] and "tokenizer" in saved["seq2seq"]
+    origin = saved["seq2seq"]["origin"]  # the fingerprint of the run's initial weights
 
     resumed = _fit(_config(tmp_path, data, "resumed", ema=True), "--ckpt_path", "last")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
@@ -254,6 +255,8 @@ def test_sigkill_mid_epoch_then_resume_matches_uninterrupted_run(tmp_path, multi
     final = load_checkpoint(last)
     reference_final = load_checkpoint(tmp_path / "reference" / "checkpoints" / "last.ckpt")
     assert final["global_step"] == reference_final["global_step"] == MAX_STEPS
+    # the resume kept the run's origin; the reference run, of the same seed, has the same one
+    assert final["seq2seq"]["origin"] == reference_final["seq2seq"]["origin"] == origin
     for key, value in reference_final["state_dict"].items():
         assert torch.equal(final["state_dict"][key], value), key
     # state_dict holds the moving average, saved beside the training weights: both equal.

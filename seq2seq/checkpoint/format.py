@@ -12,7 +12,9 @@ states; seq2seq adds ``checkpoint[CHECKPOINT_KEY]``, a dictionary of:
   another one is told about;
 * ``"log"``: the logger's name and version, so that a resumed run logs into the same folder;
 * :data:`IMPORTED_FROM`: in a checkpoint written by ``seq2seq import``, where it came from;
-* :data:`INIT_FROM`: in the checkpoints of a run started with ``fit --init_from``, that file.
+* :data:`INIT_FROM`: in the checkpoints of a run started with ``fit --init_from``, that file;
+* :data:`ORIGIN`: the fingerprint of the initial weights the run's weights descend from
+  (:func:`weights_origin`), by which ``seq2seq average`` refuses unrelated runs.
 
 The decoding settings are the module's hyperparameter ``"decoding"``, a plain dictionary of
 :class:`seq2seq.nn.DecodingConfig`'s fields (flat keys in checkpoints written before it
@@ -30,6 +32,7 @@ The language pair, or the pairs of a multilingual run (``data.pairs``), are the 
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -43,6 +46,7 @@ __all__ = [
     "INIT_FROM",
     "LIGHTNING_VERSION",
     "NON_STRUCTURAL",
+    "ORIGIN",
     "TRAINING_WEIGHTS",
     "differing_settings",
     "language_pair",
@@ -53,6 +57,7 @@ __all__ = [
     "tokenizer_blob",
     "tokenizer_tensor",
     "weights_name",
+    "weights_origin",
 ]
 
 CHECKPOINT_KEY = "seq2seq"
@@ -73,6 +78,14 @@ INIT_FROM = "init_from"
 """Key of ``checkpoint[CHECKPOINT_KEY]`` in the checkpoints of a run started with ``fit
 --init_from``: that checkpoint's path. Such a run took its model settings from there, not from
 its config, so its resume takes them from its own checkpoint."""
+
+ORIGIN = "origin"
+"""Key of ``checkpoint[CHECKPOINT_KEY]``: :func:`weights_origin` of the weights a fresh ``fit``
+started from (its random initialisation, or the ``--init_from`` weights where that checkpoint
+records no origin of its own; where it does, the run inherits it). Resumes and averages keep
+it. Checkpoints of different origins are refused by ``seq2seq average``: independently
+initialised networks compute alike with differently ordered hidden units, so the mean of their
+parameters is no model (the seed of a run decides its origin: runs of one seed share it)."""
 
 TRAINING_WEIGHTS = "training_state_dict"
 """Key of the training weights in a checkpoint whose ``state_dict`` holds an exponential moving
@@ -168,3 +181,13 @@ def weights_name(checkpoint: Mapping[str, Any]) -> str:
     if not isinstance(ema, Mapping):
         return "weights"
     return f"EMA weights (decay {ema.get('decay')}, {ema.get('updates')} updates)"
+
+
+def weights_origin(model: torch.nn.Module) -> str:
+    """A fingerprint of ``model``'s parameters: the first 16 hex digits of the SHA-256 of their
+    names and bytes (on CPU, float32 as stored), in ``named_parameters`` order."""
+    digest = hashlib.sha256()
+    for name, parameter in model.named_parameters():
+        digest.update(name.encode())
+        digest.update(parameter.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()[:16]

@@ -20,6 +20,7 @@ from seq2seq.checkpoint.format import (
     CHECKPOINT_KEY,
     EMA_KEY,
     LIGHTNING_VERSION,
+    ORIGIN,
     TRAINING_WEIGHTS,
     differing_settings,
     language_pairs,
@@ -221,14 +222,16 @@ def average_checkpoints(paths: Sequence[str | Path], output: str | Path) -> Path
     Floating-point tensors of ``state_dict`` are averaged element-wise (in float64, then cast
     back): for checkpoints written with :class:`seq2seq.callbacks.EMA`, their moving averages
     (their training weights are neither averaged nor kept). Everything else (tokenizer, model
-    configuration, hyperparameters) is taken from the last checkpoint; optimizer and loop
+    configuration, hyperparameters) is taken from the last checkpoint, the inputs' common
+    :data:`~seq2seq.checkpoint.format.ORIGIN` where one records it; optimizer and loop
     states are dropped, so the result is for evaluation and translation, not for resuming. Its
     :data:`AVERAGED_FROM` key lists the inputs (``seq2seq average --dir`` leaves such files out).
 
     Args:
         paths: two or more checkpoints of the same model: equal parameter names and shapes,
             model settings (:func:`~seq2seq.checkpoint.format.differing_settings`), SentencePiece
-            model and language pair (:func:`check_same_vocabulary`).
+            model and language pair (:func:`check_same_vocabulary`), and one initialisation
+            (:data:`~seq2seq.checkpoint.format.ORIGIN`, where the checkpoints record it).
         output: file to write, atomically (:func:`seq2seq.files.atomic_write`).
 
     Returns:
@@ -238,8 +241,9 @@ def average_checkpoints(paths: Sequence[str | Path], output: str | Path) -> Path
         ValueError: if no path is given.
         OSError: as :func:`seq2seq.files.check_output_file`, before any checkpoint is read.
         CheckpointError: naming both files and the first difference, if a checkpoint holds no
-            model weights (:func:`check_model_checkpoint`) or another model than the first
-            (nothing is written then); as :func:`load_checkpoint` for a file that is none.
+            model weights (:func:`check_model_checkpoint`), another model than the first, or
+            weights of another initialisation than an earlier one (nothing is written then); as
+            :func:`load_checkpoint` for a file that is none.
     """
     if not paths:
         raise ValueError("average_checkpoints needs at least one checkpoint")
@@ -248,9 +252,11 @@ def average_checkpoints(paths: Sequence[str | Path], output: str | Path) -> Path
     total: dict[str, torch.Tensor] = {}
     last: dict[str, Any] = {}
     first: dict[str, Any] = {}
+    origin: tuple[str | Path, str] | None = None  # the first recorded one, and its file
     for i, path in enumerate(paths):
         last = load_checkpoint(path)
         check_model_checkpoint(last, path)
+        origin = _check_same_origin(origin, path, last)
         state = last["state_dict"]
         if i == 0:
             # Floating tensors are summed in float64, so that many inputs lose no precision;
@@ -281,9 +287,31 @@ def average_checkpoints(paths: Sequence[str | Path], output: str | Path) -> Path
     result = {key: value for key, value in last.items() if key not in _TRAINING_ONLY}
     result["state_dict"] = averaged
     result[AVERAGED_FROM] = [str(p) for p in paths]
+    if origin is not None:  # also where the last input records none
+        result[CHECKPOINT_KEY] = {**(result.get(CHECKPOINT_KEY) or {}), ORIGIN: origin[1]}
     with atomic_write(output, "wb") as f:
         torch.save(result, f)
     return output
+
+
+def _check_same_origin(
+    seen: tuple[str | Path, str] | None, path: str | Path, checkpoint: dict[str, Any]
+) -> tuple[str | Path, str] | None:
+    """The first recorded :data:`ORIGIN` of the checkpoints read so far (file, origin), after
+    refusing ``checkpoint`` if it records another one."""
+    origin = (checkpoint.get(CHECKPOINT_KEY) or {}).get(ORIGIN)
+    if origin is None:
+        return seen
+    if seen is None:
+        return path, origin
+    if seen[1] != origin:
+        raise CheckpointError(
+            f"{path} and {seen[0]} come from runs of different initial weights (origins "
+            f"{origin} and {seen[1]}): the mean of unrelated networks' parameters is no "
+            "model; average checkpoints of one run, or of runs started from one seed or one "
+            "--init_from checkpoint"
+        )
+    return seen
 
 
 def _check_same_model(

@@ -25,6 +25,7 @@ from seq2seq.checkpoint.format import (
     CHECKPOINT_KEY,
     IMPORTED_FROM,
     INIT_FROM,
+    ORIGIN,
     differing_settings,
     weights_name,
 )
@@ -333,6 +334,7 @@ def load_initial_weights(model, datamodule, path: str, read: CheckpointReader) -
     datamodule.tokenizer = tokenizer
     model.tokenizer = tokenizer
     model.initialised_from = str(path)
+    model.origin = (checkpoint.get(CHECKPOINT_KEY) or {}).get(ORIGIN)  # else these weights'
     if rank_zero_only.rank == 0:
         report_new_languages(path, checkpoint, datamodule, tokenizer)
     state = {

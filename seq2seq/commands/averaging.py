@@ -22,7 +22,9 @@ def average(argv: Sequence[str]) -> None:
 
     Writes the element-wise mean of the checkpoints' parameters. The checkpoints must hold the
     same model: the same SentencePiece model (tokenizer) and model settings (dropout aside),
-    parameter names and shapes. ``--inputs`` must name each file once, and ``--output`` must
+    parameter names and shapes, and descend from the same initial weights (one run, or runs of
+    one seed or one ``--init_from`` checkpoint; checkpoints written before runs recorded it
+    are not compared). ``--inputs`` must name each file once, and ``--output`` must
     not be one of them; an existing ``--output`` is replaced only if ``seq2seq average`` wrote
     it. With ``--dir``, the newest checkpoints are those of the latest training steps (the
     ``global_step`` each checkpoint records; file times only break ties and order files that
