@@ -236,8 +236,7 @@ def variants_seam(nn, model, batches, src, sizes, measurement) -> dict[str, Call
         tricks = ("dropout", "linear", "fused_loss", "real_rows")
     else:
         beam = 1 if measurement == "greedy" else sizes.beam
-        # compact: no row leaves a forced-length run (cpu_bf16.py's "ours float32 -compact")
-        tricks = ("linear", "one_query", "step", "topk")
+        tricks = ("linear", "one_query", "step")
         if beam > 1:
             tricks = ("linear", "one_query", "step", "topk", "cache", "slots")
 

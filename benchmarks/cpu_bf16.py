@@ -280,7 +280,6 @@ def separate_process_rates(
 DECODING_ENGINES = (
     "ours float32",
     "ours float32 -step",
-    "ours float32 -compact",
     "ours bf16",
     "ours bf16 -row_buckets",
     "CTranslate2 float32",
@@ -291,7 +290,6 @@ DECODING_PEERS = {
     "ours bf16": "CTranslate2 int8",
     # the ablation rows of two tricks of seq2seq.nn.fast
     "ours float32 -step": "ours float32",
-    "ours float32 -compact": "ours float32",
     "ours bf16 -row_buckets": "ours bf16",
 }
 

@@ -6,7 +6,7 @@ two products over the two layouts a preallocated cache can have, side by side in
 
 * batch-major ``(B, H, capacity, Dh)``, each row's prefix ``[:L]`` a ``(L, Dh)`` block with a
   gap of ``capacity - L`` positions before the next row's;
-* time-major ``(capacity, B, H, Dh)`` (``seq2seq.nn.fast_cache.TimeMajorKVCache``, beam search), the
+* time-major ``(capacity, B, H, Dh)`` (``seq2seq.nn.fast.TimeMajorKVCache``, beam search), the
   prefix ``[:L]`` one contiguous block and each row's keys a ``(L, Dh)`` matrix with row stride
   ``B * H * Dh``.
 

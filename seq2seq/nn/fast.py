@@ -11,7 +11,7 @@ trick                  plain counterpart                     where it runs
 ``linear``             ``nn.Linear`` / ``F.linear``          CPU inference, float32 weights:
                                                              oneDNN with prepacked weights
 ``dropout``            ``nn.Dropout``                        CPU training: 16-bit draws
-``topk``               ``torch.topk`` (greedy: ``max``)      CPU search over wide rows
+``topk``               ``torch.topk``                        CPU beam search, wide rows
 ``one_query``          ``attention.attention`` (SDPA)        cached decoding steps in
                                                              inference on CPU: two batched
                                                              products
@@ -19,9 +19,6 @@ trick                  plain counterpart                     where it runs
                                                              self-attention cache
 ``slots``              beams in score order                  beam search: beams stay in
                                                              their parent's cache row
-``compact``            the rows left, in order               decoding: rows that stay fill
-                                                             the places of finished ones,
-                                                             the caches copy only those
 ``step``               ``Decoder`` module by module          cached decoding steps in
                                                              float32 CPU inference: one
                                                              position per row, written out
@@ -35,14 +32,13 @@ trick                  plain counterpart                     where it runs
                                                              (:func:`keep_freed_heap`)
 =====================  ====================================  ===============================
 
-The caches of ``cache``, ``slots`` and ``compact`` are in :mod:`seq2seq.nn.fast_cache`, the
-step of ``step`` in :mod:`seq2seq.nn.step`. :func:`install` turns a model's ``nn.Linear`` and
-``nn.Dropout`` modules into the :class:`Linear` and :class:`Dropout` subclasses below (same
-parameters, same state dict); :class:`~seq2seq.nn.Transformer` calls it. The fused output
-projection + loss (:func:`seq2seq.nn.linear_label_smoothed_cross_entropy`) and the feed-forward
-sub-layers on real tokens only (``Transformer.features(..., src_index, tgt_index)``, whose row
-counts :func:`bucket_index` rounds up) are chosen by their callers; ``TranslationModule`` uses
-them when :func:`is_enabled`.
+:func:`install` turns a model's ``nn.Linear`` and ``nn.Dropout`` modules into the
+:class:`Linear` and :class:`Dropout` subclasses below (same parameters, same state dict);
+:class:`~seq2seq.nn.Transformer` calls it. The fused output projection + loss
+(:func:`seq2seq.nn.linear_label_smoothed_cross_entropy`) and the feed-forward sub-layers on
+real tokens only (``Transformer.features(..., src_index, tgt_index)``, whose row counts
+:func:`bucket_index` rounds up) are chosen by their callers; ``TranslationModule`` uses them
+when :func:`is_enabled`.
 
 One setting switches every trick off: ``with seq2seq.nn.fast.enabled(False): ...``, or the
 environment variable ``SEQ2SEQ_FAST=0`` for a whole process. ``enabled(False, "topk")``
@@ -61,8 +57,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
+from seq2seq.nn.kv_cache import KVCache
+
 __all__ = [
     "TRICKS",
+    "TimeMajorKVCache",
+    "self_attention_cache",
+    "slots_in_place",
     "one_query_attention",
     "inference_operands",
     "inference_product",
@@ -80,7 +81,6 @@ __all__ = [
     "linear",
     "row_bucket",
     "topk",
-    "top1",
 ]
 
 TRICKS = (
@@ -90,7 +90,6 @@ TRICKS = (
     "one_query",
     "cache",
     "slots",
-    "compact",
     "step",
     "fused_loss",
     "real_rows",
@@ -399,16 +398,6 @@ def topk(x: Tensor, n: int) -> tuple[Tensor, Tensor]:
     return values, top_blocks.gather(1, pos // 64) * 64 + pos % 64
 
 
-def top1(x: Tensor) -> tuple[Tensor, Tensor]:
-    """``x.max(dim=-1, keepdim=True)`` of ``(R, W)`` scores: :func:`topk` with ``n = 1``
-    (2x faster over ``90 x 8000``), where it applies; ``max`` (the first index of ties),
-    not ``argmax``, otherwise: 2-4x faster over ``(R, 8000)`` rows on CPU."""
-    rows, width = x.shape
-    if not _ON["topk"] or x.device.type != "cpu" or width % 64 or width < 8 * 64:
-        return x.max(dim=-1, keepdim=True)
-    return topk(x, 1)
-
-
 # --------------------------------------------------------------------------- attention
 
 
@@ -462,3 +451,104 @@ def inference_product(
         return _MKLDNN._linear_pointwise(x, weight, bias, post, [], "")
     y = F.linear(x, weight, bias)
     return torch.relu_(y) if post == "relu" else y
+
+
+# --------------------------------------------------------------------------- beam search caches
+
+
+class TimeMajorKVCache(KVCache):
+    """A self-attention :class:`~seq2seq.nn.kv_cache.KVCache` stored time-major,
+    ``(capacity, B, H, Dh)``, that beam search reorders cheaply.
+
+    The keys of the steps so far are one contiguous block, so a reorder copies just that prefix
+    (into a spare buffer kept from the previous reorder, then the two swap) and, when fewer than
+    half of the rows move (beams staying in their parent's row, :func:`slots_in_place`), only
+    the rows that move. A batch-major buffer copies every row's whole capacity instead.
+    """
+
+    def __init__(self, static: bool = False, capacity: int = 64) -> None:
+        super().__init__(static, capacity)
+        self._spare: tuple[Tensor, Tensor] | None = None
+
+    @property
+    def rows(self) -> int:
+        return 0 if self._k is None else self._k.size(1)
+
+    @property
+    def keys(self) -> Tensor:
+        assert self._k is not None, "empty cache"
+        return self._k[: self.length].permute(1, 2, 0, 3)
+
+    @property
+    def values(self) -> Tensor:
+        assert self._v is not None, "empty cache"
+        return self._v[: self.length].permute(1, 2, 0, 3)
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        start, end = self.length, self.length + k.size(2)
+        if self._k is None or end > self._k.size(0):
+            size = max(self.capacity, end, 2 * (0 if self._k is None else self._k.size(0)))
+            b, h, _, dh = k.shape
+            new_k, new_v = (k.new_empty(size, b, h, dh) for _ in range(2))
+            if start:
+                new_k[:start], new_v[:start] = self._k[:start], self._v[:start]
+            self._k, self._v, self._spare = new_k, new_v, None
+        self._k[start:end] = k.permute(2, 0, 1, 3)
+        self._v[start:end] = v.permute(2, 0, 1, 3)
+        self.length = end
+        return self.keys, self.values
+
+    def reorder(self, index: Tensor) -> None:
+        if self._k is None:
+            return
+        n, rows = self.length, index.numel()
+        if rows == self.rows and not self._k.requires_grad:
+            moved = (index != torch.arange(rows, device=index.device)).nonzero().squeeze(1)
+            if 2 * moved.numel() < rows:  # copy the rows that change only
+                sources = index[moved]
+                for buf in (self._k[:n], self._v[:n]):
+                    buf.index_copy_(1, moved, buf.index_select(1, sources))
+                return
+        if self._k.requires_grad:  # differentiable (out= does not support autograd)
+            self._k, self._v = self._k.index_select(1, index), self._v.index_select(1, index)
+            return
+        cap, _, h, dh = self._k.shape
+        if self._spare is None or self._spare[0].shape != (cap, rows, h, dh):
+            self._spare = (self._k.new_empty(cap, rows, h, dh), self._v.new_empty(cap, rows, h, dh))
+        spare_k, spare_v = self._spare
+        torch.index_select(self._k[:n], 1, index, out=spare_k[:n])
+        torch.index_select(self._v[:n], 1, index, out=spare_v[:n])
+        self._spare = (self._k, self._v)
+        self._k, self._v = spare_k, spare_v
+
+
+def self_attention_cache() -> type[KVCache]:
+    """The class of the self-attention caches of a new decoding run."""
+    return TimeMajorKVCache if _ON["cache"] else KVCache
+
+
+def slots_in_place(parent: Tensor) -> Tensor:
+    """An order of the new beams of each sentence that keeps them in their parent's slot.
+
+    Beam slots carry no order (beams are compared by score only), so each parent's first
+    (best) child takes the parent's slot and the other children fill the free slots, in order;
+    reordering the caches then leaves the first children's rows where they are
+    (:class:`TimeMajorKVCache` copies only the others). Switched off: the identity.
+
+    Args:
+        parent: ``(A, K)`` long parent slot of each new beam.
+
+    Returns:
+        ``(A, K)`` long ``order``: slot ``s`` receives new beam ``order[:, s]``.
+    """
+    a, k = parent.shape
+    slot_ids = torch.arange(k, device=parent.device)
+    if not _ON["slots"]:
+        return slot_ids.expand(a, k)
+    same = parent.unsqueeze(2) == parent.unsqueeze(1)  # (A, K, K): beams j, i share a parent
+    first = ~(same & (slot_ids.unsqueeze(1) > slot_ids)).any(dim=2)  # no earlier sibling
+    taken = (parent.unsqueeze(2) == slot_ids).any(dim=1)  # (A, K): slot is some beam's parent
+    free = torch.sort(taken.long() * k + slot_ids, dim=1).values % k  # free slots first
+    rank = (~first).long().cumsum(dim=1) - 1  # position of a later sibling among them
+    slot = torch.where(first, parent, free.gather(1, rank.clamp_min(0)))
+    return torch.empty_like(slot).scatter_(1, slot, slot_ids.expand(a, k).contiguous())

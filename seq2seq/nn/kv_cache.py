@@ -95,7 +95,6 @@ class DecoderCache:
         n_layers: number of decoder layers.
         capacity: target positions to allocate at first in each self-attention cache.
         self_attention: the class of the self-attention caches.
-        cross_attention: the class of the cross-attention caches.
 
     Attributes:
         layers: ``(self_attention_cache, cross_attention_cache)`` per layer.
@@ -104,15 +103,9 @@ class DecoderCache:
     """
 
     def __init__(
-        self,
-        n_layers: int,
-        capacity: int = 64,
-        self_attention: type[KVCache] = KVCache,
-        cross_attention: type[KVCache] = KVCache,
+        self, n_layers: int, capacity: int = 64, self_attention: type[KVCache] = KVCache
     ) -> None:
-        self.layers = [
-            (self_attention(False, capacity), cross_attention(True)) for _ in range(n_layers)
-        ]
+        self.layers = [(self_attention(False, capacity), KVCache(True)) for _ in range(n_layers)]
         self.step_plan: tuple | None = None
 
     @property

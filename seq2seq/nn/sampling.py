@@ -24,7 +24,6 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from seq2seq.nn import fast_cache
 from seq2seq.nn.decoding import DecodingConfig
 from seq2seq.nn.ensemble import Ensemble
 from seq2seq.nn.rules import (
@@ -190,7 +189,7 @@ def sample(
             ids = alive[done]
             out_len[ids] = step + 1
             out_score[ids] = score[done]
-            keep = fast_cache.survivor_rows(done)
+            keep = (~done).nonzero().squeeze(1)
             if keep.numel() == 0:
                 break
             alive, alive_max, score, tokens = (

@@ -12,7 +12,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from seq2seq.nn import fast, fast_cache, step
+from seq2seq.nn import fast, step
 from seq2seq.nn.attention import MultiHeadAttention
 from seq2seq.nn.config import TransformerConfig
 from seq2seq.nn.kv_cache import DecoderCache
@@ -368,9 +368,4 @@ class Transformer(nn.Module):
             A :class:`~seq2seq.nn.kv_cache.DecoderCache` with one self- and one
             cross-attention cache per decoder layer.
         """
-        return DecoderCache(
-            len(self.decoder.layers),
-            capacity,
-            fast_cache.self_attention_cache(),
-            fast_cache.cross_attention_cache(),
-        )
+        return DecoderCache(len(self.decoder.layers), capacity, fast.self_attention_cache())
