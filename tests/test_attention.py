@@ -134,14 +134,16 @@ def test_repeated_reorders_reuse_buffers_and_select_rows(cache_class):
 @torch.no_grad()
 @SELF_CACHES
 def test_reorders_that_move_few_rows_select_rows(cache_class):
-    """Reorders that keep most rows in place (beams staying with their parents), swap two or
-    copy a row over another read every source row before it is overwritten."""
+    """Reorders that keep most rows in place (beams staying with their parents), swap two,
+    copy a row over another or drop rows read every source row before it is overwritten."""
     mha = MultiHeadAttention(D, H).double()
-    x = torch.randn(6, 5, D, dtype=torch.float64)
+    x = torch.randn(6, 7, D, dtype=torch.float64)
     cache = cache_class(static=False)
     rows = torch.arange(6)
     mha(x[:, :1], is_causal=True, cache=cache)
-    for step, index in enumerate([[0, 1, 2, 3, 4, 5], [1, 0, 2, 3, 4, 5], [0, 0, 2, 2, 4, 5]], 1):
+    # the last two: rows leaving, as finished sentences leave a search
+    moves = [[0, 1, 2, 3, 4, 5], [1, 0, 2, 3, 4, 5], [0, 0, 2, 2, 4, 5], [0, 5, 2, 3], [0, 1, 3]]
+    for step, index in enumerate(moves, 1):
         index = torch.tensor(index)
         cache.reorder(index)
         rows = rows[index]
