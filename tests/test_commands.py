@@ -49,8 +49,10 @@ def test_average_refuses_checkpoints_of_other_initial_weights(tmp_path):
     """Checkpoints whose runs started from other weights (format.ORIGIN) are refused, naming
     both files, before anything is written; one origin, or none recorded, is averaged."""
     paths = {}
-    for name, origin in [("a", "1111"), ("b", "1111"), ("c", None), ("d", "2222")]:
-        path = _training_checkpoint(tmp_path / f"{name}.ckpt", 1.0, 1_000_000)
+    for step, (name, origin) in enumerate(
+        [("a", "1111"), ("b", "1111"), ("c", None), ("d", "2222")]
+    ):
+        path = _training_checkpoint(tmp_path / f"{name}.ckpt", float(step), 1_000_000)
         if origin is not None:
             checkpoint = torch.load(path)
             checkpoint["seq2seq"] = {"origin": origin}
@@ -65,6 +67,17 @@ def test_average_refuses_checkpoints_of_other_initial_weights(tmp_path):
     average_checkpoints([paths["a"], paths["b"], paths["c"]], output)
     assert load_checkpoint(output)["seq2seq"]["origin"] == "1111"
     average_checkpoints([paths["c"], paths["d"]], output)  # c records none: not compared
+
+
+def test_average_refuses_two_files_of_the_same_weights(run_dir):
+    """last.ckpt beside the scored checkpoint of the same step: averaging both would weigh
+    those weights double."""
+    copy = run_dir / "last.ckpt"
+    copy.write_bytes((run_dir / "epoch=4.ckpt").read_bytes())
+    inputs = [run_dir / "epoch=3.ckpt", run_dir / "epoch=4.ckpt", copy]
+    with pytest.raises(CheckpointError, match=r"last\.ckpt holds the same weights as .*epoch=4"):
+        average_checkpoints(inputs, run_dir / "avg.ckpt")
+    assert not (run_dir / "avg.ckpt").exists()
 
 
 def test_average_refuses_an_output_that_is_an_input(run_dir, monkeypatch, capsys):
@@ -209,6 +222,7 @@ def test_average_dir_takes_the_latest_training_steps_not_the_newest_files(
     (run_dir / "best.ckpt").symlink_to(run_dir / "epoch=4.ckpt")
     no_step = torch.load(run_dir / "epoch=1.ckpt", weights_only=True)
     del no_step["global_step"]
+    no_step["state_dict"]["w"] = torch.full((3,), 0.5)  # the same weights twice are refused
     torch.save(no_step, run_dir / "no_step.ckpt")
     os.utime(run_dir / "no_step.ckpt", (3_000_000, 3_000_000))
     code, out, err = run_main(monkeypatch, capsys, *argv, "4")
@@ -319,10 +333,12 @@ def test_average_refuses_checkpoints_with_other_tokenizers_or_settings(
         assert code == 1 and out == "" and len(err) == 1, err
         assert err[0].startswith("seq2seq: error: ") and str(other) in err[0], err
         assert not (tmp_path / "a.ckpt").exists() and not (tmp_path / "avg.ckpt").exists()
-    # Dropout only acts in training: checkpoints that differ there average.
-    dropped = _variant(
-        checkpoint, tmp_path / "dropout.ckpt", model_config={**config, "dropout": 0.3}
-    )
+    # Dropout only acts in training: checkpoints that differ there average (weights of
+    # another step of the run: the same weights twice are refused).
+    later = dict(checkpoint)
+    later["state_dict"] = {k: v * 1.01 if v.is_floating_point() else v for k, v in
+                           checkpoint["state_dict"].items()}  # fmt: skip
+    dropped = _variant(later, tmp_path / "dropout.ckpt", model_config={**config, "dropout": 0.3})
     assert average_checkpoints([last, dropped], tmp_path / "avg.ckpt").is_file()
 
 

@@ -7,6 +7,7 @@ the training stack. The format itself is :mod:`seq2seq.checkpoint.format`.
 from __future__ import annotations
 
 import difflib
+import hashlib
 import pickle
 import zipfile
 from collections.abc import Callable, Mapping, Sequence
@@ -241,9 +242,10 @@ def average_checkpoints(paths: Sequence[str | Path], output: str | Path) -> Path
         ValueError: if no path is given.
         OSError: as :func:`seq2seq.files.check_output_file`, before any checkpoint is read.
         CheckpointError: naming both files and the first difference, if a checkpoint holds no
-            model weights (:func:`check_model_checkpoint`), another model than the first, or
-            weights of another initialisation than an earlier one (nothing is written then); as
-            :func:`load_checkpoint` for a file that is none.
+            model weights (:func:`check_model_checkpoint`), another model than the first,
+            weights of another initialisation than an earlier one, or the same weights as an
+            earlier file (nothing is written then); as :func:`load_checkpoint` for a file that
+            is none.
     """
     if not paths:
         raise ValueError("average_checkpoints needs at least one checkpoint")
@@ -253,11 +255,24 @@ def average_checkpoints(paths: Sequence[str | Path], output: str | Path) -> Path
     last: dict[str, Any] = {}
     first: dict[str, Any] = {}
     origin: tuple[str | Path, str] | None = None  # the first recorded one, and its file
+    digests: dict[str, str | Path] = {}  # of the weights read so far: their file
     for i, path in enumerate(paths):
         last = load_checkpoint(path)
         check_model_checkpoint(last, path)
-        origin = _check_same_origin(origin, path, last)
         state = last["state_dict"]
+        if i > 0:
+            _check_same_model(paths[0], first, path, last)
+        origin = _check_same_origin(origin, path, last)
+        digest = _weights_digest(state)
+        # A path named twice is the caller's choice (it weighs double); another file of the
+        # same weights, such as last.ckpt beside the checkpoint of its step, is not.
+        if digest in digests and Path(digests[digest]) != Path(path):
+            raise CheckpointError(
+                f"{path} holds the same weights as {digests[digest]} (step "
+                f"{last.get('global_step', '?')}): averaging both would weigh them double; "
+                "leave one out"
+            )
+        digests[digest] = path
         if i == 0:
             # Floating tensors are summed in float64, so that many inputs lose no precision;
             # the others (integer buffers) stay the first checkpoint's.
@@ -267,7 +282,6 @@ def average_checkpoints(paths: Sequence[str | Path], output: str | Path) -> Path
             names = set(state)
             first = last
             continue
-        _check_same_model(paths[0], first, path, last)
         if set(state) != names:
             diff = sorted(set(state) ^ names)[:3]
             raise CheckpointError(f"{path} has other parameters than {paths[0]}: {diff}")
@@ -292,6 +306,17 @@ def average_checkpoints(paths: Sequence[str | Path], output: str | Path) -> Path
     with atomic_write(output, "wb") as f:
         torch.save(result, f)
     return output
+
+
+def _weights_digest(state: dict[str, torch.Tensor]) -> str:
+    """SHA-256 of the names and bytes of a ``state_dict``'s floating-point tensors."""
+    digest = hashlib.sha256()
+    for key in sorted(state):
+        value = state[key]
+        if torch.is_tensor(value) and value.is_floating_point():
+            digest.update(key.encode())
+            digest.update(value.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
 
 
 def _check_same_origin(

@@ -20,21 +20,22 @@ __all__ = ["average"]
 def average(argv: Sequence[str]) -> None:
     """``seq2seq average --inputs a.ckpt b.ckpt ... --output avg.ckpt`` or ``--dir D --last N``.
 
-    Writes the element-wise mean of the checkpoints' parameters. The checkpoints must hold the
-    same model: the same SentencePiece model (tokenizer) and model settings (dropout aside),
-    parameter names and shapes, and descend from the same initial weights (one run, or runs of
-    one seed or one ``--init_from`` checkpoint; checkpoints written before runs recorded it
-    are not compared). ``--inputs`` must name each file once, and ``--output`` must
-    not be one of them; an existing ``--output`` is replaced only if ``seq2seq average`` wrote
-    it. With ``--dir``, the newest checkpoints are those of the latest training steps (the
-    ``global_step`` each checkpoint records; file times only break ties and order files that
-    record no step, as older than those that do), so copying or touching the files changes
-    nothing; ``last.ckpt``, the ``--output`` file and checkpoints written by ``seq2seq
-    average`` (weights only) are not counted among them, nor a second name (link) of a file.
-    The files taken are named, with the validation score each recorded (that of the run's
-    ``ModelCheckpoint``); when those scores differ widely (the worst below half the best, or
-    for a score that falls as it improves, such as a loss, above twice the best) a warning
-    says so, as a weak checkpoint drags the average down.
+    Writes the element-wise mean of the checkpoints' parameters. The checkpoints must hold the same
+    model: the same SentencePiece model (tokenizer) and model settings (dropout aside), parameter
+    names and shapes, and descend from the same initial weights (one run, or runs of one seed or
+    one ``--init_from`` checkpoint; checkpoints written before runs recorded it are not compared);
+    two files of the same weights (``last.ckpt`` beside the checkpoint of the same step) are
+    refused, as a file named twice is. ``--inputs`` must name each file once, and ``--output`` must
+    not be one of them; an existing ``--output`` is replaced only if ``seq2seq average`` wrote it.
+    With ``--dir``, the newest checkpoints are those of the latest training steps (the
+    ``global_step`` each checkpoint records; file times only break ties and order files that record
+    no step, as older than those that do), so copying or touching the files changes nothing;
+    ``last.ckpt``, the ``--output`` file and checkpoints written by ``seq2seq average`` (weights
+    only) are not counted among them, nor a second name (link) of a file. The files taken are
+    named, with the validation score each recorded (that of the run's ``ModelCheckpoint``); when
+    those scores differ widely (the worst below half the best, or for a score that falls as it
+    improves, such as a loss, above twice the best) a warning says so, as a weak checkpoint drags
+    the average down.
     """
     parser = Parser(prog="seq2seq average", description=plain(average.__doc__), allow_abbrev=False)
     parser.add_argument("--inputs", nargs="+", default=None, help="checkpoints to average")
