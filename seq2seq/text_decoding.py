@@ -28,6 +28,7 @@ __all__ = [
     "language_prefixes",
     "sampling_rules",
     "source_batch",
+    "untagged_target",
     "zero_shot_warning",
 ]
 
@@ -145,6 +146,23 @@ def language_prefixes(
             on a SentencePiece model without tags.
     """
     return tokenizer.language_prefix(tgt_lang, src_lang)
+
+
+def untagged_target(
+    tokenizer: Tokenizer, pairs: Sequence[tuple[str, str]] | None, tgt_lang: str | None
+) -> str | None:
+    """``tgt_lang``, or ``None`` where it names the one target language of a model without
+    language tokens (a bilingual model's own: there is nothing to select, so it is no error).
+
+    Args:
+        tokenizer: the model's tokenizer (its ``languages``: those with tokens).
+        pairs: the ``(src, tgt)`` pairs the model was trained on; ``None``: not known.
+        tgt_lang: the caller's target language.
+    """
+    targets = {tgt for _, tgt in pairs or ()}
+    if tgt_lang is not None and not getattr(tokenizer, "languages", ()) and targets == {tgt_lang}:
+        return None
+    return tgt_lang
 
 
 def default_target_prefix(tokenizer: Tokenizer, tgt_lang: str | None = None) -> list[int]:

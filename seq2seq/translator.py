@@ -37,6 +37,7 @@ from seq2seq.text_decoding import (
     language_prefixes,
     sampling_rules,
     source_batch,
+    untagged_target,
     zero_shot_warning,
 )
 
@@ -279,6 +280,7 @@ class Translator:
                 of range or against the sampling rules; ``n_best`` above the beam size;
                 ``prefixes`` not one per sentence; a missing or unknown ``tgt_lang``.
         """
+        tgt_lang = untagged_target(self.tokenizer, self.pairs, tgt_lang)
         language = language_prefixes(self.tokenizer, tgt_lang, src_lang)  # before any work
         zero_shot = zero_shot_warning(self.pairs, src_lang, tgt_lang)
         if zero_shot:

@@ -359,6 +359,25 @@ def test_translate_n_best_writes_n_rows_for_empty_lines(tiny_run, monkeypatch, c
             assert rows[3 * blank : 3 * blank + 3] == [[str(blank), "0.0000", ""]] * 3
 
 
+def test_translate_takes_the_target_language_of_a_bilingual_model(tiny_run, monkeypatch, capsys):
+    """--tgt_lang naming the language a model without language tokens translates into
+    selects nothing and is no error; another language is one."""
+    monkeypatch.delenv("SEQ2SEQ_TRACEBACK", raising=False)
+    ckpt = str(tiny_run / "checkpoints/tiny/last.ckpt")
+    source = "Ein Hund läuft.\n".encode()
+    outputs = []
+    for extra in ([], ["--tgt_lang", "en"]):
+        code, out, err = run_main(monkeypatch, capsys, "translate", "--ckpt_path", ckpt, *extra,
+                                  stdin=source)  # fmt: skip
+        assert code == 0, err
+        outputs.append(out)
+    assert outputs[0] == outputs[1]
+    code, out, err = run_main(
+        monkeypatch, capsys, "translate", "--ckpt_path", ckpt, "--tgt_lang", "fr", stdin=source
+    )
+    assert code == 1 and "no target-language tokens" in err[-1], err
+
+
 def test_translate_takes_the_length_settings_of_the_api(tiny_run, monkeypatch, capsys):
     """``--max_len_a/--max_len_b/--min_len/--length_penalty_form`` override the checkpoint's
     decoding settings as ``Translator.from_checkpoint`` does; bad values exit 2 first."""

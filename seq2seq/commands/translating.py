@@ -22,7 +22,12 @@ from seq2seq.data.corpus import decode_lines, read_lines
 from seq2seq.files import atomic_write, stream_errors
 from seq2seq.machine import warn_emulated_bfloat16
 from seq2seq.nn import DecodingConfig
-from seq2seq.text_decoding import apply_overrides, language_prefixes, sampling_rules
+from seq2seq.text_decoding import (
+    apply_overrides,
+    language_prefixes,
+    sampling_rules,
+    untagged_target,
+)
 from seq2seq.translator import DTYPE_NAMES
 
 __all__ = ["add_decoding_flags", "translate"]
@@ -175,6 +180,7 @@ def translate(argv: Sequence[str]) -> None:
     if DTYPE_NAMES[args.dtype] == torch.bfloat16 and translator.device.type == "cpu":
         warn_emulated_bfloat16("--dtype bfloat16", "--dtype float32")
     # A missing or unknown language is one error line before any input is read.
+    args.tgt_lang = untagged_target(translator.tokenizer, translator.pairs, args.tgt_lang)
     language_prefixes(translator.tokenizer, args.tgt_lang, args.src_lang)
     if Path(args.ckpt_path[0]).is_dir():  # a CTranslate2 folder (seq2seq.export), which searches
         beam, n_samples = translator.beam_size, translator.settings.get("n_samples", 1)
