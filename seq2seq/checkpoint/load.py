@@ -229,23 +229,16 @@ def average_checkpoints(paths: Sequence[str | Path], output: str | Path) -> Path
     :data:`AVERAGED_FROM` key lists the inputs (``seq2seq average --dir`` leaves such files out).
 
     Args:
-        paths: two or more checkpoints of the same model: equal parameter names and shapes,
-            model settings (:func:`~seq2seq.checkpoint.format.differing_settings`), SentencePiece
-            model and language pair (:func:`check_same_vocabulary`), and one initialisation
-            (:data:`~seq2seq.checkpoint.format.ORIGIN`, where the checkpoints record it).
-        output: file to write, atomically (:func:`seq2seq.files.atomic_write`).
-
-    Returns:
-        The output path.
+        paths: checkpoints of one model (parameter names and shapes, model settings,
+            SentencePiece model, language pair: :func:`check_same_vocabulary`) and one
+            :data:`~seq2seq.checkpoint.format.ORIGIN` where they record it; no two files of
+            the same weights.
+        output: file to write, atomically (:func:`seq2seq.files.atomic_write`); returned.
 
     Raises:
-        ValueError: if no path is given.
-        OSError: as :func:`seq2seq.files.check_output_file`, before any checkpoint is read.
-        CheckpointError: naming both files and the first difference, if a checkpoint holds no
-            model weights (:func:`check_model_checkpoint`), another model than the first,
-            weights of another initialisation than an earlier one, or the same weights as an
-            earlier file (nothing is written then); as :func:`load_checkpoint` for a file that
-            is none.
+        ValueError: if no path is given. OSError: as :func:`seq2seq.files.check_output_file`.
+        CheckpointError: naming both files and the difference, for inputs against ``paths``'
+            rules, or a file that holds no model weights (nothing is written then).
     """
     if not paths:
         raise ValueError("average_checkpoints needs at least one checkpoint")
