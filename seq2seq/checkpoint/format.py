@@ -33,7 +33,7 @@ The language pair, or the pairs of a multilingual run (``data.pairs``), are the 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -56,6 +56,7 @@ __all__ = [
     "split_pair",
     "tokenizer_blob",
     "tokenizer_tensor",
+    "tensors_digest",
     "weights_name",
     "weights_origin",
 ]
@@ -184,10 +185,15 @@ def weights_name(checkpoint: Mapping[str, Any]) -> str:
 
 
 def weights_origin(model: torch.nn.Module) -> str:
-    """A fingerprint of ``model``'s parameters: the first 16 hex digits of the SHA-256 of their
-    names and bytes (on CPU, float32 as stored), in ``named_parameters`` order."""
+    """A fingerprint of ``model``'s parameters: the first 16 hex digits of their
+    :func:`tensors_digest`, in ``named_parameters`` order."""
+    return tensors_digest(model.named_parameters())[:16]
+
+
+def tensors_digest(named: Iterable[tuple[str, torch.Tensor]]) -> str:
+    """The SHA-256 (hex) of the names and bytes (on CPU, in their dtype) of named tensors."""
     digest = hashlib.sha256()
-    for name, parameter in model.named_parameters():
+    for name, tensor in named:
         digest.update(name.encode())
-        digest.update(parameter.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()[:16]
+        digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()

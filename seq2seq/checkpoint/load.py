@@ -7,7 +7,6 @@ the training stack. The format itself is :mod:`seq2seq.checkpoint.format`.
 from __future__ import annotations
 
 import difflib
-import hashlib
 import pickle
 import zipfile
 from collections.abc import Callable, Mapping, Sequence
@@ -26,6 +25,7 @@ from seq2seq.checkpoint.format import (
     differing_settings,
     language_pairs,
     model_config,
+    tensors_digest,
 )
 from seq2seq.files import atomic_write, check_output_file
 
@@ -302,14 +302,10 @@ def average_checkpoints(paths: Sequence[str | Path], output: str | Path) -> Path
 
 
 def _weights_digest(state: dict[str, torch.Tensor]) -> str:
-    """SHA-256 of the names and bytes of a ``state_dict``'s floating-point tensors."""
-    digest = hashlib.sha256()
-    for key in sorted(state):
-        value = state[key]
-        if torch.is_tensor(value) and value.is_floating_point():
-            digest.update(key.encode())
-            digest.update(value.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()
+    """:func:`~seq2seq.checkpoint.format.tensors_digest` of a ``state_dict``'s floating-point
+    tensors, by name."""
+    floating = {k: v for k, v in state.items() if torch.is_tensor(v) and v.is_floating_point()}
+    return tensors_digest(sorted(floating.items()))
 
 
 def _check_same_origin(
