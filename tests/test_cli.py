@@ -178,6 +178,18 @@ def test_help_still_lists_every_option(monkeypatch, capsys):
     assert "seq2seq.data.corpus.locate_split" in out.out
 
 
+def test_no_command_is_an_error_naming_every_command(monkeypatch, capsys):
+    from seq2seq.cli import main
+
+    monkeypatch.setattr("sys.argv", ["seq2seq"])
+    assert main() == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith("seq2seq: error: name a command: fit, validate, test or predict")
+    for command in ("translate", "average", "export", "import"):
+        assert f"\n  {command} " in captured.err, captured.err
+
+
 def test_top_level_and_translate_help_name_every_command_and_default(monkeypatch, capsys):
     code, captured = _exit_of_main(monkeypatch, capsys, "--help")
     assert code == 0

@@ -121,11 +121,19 @@ def main() -> int:
     if argv[:1] in (["--version"], ["-V"]):
         print(version_line())
         return 0
-    if not argv or argv[0] in ("-h", "--help"):
+    if not argv:  # LightningCLI's message would name its four commands alone
+        print(
+            "seq2seq: error: name a command: fit, validate, test or predict, or one of the "
+            "further commands below (seq2seq --help lists the options)",
+            file=sys.stderr,
+        )
+        print(commands_help(), file=sys.stderr)
+        return 2
+    if argv[0] in ("-h", "--help"):
         try:
             cli_main()
         finally:
-            print(commands_help(), file=sys.stdout if argv else sys.stderr)
+            print(commands_help())
         return 0
     shown = warnings.showwarning
     warnings.showwarning = _warning_lines(shown)
