@@ -167,6 +167,30 @@ def test_plain_commands_start_without_lightning_cli(command):
     assert any(line.startswith("usage: seq2seq " + command) for line in lines)
 
 
+def test_top_level_help_imports_neither_torch_nor_lightning():
+    """``seq2seq --help`` prints in a fraction of a second, not the seconds of Lightning's
+    import; ``| head`` closing the pipe early is no error."""
+    lines = _run(
+        """
+        import sys
+        from seq2seq import console
+        sys.argv = ["seq2seq", "--help"]
+        assert console.main() == 0
+        print("LOADED", "torch" in sys.modules, "lightning" in sys.modules)
+        """
+    )
+    assert lines[0].startswith("usage: seq2seq {fit,validate,test,predict}")
+    assert lines[-1] == "LOADED False False"
+    # the reader closes the pipe before the help is written
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "seq2seq.cli", "--help"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO,
+    )  # fmt: skip
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 0 and err == "", err
+
+
 @pytest.mark.parametrize("command", ["translate", "average", "export"])
 def test_the_console_path_itself_imports_neither_torch_nor_lightning(command):
     """With the commands module replaced by one that imports nothing, running a plain command

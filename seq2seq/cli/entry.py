@@ -9,6 +9,7 @@ are dispatched before anything of Lightning is imported; ``fit``/``validate``/``
 from __future__ import annotations
 
 import logging
+import os
 import pickle
 import platform
 import signal
@@ -25,6 +26,7 @@ from seq2seq.cli.messages import (
     check_config_syntax,
     check_options_before_config,
     commands_help,
+    overview_help,
     plain_commands,
     traceback_wanted,
 )
@@ -131,9 +133,9 @@ def main() -> int:
         return 2
     if argv[0] in ("-h", "--help"):
         try:
-            cli_main()
-        finally:
-            print(commands_help())
+            print(overview_help(), flush=True)
+        except BrokenPipeError:  # seq2seq --help | head: the reader left, as it may
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     shown = warnings.showwarning
     warnings.showwarning = _warning_lines(shown)

@@ -292,6 +292,22 @@ def plain_commands() -> list[str]:
     return list(_PLAIN_HELP)
 
 
+def overview_help() -> str:
+    """``seq2seq --help``: every command in a line, written here so that it prints without
+    importing Lightning (LightningCLI's own top-level help takes seconds to build)."""
+    lines = [
+        f"usage: {usage()}",
+        "",
+        DESCRIPTION,
+        "",
+        "Commands of a run (each has --help; settings come from YAML files, --config FILE after",
+        "the command, configs/ has examples, and options such as --trainer.max_epochs 5;",
+        "--print_config prints the resulting settings and exits):",
+    ]
+    lines += [f"  {name:<20}{text}" for name, text in SUBCOMMAND_HELP.items()]
+    return "\n".join(lines) + "\n" + commands_help()
+
+
 def commands_help() -> str:
     """The lines ``seq2seq --help`` ends with: the plain commands and ``--version``."""
     lines = ["", "Further commands (each has --help):"]
