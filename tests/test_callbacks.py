@@ -6,6 +6,7 @@ resumes: test_resume.py)."""
 from __future__ import annotations
 
 import importlib
+import logging
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -87,8 +88,6 @@ def test_the_module_adds_its_callbacks_once_to_a_trainer_without_them(tmp_path, 
     """A config that names neither ExactResume nor TokenThroughput still resumes exactly and
     logs train/tokens_per_s: the module adds them (``configure_callbacks``), once however often
     the trainer runs it."""
-    import logging
-
     from seq2seq.data.batching import collate
 
     module = tiny_model()
@@ -105,13 +104,16 @@ def test_the_module_adds_its_callbacks_once_to_a_trainer_without_them(tmp_path, 
     assert "override" not in caplog.text
 
 
-def test_exact_resume_restores_the_generators_at_the_first_training_batch_only():
+def test_exact_resume_restores_the_generators_at_the_first_training_batch_only(caplog):
     from seq2seq.checkpoint.training import capture_rng_state
 
     callback = ExactResume()
     state = capture_rng_state()
     expected = float(torch.rand(()))
-    callback.on_load_checkpoint(None, None, {"seq2seq": {"rng": state}})
+    trainer = SimpleNamespace(state=SimpleNamespace(fn="fit"))
+    with caplog.at_level(logging.INFO):
+        callback.on_load_checkpoint(trainer, None, {"seq2seq": {"rng": state}})
+    assert "Random generators continue from the checkpoint" in caplog.text  # not the seed
     float(torch.rand(()))  # e.g. the data loaders' set-up
     callback.on_train_batch_start(None, None, {}, 0)
     assert float(torch.rand(())) == expected

@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 import lightning as L
+from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 from seq2seq import compat
 from seq2seq.checkpoint.format import CHECKPOINT_KEY
@@ -94,6 +95,12 @@ class ExactResume(L.Callback):
     ) -> None:
         # Restored at the next training batch, after the data loaders have been set up.
         self._resume_rng = checkpoint.get(CHECKPOINT_KEY, {}).get("rng")
+        if self._resume_rng is not None and trainer.state.fn == "fit":
+            # after Lightning's "Seed set to N", which a resumed run does not follow
+            rank_zero_info(
+                "Random generators continue from the checkpoint (dropout, batch order): "
+                "seed_everything sets the start of a new run only"
+            )
         warn_other_precision(trainer, checkpoint.get(CHECKPOINT_KEY, {}).get("precision"))
         settle_validation_progress(checkpoint)  # before Lightning restores its loops from it
 
