@@ -75,9 +75,23 @@ def test_average_refuses_two_files_of_the_same_weights(run_dir):
     copy = run_dir / "last.ckpt"
     copy.write_bytes((run_dir / "epoch=4.ckpt").read_bytes())
     inputs = [run_dir / "epoch=3.ckpt", run_dir / "epoch=4.ckpt", copy]
-    with pytest.raises(CheckpointError, match=r"last\.ckpt holds the same weights as .*epoch=4"):
+    with pytest.raises(CheckpointError) as error:
         average_checkpoints(inputs, run_dir / "avg.ckpt")
+    assert str(error.value) == (
+        f"{copy} (step 4) holds the same weights as {run_dir / 'epoch=4.ckpt'} (step 4): "
+        "averaging both would weigh them double; leave one out"
+    )
     assert not (run_dir / "avg.ckpt").exists()
+    # One step later, with an EMA that did not update in between: each file's own step
+    checkpoint = torch.load(copy)
+    checkpoint.update({"global_step": 5, "ema": {}})
+    torch.save(checkpoint, copy)
+    with pytest.raises(CheckpointError) as error:
+        average_checkpoints(inputs, run_dir / "avg.ckpt")
+    assert str(error.value).startswith(
+        f"{copy} (step 5) holds the same weights as {run_dir / 'epoch=4.ckpt'} (step 4) (their "
+        "EMA weights, which the steps between them did not update): averaging both"
+    )
 
 
 def test_average_refuses_an_output_that_is_an_input(run_dir, monkeypatch, capsys):

@@ -248,7 +248,7 @@ def average_checkpoints(paths: Sequence[str | Path], output: str | Path) -> Path
     last: dict[str, Any] = {}
     first: dict[str, Any] = {}
     origin: tuple[str | Path, str] | None = None  # the first recorded one, and its file
-    digests: dict[str, str | Path] = {}  # of the weights read so far: their file
+    digests: dict[str, tuple[str | Path, Any]] = {}  # of the weights read so far: file, step
     for i, path in enumerate(paths):
         last = load_checkpoint(path)
         check_model_checkpoint(last, path)
@@ -259,13 +259,19 @@ def average_checkpoints(paths: Sequence[str | Path], output: str | Path) -> Path
         digest = _weights_digest(state)
         # A path named twice is the caller's choice (it weighs double); another file of the
         # same weights, such as last.ckpt beside the checkpoint of its step, is not.
-        if digest in digests and Path(digests[digest]) != Path(path):
-            raise CheckpointError(
-                f"{path} holds the same weights as {digests[digest]} (step "
-                f"{last.get('global_step', '?')}): averaging both would weigh them double; "
-                "leave one out"
+        step = last.get("global_step", "?")
+        if digest in digests and Path(digests[digest][0]) != Path(path):
+            other, other_step = digests[digest]
+            why = (
+                " (their EMA weights, which the steps between them did not update)"
+                if EMA_KEY in last and step != other_step
+                else ""
             )
-        digests[digest] = path
+            raise CheckpointError(
+                f"{path} (step {step}) holds the same weights as {other} (step {other_step})"
+                f"{why}: averaging both would weigh them double; leave one out"
+            )
+        digests[digest] = (path, step)
         if i == 0:
             # Floating tensors are summed in float64, so that many inputs lose no precision;
             # the others (integer buffers) stay the first checkpoint's.
