@@ -15,7 +15,9 @@ def did_you_mean(name: str, candidates: Iterable[str]) -> str:
     candidates = list(dict.fromkeys(candidates))
     last = name.lstrip("-").rsplit(".", 1)[-1]
     # the same last part: --trainer.max_epochs for --max_epochs or --model.max_epochs
-    matches = [c for c in candidates if c != name and c.rsplit(".", 1)[-1] == last]
+    matches = [c for c in candidates if c != name and c.lower() == name.lower()]  # FR for fr
+    if not matches:
+        matches = [c for c in candidates if c != name and c.rsplit(".", 1)[-1] == last]
     if not matches:  # else the options it abbreviates: --beam_size for --beam
         matches = [c for c in candidates if c != name and c.startswith(name)]
     if not matches:  # else similar spellings, not counting the group it names (--data.foo)

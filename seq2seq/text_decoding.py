@@ -158,11 +158,21 @@ def untagged_target(
         tokenizer: the model's tokenizer (its ``languages``: those with tokens).
         pairs: the ``(src, tgt)`` pairs the model was trained on; ``None``: not known.
         tgt_lang: the caller's target language.
+
+    Raises:
+        ValueError: naming the model's one target language, for another ``tgt_lang`` on a
+            model without language tokens whose pairs are known.
     """
     targets = {tgt for _, tgt in pairs or ()}
-    if tgt_lang is not None and not getattr(tokenizer, "languages", ()) and targets == {tgt_lang}:
+    if tgt_lang is None or getattr(tokenizer, "languages", ()) or len(targets) != 1:
+        return tgt_lang
+    if targets == {tgt_lang}:
         return None
-    return tgt_lang
+    (only,) = targets
+    raise ValueError(
+        f"tgt_lang={tgt_lang!r}: this model has no target-language tokens; it translates into "
+        f"{only} alone (give {only} or leave tgt_lang out)"
+    )
 
 
 def default_target_prefix(tokenizer: Tokenizer, tgt_lang: str | None = None) -> list[int]:

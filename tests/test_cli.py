@@ -161,6 +161,13 @@ def test_invalid_value_names_the_option_and_the_value(monkeypatch, capsys):
         "seq2seq: error: invalid value 'test_2016_flickr' for --data.test_splits (expected "
         "list or null; a list of one: --data.test_splits '[test_2016_flickr]')"
     )
+    code, out = _exit_of_main(
+        monkeypatch, capsys, "validate", "--config", str(CONFIGS / "tiny.yaml"),
+        "--data.test_splits", "test_2016_flickr,test_2017_flickr",
+    )  # fmt: skip
+    assert out.err.splitlines()[0].endswith(
+        "as a list: --data.test_splits '[test_2016_flickr,test_2017_flickr]')"
+    )
     # SEQ2SEQ_TRACEBACK=1: jsonargparse's own report, usage and full message
     monkeypatch.setenv("SEQ2SEQ_TRACEBACK", "1")
     code, out = _exit_of_main(monkeypatch, capsys, *argv)

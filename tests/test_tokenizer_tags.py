@@ -119,6 +119,8 @@ def test_language_prefix(tagged, plain):
         language_prefixes(tagged)
     with pytest.raises(ValueError, match=r"'fra' is not a target language.*\(did you mean fr\?\)"):
         tagged.language_prefix("fra")
+    with pytest.raises(ValueError, match=r"'FR' is not a target language.*\(did you mean fr\?\)"):
+        tagged.language_prefix("FR")
     assert plain.language_prefix() == ([], []) == language_prefixes(plain)
     refusal = "tgt_lang='en': this model has no target-language tokens; it translates into"
     for choose in (plain.language_prefix, lambda lang: language_prefixes(plain, lang)):

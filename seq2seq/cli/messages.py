@@ -157,7 +157,8 @@ def _invalid_value_lines(key: str, inline: str, details: list[str]) -> list[str]
     if expected and not notes:  # with notes (a class at fault) the other types mislead
         summary += f" (expected {' or '.join(dict.fromkeys(expected))}"
         if value is not None and "list" in expected and not value.startswith("["):
-            summary += f"; a list of one: --{key} '[{value}]'"
+            several = "," in value and not value.startswith(("{", '"', "'"))
+            summary += f"; {'as a list' if several else 'a list of one'}: --{key} '[{value}]'"
         summary += ")"
     notes = list(dict.fromkeys(notes))
     if len(notes) > 4:

@@ -187,6 +187,7 @@ def warn_truncation(split: str, s: np.ndarray, t: np.ndarray | None, max_positio
         n = int((lengths + 1 > max_positions).sum())
         if n:
             rank_zero_warn(
-                f"{n} {side} sentences of {split!r} are longer than max_positions="
-                f"{max_positions} tokens and are truncated (never dropped)."
+                f"{n} {side} sentence{'s' if n > 1 else ''} of {split!r} "
+                f"{'are' if n > 1 else 'is'} longer than max_positions={max_positions} tokens and "
+                f"{'are' if n > 1 else 'is'} truncated (never dropped)."
             )
