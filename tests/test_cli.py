@@ -195,6 +195,13 @@ def test_no_command_is_an_error_naming_every_command(monkeypatch, capsys):
     assert captured.err.startswith("seq2seq: error: name a command: fit, validate, test or predict")
     for command in ("translate", "average", "export", "import"):
         assert f"\n  {command} " in captured.err, captured.err
+    # options without a command: the same error, saying where they go
+    monkeypatch.setattr("sys.argv", ["seq2seq", "--print_config"])
+    assert main() == 2
+    assert capsys.readouterr().err.startswith(
+        "seq2seq: error: name a command: fit, validate, test or predict, or one of the further "
+        "commands below; give --print_config after it"
+    )
 
 
 def test_top_level_and_translate_help_name_every_command_and_default(monkeypatch, capsys):

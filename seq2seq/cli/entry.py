@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from seq2seq.cli.messages import (
     HPARAMS_CLASH,
+    SUBCOMMAND_HELP,
     USES,
     check_config_position,
     check_config_syntax,
@@ -123,10 +124,13 @@ def main() -> int:
     if argv[:1] in (["--version"], ["-V"]):
         print(version_line())
         return 0
-    if not argv:  # LightningCLI's message would name its four commands alone
+    commands = (*SUBCOMMAND_HELP, *PLAIN_COMMANDS)
+    if not argv or (argv[0].startswith("-") and not set(argv) & {"-h", "--help", *commands}):
+        # LightningCLI's message would name its four commands alone
+        options = f"; give {' '.join(argv)} after it" if argv else ""
         print(
             "seq2seq: error: name a command: fit, validate, test or predict, or one of the "
-            "further commands below (seq2seq --help lists the options)",
+            f"further commands below{options} (seq2seq --help lists the commands)",
             file=sys.stderr,
         )
         print(commands_help(), file=sys.stderr)
