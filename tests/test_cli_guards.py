@@ -413,9 +413,12 @@ def test_resuming_with_another_model_is_refused_before_any_data_is_prepared(
     assert err[-1] == (
         f"seq2seq: error: {ckpt.relative_to(in_tmp)} was trained with other model settings "
         "than the config: data.vocab_size 500 (config 600), model.d_model 32 (config 64); "
-        "training resumes only with the checkpoint's (give the config it was trained with) "
+        "training resumes only with the checkpoint's (give the config it was trained with); "
+        "--ckpt_path last took it from checkpoints/tiny, the config's checkpoint folder: a run "
+        "started with --checkpoint_dir DIR resumes with --checkpoint_dir DIR "
         "(SEQ2SEQ_TRACEBACK=1 shows where)"
     ), err
+    assert not [line for line in err if "warning" in line], err  # no log version continued
     assert sorted(p.name for p in in_tmp.iterdir()) == ["checkpoints"]
 
 

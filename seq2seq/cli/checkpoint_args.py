@@ -145,7 +145,14 @@ def resolve_ckpt_arguments(
     check_model_checkpoint(checkpoint, path, trainer=True)
     step = checkpoint.get("global_step")
     if subcommand == "fit":
-        _check_resumable(config, path, checkpoint, step)
+        other_run = ""
+        if ckpt_path == "last" and not config.get("checkpoint_dir"):
+            # another run's model: likeliest a run of its own --checkpoint_dir, resumed without
+            other_run = (
+                f"; --ckpt_path last took it from {Path(path).parent}, the config's checkpoint "
+                "folder: a run started with --checkpoint_dir DIR resumes with --checkpoint_dir DIR"
+            )
+        _check_resumable(config, path, checkpoint, step, other_run)
     return step
 
 
@@ -167,12 +174,13 @@ def _refuse_unresumable(path: str, checkpoint: dict) -> None:
         )
 
 
-def _check_resumable(config, path: str, checkpoint: dict, step: int | None) -> None:
-    """``fit --ckpt_path``: continues the run's log version, warns when resuming behind the
-    folder's ``last.ckpt``, and refuses what the module or data module would refuse only
-    after the data is prepared."""
-    continue_log_version(config, checkpoint)
-    warn_resuming_behind_last(path, step)
+def _check_resumable(
+    config, path: str, checkpoint: dict, step: int | None, other_run: str = ""
+) -> None:
+    """``fit --ckpt_path``: refuses what the module or data module would refuse only after the
+    data is prepared (``other_run`` ends the refusals that say the checkpoint is another run's
+    model), then continues the run's log version and warns when resuming behind the folder's
+    ``last.ckpt``."""
     _refuse_unresumable(path, checkpoint)
     saved = checkpoint.get(CHECKPOINT_KEY, {}).get("model_config", {})
     if saved and hasattr(config.get("model"), "get"):
@@ -185,7 +193,7 @@ def _check_resumable(config, path: str, checkpoint: dict, step: int | None) -> N
             raise ValueError(
                 f"{path} was trained with other model settings than the config: "
                 f"{', '.join(differing)}; training resumes only with the checkpoint's (give "
-                "the config it was trained with)"
+                f"the config it was trained with){other_run}"
             )
     if hasattr(config.get("data"), "get"):
         other = other_languages(checkpoint, config["data"])
@@ -194,6 +202,7 @@ def _check_resumable(config, path: str, checkpoint: dict, step: int | None) -> N
             raise ValueError(
                 f"{path} was trained {other}; training resumes only in the checkpoint's "
                 f"{what} (start a new run, in another --checkpoint_dir, for the other one)"
+                f"{other_run}"
             )
     data_state = checkpoint.get(TranslationDataModule.__qualname__)
     if data_state and hasattr(config.get("data"), "get"):
@@ -202,6 +211,8 @@ def _check_resumable(config, path: str, checkpoint: dict, step: int | None) -> N
         refusal = TranslationDataModule.resume_refusal(data_state, config["data"])
         if refusal:
             raise ValueError(f"{path}: {refusal}")
+    continue_log_version(config, checkpoint)  # after the refusals: a refused run logs nothing
+    warn_resuming_behind_last(path, step)
 
 
 def apply_init_from(
