@@ -7,6 +7,7 @@ import gzip
 import hashlib
 import http.server
 import json
+import os
 import socket
 import threading
 
@@ -106,6 +107,26 @@ def test_read_lines_invalid_utf8_names_file_and_line(tmp_path):
 def test_read_lines_missing_file(tmp_path):
     with pytest.raises(FileNotFoundError, match="nothere.en"):
         read_lines(tmp_path / "nothere.en")
+    with pytest.raises(IsADirectoryError, match="is a folder"):
+        next(iter_lines(tmp_path))
+
+
+@pytest.mark.parametrize("compress", [False, True])
+@pytest.mark.parametrize("read", [read_lines, lambda path: list(iter_lines(path))])
+def test_lines_are_read_from_a_pipe(tmp_path, compress, read):
+    """A named pipe, as the shell's <(...) and /dev/stdin give, is read like a file, gzip
+    detected without seeking back."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    data = b"Ein Hund.\n\nZwei Hunde.\n"
+    writer = threading.Thread(
+        target=fifo.write_bytes, args=(gzip.compress(data) if compress else data,)
+    )
+    writer.start()
+    try:
+        assert read(fifo) == ["Ein Hund.", "", "Zwei Hunde."]
+    finally:
+        writer.join(timeout=10)
 
 
 def test_read_parallel_misaligned_names_both_files_and_counts(tmp_path):

@@ -21,8 +21,8 @@ _GZIP_MAGIC = b"\x1f\x8b"
 def _read_bytes(path: Path) -> bytes:
     if path.is_dir():
         raise IsADirectoryError(f"{path} is a folder, not a text file")
-    if not path.is_file():
-        raise FileNotFoundError(f"Corpus file not found: {path}")
+    if not path.exists():  # a pipe (/dev/stdin, <(...)) is read like a file
+        raise FileNotFoundError(f"File not found: {path}")
     data = path.read_bytes()
     if data[:2] == _GZIP_MAGIC:
         try:
@@ -115,11 +115,12 @@ def iter_lines(path: str | Path) -> Iterator[str]:
             stream.
     """
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"Corpus file not found: {path}")
+    if path.is_dir():
+        raise IsADirectoryError(f"{path} is a folder, not a text file")
+    if not path.exists():
+        raise FileNotFoundError(f"File not found: {path}")
     with open(path, "rb") as raw:
-        compressed = raw.read(2) == _GZIP_MAGIC
-        raw.seek(0)
+        compressed = raw.peek(2)[:2] == _GZIP_MAGIC  # peek: a pipe cannot seek back
         stream = gzip.GzipFile(fileobj=raw) if compressed else raw
         try:
             for number, line in enumerate(stream, start=1):
