@@ -94,6 +94,29 @@ def test_average_refuses_two_files_of_the_same_weights(run_dir):
     )
 
 
+def test_average_keeps_tied_weights_one_tensor(tmp_path):
+    """Weights tied under several names (shared embeddings and output projection) are one
+    tensor in the average too, and the file holds them once, as the inputs do."""
+    paths = []
+    for i in range(2):
+        tied = torch.full((64, 32), float(i))
+        path = _training_checkpoint(tmp_path / f"{i}.ckpt", float(i), 1_000_000)
+        checkpoint = torch.load(path)
+        checkpoint["state_dict"].update({"embed": tied, "output": tied, "other": tied.clone()})
+        torch.save(checkpoint, path)
+        paths.append(path)
+    output = average_checkpoints(paths, tmp_path / "avg.ckpt")
+    state = torch.load(output)["state_dict"]
+    assert state["embed"].eq(0.5).all() and state["other"].eq(0.5).all()
+    assert (
+        state["embed"].untyped_storage().data_ptr() == state["output"].untyped_storage().data_ptr()
+    )
+    assert (
+        state["other"].untyped_storage().data_ptr() != state["embed"].untyped_storage().data_ptr()
+    )
+    assert output.stat().st_size < 2.5 * 64 * 32 * 4  # two tensors of 8 KiB, not three
+
+
 def test_average_refuses_an_output_that_is_an_input(run_dir, monkeypatch, capsys):
     first = run_dir / "epoch=1.ckpt"
     before = first.read_bytes()

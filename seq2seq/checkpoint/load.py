@@ -297,6 +297,13 @@ def average_checkpoints(paths: Sequence[str | Path], output: str | Path) -> Path
         k: (v / len(paths)).to(reference[k].dtype) if v.is_floating_point() else v
         for k, v in total.items()
     }
+    # Tied weights (one tensor under several names: shared embeddings and output projection)
+    # stay one tensor, which the file holds once, as the training checkpoints do.
+    tied: dict[tuple, str] = {}
+    for key, value in reference.items():
+        if torch.is_tensor(value) and value.numel():
+            where = (value.untyped_storage().data_ptr(), value.storage_offset(), value.stride())
+            averaged[key] = averaged[tied.setdefault((*where, value.shape), key)]
     result = {key: value for key, value in last.items() if key not in _TRAINING_ONLY}
     result["state_dict"] = averaged
     result[AVERAGED_FROM] = [str(p) for p in paths]
