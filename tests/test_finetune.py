@@ -62,6 +62,29 @@ def test_fit_init_from_an_imported_model_trains_with_its_tokenizer(imported, ref
     assert origin == weights_origin(imported_model)
 
 
+def test_init_from_warns_only_of_the_model_settings_a_config_names(imported, capsys):
+    """A fine-tuning config names no model settings (configs/finetune_opus_mt.yaml): their
+    defaults are no contradiction of the checkpoint's; a setting the config gives is."""
+    from seq2seq.checkpoint import load_checkpoint as read
+    from seq2seq.cli.checkpoint_args import _DEFAULTS, apply_init_from
+
+    def config(**model):
+        data = {"src_lang": "de", "tgt_lang": "en", "pairs": None, "vocab_size": 8000}
+        data["max_positions"] = 256
+        return {"init_from": str(imported["marian"]), "ckpt_path": None, "data": data,
+                "model": {**_DEFAULTS, **model}}  # fmt: skip
+
+    def fail(message):
+        raise AssertionError(message)
+
+    apply_init_from("fit", config(), fail, read)
+    assert "other model settings" not in capsys.readouterr().err
+    apply_init_from("fit", config(d_model=1024), fail, read)
+    err = capsys.readouterr().err
+    assert "other model settings than the config: model.d_model " in err
+    assert "(config 1024); fit --init_from uses the checkpoint's" in err
+
+
 def test_imported_and_fine_tuned_models_test_and_translate(
     imported, reference, monkeypatch, capsys
 ):

@@ -4,6 +4,8 @@ before any data is read, each checkpoint file read once per command."""
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import os
 import sys
 from collections.abc import Callable
@@ -43,6 +45,7 @@ from seq2seq.cli.run_folder import refuse_earlier_checkpoints
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.data.vocabulary import load_tokenizer
 from seq2seq.files import check_output_file
+from seq2seq.nn import TransformerConfig
 
 
 class CheckpointReader:
@@ -248,7 +251,13 @@ def apply_init_from(
         raise CheckpointError(f"--init_from {path} holds no SentencePiece model")
     saved = checkpoint.get(CHECKPOINT_KEY, {}).get("model_config", {})
     if saved:
-        warn_other_architecture("fit --init_from", path, saved, config["model"])
+        # A fine-tuning config names no model settings: their defaults are no contradiction.
+        named = {
+            key: value
+            for key, value in config["model"].items()
+            if key not in _DEFAULTS or value != _DEFAULTS[key]
+        }
+        warn_other_architecture("fit --init_from", path, saved, named)
         _take_model_settings(saved, config)
     other = other_languages(checkpoint, config["data"])
     if other:
@@ -471,6 +480,14 @@ def warn_resuming_behind_last(ckpt_path: str | Path, step: int | None) -> None:
 DATA_LINKED = ("vocab_size", "max_positions")
 """Model settings given by ``data.*`` settings (``link_arguments``), which an evaluated
 checkpoint's values replace too."""
+
+#: The model settings' defaults (TransformerConfig's; the data module's for DATA_LINKED).
+_DEFAULTS = {
+    **{f.name: f.default for f in dataclasses.fields(TransformerConfig)},
+    **{
+        key: inspect.signature(TranslationDataModule).parameters[key].default for key in DATA_LINKED
+    },
+}
 
 
 def other_architecture(saved: dict, model: dict | Namespace) -> list[str]:
