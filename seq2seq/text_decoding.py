@@ -15,6 +15,7 @@ import torch
 
 from seq2seq.checkpoint.format import pair_names
 from seq2seq.nn import DecodingConfig, Transformer, beam_search, greedy_search, sample
+from seq2seq.spelling import did_you_mean
 
 if TYPE_CHECKING:
     from seq2seq.data.tokenizer import Tokenizer
@@ -95,12 +96,11 @@ def apply_overrides(
         ValueError: for a name that is no field, or a value out of range (DecodingConfig's
             message, the setting named by ``spell``: ``--max_len_a must be >= 0, got -1.0``).
     """
-    unknown = sorted(set(overrides) - set(DecodingConfig.field_names()))
+    fields = list(DecodingConfig.field_names())
+    unknown = sorted(set(overrides) - set(fields))
     if unknown:
-        raise ValueError(
-            f"unknown decoding settings: {unknown}; choose from "
-            f"{list(DecodingConfig.field_names())}"
-        )
+        hints = "".join(did_you_mean(name, fields) for name in unknown)
+        raise ValueError(f"unknown decoding settings: {unknown}{hints}; choose from {fields}")
     changes = {name: value for name, value in overrides.items() if value is not None}
     try:
         return config.replace(**changes)
@@ -307,7 +307,10 @@ def decode_batch(
             f"({config.n_samples}) hypotheses per sentence"
         )
     if not config.sampling and n_best > config.beam_size:
-        raise ValueError(f"n_best ({n_best}) exceeds the beam size ({config.beam_size})")
+        raise ValueError(
+            f"n_best ({n_best}) exceeds the beam size ({config.beam_size}); pass "
+            f"beam_size={n_best} or more"
+        )
     if batch.get("prefix") is None:
         forced = default_target_prefix(tokenizer, tgt_lang)
         if forced:  # e.g. NLLB's target-language code, the first decoder token

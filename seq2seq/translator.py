@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, overload
 
@@ -293,6 +293,12 @@ class Translator:
         config = apply_overrides(self.decoding, overrides)  # also with nothing to translate
         n_out = config.n_samples if config.sampling else n_best
         single = isinstance(sentences, str)
+        if not single and not isinstance(sentences, Sequence):
+            if not isinstance(sentences, Iterable):
+                raise TypeError(
+                    f"sentences must be a str or a list of str, not {type(sentences).__name__}"
+                )
+            sentences = list(sentences)  # a generator, ...
         if single:
             if "\n" in sentences:
                 raise ValueError(

@@ -206,6 +206,8 @@ def test_repetition_penalty_through_the_api_is_the_searchs(saved):
         ({"temperature": 0.7, "n_best": 2}, r"n_best=2 with sampling: give n_samples=2"),
         ({"sampling": False, "temperature": 0.7}, r"temperature applies to sampling"),
         ({"num_beams": 2}, r"^unknown decoding settings: \['num_beams'\]; choose from"),
+        ({"topp": 0.9}, r"^unknown decoding settings: \['topp'\] \(did you mean sampling_topp\?\)"),
+        ({"n_best": 9}, r"^n_best \(9\) exceeds the beam size \(\d\); pass beam_size=9 or more"),
         ({"repetition_penalty": 0.0}, r"^repetition_penalty must be a finite number > 0"),
     ],
 )
@@ -213,6 +215,13 @@ def test_the_api_refuses_bad_sampling_values(saved, options, message):
     translator = Translator.from_checkpoint(saved[0], device="cpu")
     with pytest.raises(ValueError, match=message):
         translator.translate(SENTENCES, **options)
+
+
+def test_the_api_takes_any_iterable_of_sentences_and_refuses_none(saved):
+    translator = Translator.from_checkpoint(saved[0], device="cpu", beam_size=1)
+    assert translator.translate(s for s in SENTENCES) == translator.translate(SENTENCES)
+    with pytest.raises(TypeError, match=r"^sentences must be a str or a list of str, not NoneType"):
+        translator.translate(None)
 
 
 def test_the_module_samples_outside_evaluation(saved):
