@@ -546,3 +546,22 @@ def test_one_callback_not_in_a_list_is_read_as_a_list():
     assert checkpoint_dirs(Namespace(trainer=Namespace(callbacks=one))) == [Path("ckpts/run")]
     other = Namespace(class_path="seq2seq.callbacks.EMA", init_args=Namespace(decay=0.9))
     assert checkpoint_dirs(Namespace(trainer=Namespace(callbacks=other))) == []
+
+
+def test_fit_of_the_default_sizes_from_fresh_weights_says_so(in_tmp, monkeypatch, capsys):
+    """A config that names no model sizes (a fine-tuning config given no --init_from) trains
+    the default Transformer from fresh weights: one warning line says so, before any data is
+    read; a config naming its sizes gets none."""
+    monkeypatch.delenv("SEQ2SEQ_TRACEBACK", raising=False)
+    sizes = ["--model.d_model", "512", "--model.n_heads", "8", "--model.d_ff", "2048"]
+    sizes += ["--model.n_encoder_layers", "6", "--model.n_decoder_layers", "6"]
+    missing = ["--data.data_dir", "nothere", "--data.download", "false"]
+    code, _, err = run_main(monkeypatch, capsys, *_fit_argv(Path("unused"), *sizes, *missing))
+    assert code == 1 and "nothere" in err[-1], err
+    assert _warnings(err) == [
+        "seq2seq: warning: fit trains a new model of the default sizes (d_model 512, 6 + 6 "
+        "layers, d_ff 2048) from fresh weights, as the config names none; to fine-tune a "
+        "pretrained model give --init_from CHECKPOINT"
+    ]
+    code, _, err = run_main(monkeypatch, capsys, *_fit_argv(Path("unused"), *missing))
+    assert code == 1 and _warnings(err) == [], err

@@ -34,6 +34,7 @@ from seq2seq.cli.checkpoint_args import (
     load_initial_weights,
     resolve_ckpt_arguments,
     set_checkpoint_dirs,
+    warn_default_sizes,
 )
 from seq2seq.cli.environment import (
     has_no_lines,
@@ -174,6 +175,8 @@ class Seq2SeqCLI(compat.SkipCheckpointHparams, LightningCLI):
         if config.get("init_from"):
             self._init_from = apply_init_from(subcommand, config, fail, self._read)
         self._resumed_step = resolve_ckpt_arguments(subcommand, config, fail, self._read)
+        if subcommand == "fit" and not config.get("init_from") and not config.get("ckpt_path"):
+            warn_default_sizes(config)
 
     def before_instantiate_classes(self) -> None:
         """``validate``/``test``/``predict``: the model architecture and language pair of

@@ -273,6 +273,28 @@ def apply_init_from(
     return path
 
 
+#: The sizes that make a Transformer's shape, for :func:`warn_default_sizes`.
+_SIZES = ("d_model", "n_heads", "n_encoder_layers", "n_decoder_layers", "d_ff")
+
+
+def warn_default_sizes(config) -> None:
+    """``fit`` of a new run whose config gives none of the model sizes: one line (global rank
+    0) saying it trains the default Transformer from fresh weights, where a fine-tuning config
+    (which names no sizes) meant ``--init_from``."""
+    model = config.get("model") or {}
+    if any(model.get(key, _DEFAULTS[key]) != _DEFAULTS[key] for key in _SIZES):
+        return
+    if rank_zero_only.rank == 0:
+        print(
+            "seq2seq: warning: fit trains a new model of the default sizes (d_model "
+            f"{_DEFAULTS['d_model']}, {_DEFAULTS['n_encoder_layers']} + "
+            f"{_DEFAULTS['n_decoder_layers']} layers, d_ff {_DEFAULTS['d_ff']}) from fresh "
+            "weights, as the config names none; to fine-tune a pretrained model give --init_from "
+            "CHECKPOINT",
+            file=sys.stderr,
+        )
+
+
 def _take_model_settings(saved: dict, config) -> None:
     """The checkpoint's model settings into ``config``, with the ``data.*`` settings that
     model settings follow (:data:`DATA_LINKED`)."""
