@@ -426,6 +426,9 @@ def test_what_cannot_be_imported_is_refused_in_one_line(marian, m2m, tmp_path, m
         (other_tokenizer, "tokenizer class BertTokenizer (tokenizer_config.json) is not supported"),
         (m2m_dir, "multilingual M2M100ForConditionalGeneration: give --src_lang and --tgt_lang, "
          "codes of its 100 languages (af, am, ar, ast, az, ba, ...)"),
+        ("Helsinki-NLP/opus-mt-de-en", "--input Helsinki-NLP/opus-mt-de-en is not a folder (a "
+         "save_pretrained folder); download a Hub model first: hf download "
+         "Helsinki-NLP/opus-mt-de-en --local-dir DIR"),
     ]  # fmt: skip
     for folder, expected in cases:
         output = tmp_path / "out.ckpt"

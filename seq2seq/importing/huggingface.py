@@ -128,7 +128,9 @@ def read_folder(folder: str | Path) -> HuggingFaceFolder:
     """
     path = Path(folder)
     if not path.is_dir():
-        raise FileNotFoundError(f"--input {path} is not a folder (a save_pretrained folder)")
+        hub = str(folder).count("/") == 1 and not path.exists()  # owner/name: a Hub id
+        hint = f"; download a Hub model first: hf download {folder} --local-dir DIR" if hub else ""
+        raise FileNotFoundError(f"--input {path} is not a folder (a save_pretrained folder){hint}")
     config = _read_json(path / "config.json", required=True)
     generation = _read_json(path / "generation_config.json", required=False)
     weight_file(path)  # a folder without weights is refused before anything else is read
