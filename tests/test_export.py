@@ -453,6 +453,17 @@ def test_export_says_which_weights_it_wrote(tiny_ckpt, tmp_path, monkeypatch, ca
         "--output", str(tmp_path / "int8"), "--quantization", "int8",
     )  # fmt: skip
     assert code in (0, None) and out.rstrip().endswith("(ctranslate2, int8 weights)")
+    assert out.startswith(f"exported {tiny_ckpt} to ")
+    # a checkpoint of a run with EMA: its moving average is what is exported, and named
+    ema = tmp_path / "ema.ckpt"
+    checkpoint = torch.load(tiny_ckpt, weights_only=False)
+    checkpoint["ema"] = {"decay": 0.999, "updates": 12}
+    torch.save(checkpoint, ema)
+    code, out, _ = run_main(
+        monkeypatch, capsys, "export", "--ckpt_path", str(ema), "--format", "ctranslate2",
+        "--output", str(tmp_path / "ema"),
+    )  # fmt: skip
+    assert out.startswith(f"exported the EMA weights (decay 0.999, 12 updates) of {ema} to ")
 
 
 def test_export_without_the_extra_names_it(tiny_ckpt, tmp_path, monkeypatch, capsys):

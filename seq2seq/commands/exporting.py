@@ -59,4 +59,9 @@ def export(argv: Sequence[str]) -> None:
     kind = args.format
     if args.format == "ctranslate2" and args.quantization not in (None, "none", "float32"):
         kind += f", {args.quantization} weights"
-    print(f"exported {args.ckpt_path} to {written} ({kind})")
+    from seq2seq.checkpoint import load_checkpoint
+    from seq2seq.checkpoint.format import weights_name
+
+    which = weights_name(load_checkpoint(args.ckpt_path, mmap=True))  # EMA weights: which
+    source = args.ckpt_path if which == "weights" else f"the {which} of {args.ckpt_path}"
+    print(f"exported {source} to {written} ({kind})")
