@@ -21,7 +21,7 @@ def did_you_mean(name: str, candidates: Iterable[str]) -> str:
     if not matches:  # else the options it abbreviates: --beam_size for --beam
         matches = [c for c in candidates if c != name and c.startswith(name)]
     if not matches:  # else the options it ends: sampling_topp for topp
-        matches = [c for c in candidates if c.endswith("_" + last)]
+        matches = [c for c in candidates if c != name and c.endswith("_" + last)]
     if not matches:  # else similar spellings, not counting the group it names (--data.foo)
         others = [c for c in candidates if not name.startswith(c + ".")]
         matches = difflib.get_close_matches(name, others, n=3, cutoff=0.75)

@@ -18,11 +18,16 @@ _GZIP_MAGIC = b"\x1f\x8b"
 
 
 # ---------------------------------------------------------------------- plain files
-def _read_bytes(path: Path) -> bytes:
+def _check_readable(path: Path) -> None:
+    """Refuses a folder or a missing path; a pipe (/dev/stdin, the shell's <(...)) passes."""
     if path.is_dir():
         raise IsADirectoryError(f"{path} is a folder, not a text file")
-    if not path.exists():  # a pipe (/dev/stdin, <(...)) is read like a file
+    if not path.exists():
         raise FileNotFoundError(f"File not found: {path}")
+
+
+def _read_bytes(path: Path) -> bytes:
+    _check_readable(path)
     data = path.read_bytes()
     if data[:2] == _GZIP_MAGIC:
         try:
@@ -110,15 +115,12 @@ def iter_lines(path: str | Path) -> Iterator[str]:
         The lines, without line terminators.
 
     Raises:
-        FileNotFoundError: If ``path`` does not exist.
+        FileNotFoundError: If ``path`` does not exist; IsADirectoryError for a folder.
         ValueError: On invalid UTF-8 (naming the file and the 1-based line) or a corrupt gzip
             stream.
     """
     path = Path(path)
-    if path.is_dir():
-        raise IsADirectoryError(f"{path} is a folder, not a text file")
-    if not path.exists():
-        raise FileNotFoundError(f"File not found: {path}")
+    _check_readable(path)
     with open(path, "rb") as raw:
         compressed = raw.peek(2)[:2] == _GZIP_MAGIC  # peek: a pipe cannot seek back
         stream = gzip.GzipFile(fileobj=raw) if compressed else raw
