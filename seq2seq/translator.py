@@ -258,8 +258,7 @@ class Translator:
         """Translate one sentence, or a list of sentences keeping their order.
 
         Args:
-            sentences: one source sentence (a ``str``, no newline), or a sequence (any
-                iterable) of them.
+            sentences: one source sentence (a ``str``, no newline), or an iterable of them.
             beam_size: ``None`` uses the checkpoint's; 1 is greedy search.
             n_best: above 1 (or with ``return_scores``), ``(text, score)`` pairs per sentence,
                 best first; the score is the length-penalised log-probability.
@@ -276,8 +275,7 @@ class Translator:
             Per sentence in input order (``list[str]``, or lists of pairs); a str's alone.
 
         Raises:
-            TypeError: if ``sentences`` is bytes or no iterable, or an entry is not a string
-                (naming its index).
+            TypeError: for bytes, no iterable, or an entry that is no string (its index).
             ValueError: naming the entry or the setting: a line break; a setting unknown, out
                 of range or against the sampling rules; ``n_best`` above the beam size;
                 ``prefixes`` not one per sentence; a missing or unknown ``tgt_lang``.
