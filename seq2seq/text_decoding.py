@@ -250,8 +250,7 @@ def _nothing_known(tokenizer: Tokenizer, src: torch.Tensor) -> list[bool]:
 def _search(
     model: Transformer,
     batch: Mapping[str, Any],
-    bos: int,
-    eos: int,
+    tokenizer: Tokenizer,
     config: DecodingConfig,
     n_best: int,
     scores: bool,
@@ -259,12 +258,17 @@ def _search(
     """The search (or sampling) that ``config`` asks for: the one call of
     :mod:`seq2seq.nn.search` and :mod:`seq2seq.nn.sampling`."""
     src, src_mask = batch["src"], batch["src_mask"]
-    forced = {"prefix": batch.get("prefix"), "unscored_prefix": batch.get("unscored_prefix", 0)}
+    bos, eos = tokenizer.bos_id, tokenizer.eos_id
+    options = {
+        "prefix": batch.get("prefix"),
+        "unscored_prefix": batch.get("unscored_prefix", 0),
+        "unk_id": tokenizer.unk_id,
+    }
     if config.sampling:
-        return sample(model, src, src_mask, bos, eos, config, **forced)
+        return sample(model, src, src_mask, bos, eos, config, **options)
     if config.beam_size == 1:
-        return greedy_search(model, src, src_mask, bos, eos, config, **forced, scores=scores)
-    return beam_search(model, src, src_mask, bos, eos, config, n_best=n_best, **forced)
+        return greedy_search(model, src, src_mask, bos, eos, config, **options, scores=scores)
+    return beam_search(model, src, src_mask, bos, eos, config, n_best=n_best, **options)
 
 
 @torch.no_grad()
@@ -316,7 +320,7 @@ def decode_batch(
         if forced:  # e.g. NLLB's target-language code, the first decoder token
             batch = {**batch, "prefix": [forced] * batch["src"].size(0)}
             batch["unscored_prefix"] = len(forced)
-    results = _search(model, batch, tokenizer.bos_id, tokenizer.eos_id, config, n_best, scores)
+    results = _search(model, batch, tokenizer, config, n_best, scores)
     n_out = config.n_samples if config.sampling else n_best
     output = []
     for hyps, no_token in zip(results, _nothing_known(tokenizer, batch["src"]), strict=True):

@@ -733,6 +733,59 @@ def test_exports_carry_the_checkpoints_repetition_penalty(ours, tiny_ckpt, tmp_p
         assert default != theirs.translate(lines, beam_size=1, repetition_penalty=1.0)
 
 
+# ------------------------------------------------------------------------ disable_unk
+def _unk_favoured(ours: Translator, tiny_ckpt: Path, path: Path) -> Path:
+    """The tiny run with ``disable_unk`` set and the unknown token made the model's favourite:
+    its (tied) embedding row is that of the piece the model repeats, 5% longer, so that without
+    the ban the outputs are ``⁇``."""
+    from seq2seq.checkpoint import load_checkpoint
+    from seq2seq.nn import DecodingConfig
+
+    unk = ours.module.tokenizer.unk_id
+    repeated = _our_search(ours, _lines(1), ours.decoding.replace(beam_size=1))[0].tokens[0]
+    checkpoint = load_checkpoint(tiny_ckpt)
+    state = checkpoint["state_dict"]
+    for key in ("model.encoder.embed.weight", "model.decoder.embed.weight", "model.output.weight"):
+        state[key] = state[key].clone()
+        state[key][unk] = 1.05 * state[key][repeated]
+    hparams = dict(checkpoint["hyper_parameters"])
+    hparams["decoding"] = DecodingConfig.from_dict(hparams).replace(disable_unk=True).to_dict()
+    checkpoint["hyper_parameters"] = hparams
+    torch.save(checkpoint, path)
+    return path
+
+
+def test_exports_carry_the_checkpoints_disable_unk(ours, tiny_ckpt, tmp_path):
+    """A checkpoint's ``disable_unk`` becomes CTranslate2's ``disable_unk`` (greedy texts ours;
+    it bans before its softmax, so its scores are higher) and the unknown token joins the
+    Hugging Face generation config's ``suppress_tokens`` (greedy and beam texts ours)."""
+    from seq2seq.export.ctranslate2 import export_ctranslate2
+    from seq2seq.export.huggingface import export_huggingface, generate_translations
+
+    ckpt = _unk_favoured(ours, tiny_ckpt, tmp_path / "unk.ckpt")
+    favoured = Translator.from_checkpoint(ckpt, device="cpu")
+    ct2 = Translator.from_checkpoint(export_ctranslate2(ckpt, tmp_path / "ct2"), device="cpu")
+    model, tokenizer = _hf(export_huggingface(ckpt, tmp_path / "hf"))
+    tok = favoured.module.tokenizer
+    assert favoured.decoding.disable_unk and ct2.decoding.disable_unk
+    assert model.generation_config.suppress_tokens == [tok.pad_id, tok.unk_id]  # Pegasus: our ids
+    lines = _lines(12)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # lines cut at max_positions
+        for translator in (favoured, ct2):  # the ban has work to do
+            assert all("⁇" in text for text in translator.translate(lines, disable_unk=False))
+        expected = favoured.translate(lines, beam_size=1, return_scores=True)
+        got = ct2.translate(lines, beam_size=1, return_scores=True)
+        assert [h[0][0] for h in got] == [h[0][0] for h in expected]
+        assert not any("⁇" in h[0][0] for h in got)
+        assert all(g[0][1] > e[0][1] for g, e in zip(got, expected, strict=True))
+        for beam in (1, 5):
+            texts = generate_translations(
+                model, tokenizer, lines, beam, length_penalty=1.0, **_lengths(favoured)
+            )
+            assert texts == favoured.translate(lines, beam_size=beam, length_penalty=1.0)
+
+
 def test_a_checkpoint_older_than_the_new_options_exports_with_their_defaults(tiny_ckpt, tmp_path):
     """A checkpoint whose settings predate ``scale_embedding`` and ``output_bias`` (and the
     other newer fields) is read with their defaults, the behaviour it was trained with."""

@@ -395,6 +395,27 @@ def _edited(folder: Path, tmp_path: Path, **changes) -> Path:
     return copy
 
 
+def test_a_suppressed_unknown_token_is_imported_as_disable_unk():
+    """``suppress_tokens`` or ``bad_words_ids`` of the padding and unknown tokens alone (what our
+    Hugging Face export writes for ``disable_unk``) become ``disable_unk``; a list with any other
+    token is listed as not carried."""
+    from seq2seq.importing.generation import decoding_settings
+
+    pad, unk = 58100, 1  # Marian's padding is its last id
+    for generation in (
+        {"suppress_tokens": [pad, unk]},
+        {"bad_words_ids": [[pad], [unk]]},
+        {"bad_words_ids": [[unk]], "suppress_tokens": [pad]},
+    ):
+        decoding, notes = decoding_settings(generation, {}, pad, POSITIONS, unk)
+        assert decoding.disable_unk and notes == [], generation
+    decoding, notes = decoding_settings({"bad_words_ids": [[pad]]}, {}, pad, POSITIONS, unk)
+    assert not decoding.disable_unk and notes == []
+    decoding, notes = decoding_settings({"suppress_tokens": [pad, unk, 7]}, {}, pad, POSITIONS, unk)
+    assert not decoding.disable_unk
+    assert notes == [f"suppress_tokens={[pad, unk, 7]!r} (no seq2seq decoding setting)"]
+
+
 def test_what_cannot_be_imported_is_refused_in_one_line(marian, m2m, tmp_path, monkeypatch, capsys):
     monkeypatch.delenv("SEQ2SEQ_TRACEBACK", raising=False)
     marian_dir, m2m_dir = marian[0], m2m[0]

@@ -74,12 +74,14 @@ def test_top_k_one_equals_greedy(model, sources):
     cases = [
         ({}, None), ({"min_len": 4}, None), ({"no_repeat_ngram_size": 2}, [[9], [], [4, 4]]),
         ({"repetition_penalty": 1.5, "no_repeat_ngram_size": 3}, [[9], [], [4, 4]]),
+        ({"disable_unk": True}, None),
     ]  # fmt: skip
     for settings, prefix in cases:
         config = DecodingConfig(**settings)
-        greedy = greedy_search(model, sources, mask, BOS, EOS, config, prefix=prefix)
+        forced = {"prefix": prefix, "unk_id": 7}  # 7 stands for the unknown token
+        greedy = greedy_search(model, sources, mask, BOS, EOS, config, **forced)
         drawn = config.replace(n_samples=3, sampling_topk=1, sampling_seed=5, temperature=2.0)
-        sampled = sample(model, sources, mask, BOS, EOS, drawn, prefix=prefix)
+        sampled = sample(model, sources, mask, BOS, EOS, drawn, **forced)
         for (g,), draws in zip(greedy, sampled, strict=True):
             assert [h.tokens for h in draws] == [g.tokens] * 3
             assert draws[0].score == pytest.approx(g.score, abs=1e-5)
@@ -354,6 +356,25 @@ def test_sample_scores_with_a_repetition_penalty_are_the_penalised_log_probs(mod
         for hyp in hyps:
             seq = hyp.tokens + ([EOS] if len(hyp.tokens) < max_len else [])
             lprobs = _lprobs(model, sources[i], seq[:-1], penalty=1.8)
+            total = lprobs[torch.arange(len(seq)), torch.tensor(seq)].sum().item()
+            assert hyp.score == pytest.approx(total / len(seq), abs=1e-4)
+
+
+def test_samples_with_disable_unk_never_hold_it_and_keep_the_other_log_probs(model, sources):
+    """The unknown token (7 stands for it) is banned after the softmax, as padding is: the
+    other tokens' log-probabilities, hence the scores, are the model's own."""
+    unk = 7
+    mask = padding_mask(sources, PAD)
+    config = DecodingConfig(n_samples=8, temperature=1.5, sampling_seed=2)
+    plain = sample(model, sources, mask, BOS, EOS, config)
+    assert any(unk in h.tokens for hyps in plain for h in hyps)  # so the ban has work to do
+    banned = sample(model, sources, mask, BOS, EOS, config.replace(disable_unk=True), unk_id=unk)
+    for i, hyps in enumerate(banned):
+        max_len = int(1.2 * int(mask[i].sum()) + 10)
+        for hyp in hyps:
+            assert unk not in hyp.tokens
+            seq = hyp.tokens + ([EOS] if len(hyp.tokens) < max_len else [])
+            lprobs = _lprobs(model, sources[i], seq[:-1])
             total = lprobs[torch.arange(len(seq)), torch.tensor(seq)].sum().item()
             assert hyp.score == pytest.approx(total / len(seq), abs=1e-4)
 

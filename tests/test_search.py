@@ -237,10 +237,10 @@ def _penalised(logits: torch.Tensor, tokens: list[int], penalty: float) -> torch
     return logits
 
 
-def _reference_beam(model, src_row, k, alpha, form, min_len, a=1.2, b=10, penalty=1.0):
+def _reference_beam(model, src_row, k, alpha, form, min_len, a=1.2, b=10, penalty=1.0, unk=None):
     """Beam search written out per sentence and per beam, with a full forward pass per step and
     no cache: the rules of :func:`beam_search`'s docstring, nothing shared with it (each beam's
-    logits penalised by its own tokens)."""
+    logits penalised by its own tokens; ``unk`` banned after the softmax)."""
     src = src_row[None, : int((src_row != PAD).sum())]
     max_len = min(int(a * src.size(1) + b), model.max_positions)
     beams = [([], 0.0)]
@@ -253,6 +253,8 @@ def _reference_beam(model, src_row, k, alpha, form, min_len, a=1.2, b=10, penalt
             logits = model(src, torch.tensor([[BOS, *toks]]))[0, -1]
             lprobs = torch.log_softmax(_penalised(logits.double(), toks, penalty), dim=-1)
             lprobs[PAD] = float("-inf")
+            if unk is not None:
+                lprobs[unk] = float("-inf")
             if step < min_len:
                 lprobs[EOS] = float("-inf")
             cands += [(score + lp, beam_id, v) for v, lp in enumerate(lprobs.tolist())]
@@ -337,10 +339,10 @@ def test_beam_search_over_a_wide_vocabulary_equals_the_reference(sources, k):
 
 # ------------------------------------------------------------------------ repetition penalty
 @torch.no_grad()
-def _reference_greedy(model, src_row, penalty, min_len=0, a=1.2, b=10):
+def _reference_greedy(model, src_row, penalty, min_len=0, a=1.2, b=10, unk=None):
     """Greedy decoding by float64 recomputation (no cache): each step's logits penalised by the
-    tokens so far, then log-softmax and the bans. Returns the tokens (EOS included) and the
-    summed log-probability."""
+    tokens so far, then log-softmax and the bans (``unk`` too). Returns the tokens (EOS
+    included) and the summed log-probability."""
     src = src_row[None, : int((src_row != PAD).sum())]
     max_len = min(int(a * src.size(1) + b), model.max_positions)
     seq: list[int] = []
@@ -349,6 +351,8 @@ def _reference_greedy(model, src_row, penalty, min_len=0, a=1.2, b=10):
         logits = model(src, torch.tensor([[BOS, *seq]]))[0, -1].double()
         lprobs = torch.log_softmax(_penalised(logits, seq, penalty), dim=-1)
         lprobs[PAD] = float("-inf")
+        if unk is not None:
+            lprobs[unk] = float("-inf")
         if len(seq) < min_len:
             lprobs[EOS] = float("-inf")
         seq.append(int(lprobs.argmax()))
@@ -428,3 +432,62 @@ def test_invalid_repetition_penalty_is_refused_with_decoding_configs_message(val
         ValueError, match=r"^repetition_penalty must be a finite number > 0 \(1 = off\)"
     ):
         DecodingConfig(repetition_penalty=value)
+
+
+# ------------------------------------------------------------------------ disable_unk
+UNK = 6  # stands for the unknown token: the copying model emits it for two of the sources
+
+
+def test_greedy_with_disable_unk_equals_a_plain_reference(model, sources):
+    """The ban is after the softmax: the other tokens keep their log-probabilities."""
+    mask = padding_mask(sources, PAD)
+    config = DecodingConfig(disable_unk=True, length_penalty=1.0)
+    results = greedy_search(model, sources, mask, BOS, EOS, config, unk_id=UNK)
+    plain = greedy_search(model, sources, mask, BOS, EOS, config.replace(disable_unk=False))
+    assert sum(UNK in hyp.tokens for (hyp,) in plain) == 2  # so the ban has work to do
+    for i, (hyp,) in enumerate(results):
+        assert UNK not in hyp.tokens
+        seq, total = _reference_greedy(model, sources[i], 1.0, unk=UNK)
+        assert hyp.tokens == [t for t in seq if t != EOS]
+        assert hyp.score == pytest.approx(total / len(seq), abs=1e-5)
+
+
+@pytest.mark.parametrize(("k", "alpha", "form"), [(2, 1.0, "fairseq"), (4, 0.6, "gnmt")])
+def test_beam_search_with_disable_unk_equals_the_reference(model, sources, k, alpha, form):
+    config = DecodingConfig(
+        beam_size=k, length_penalty=alpha, length_penalty_form=form, disable_unk=True
+    )
+    mask = padding_mask(sources, PAD)
+    results = beam_search(model, sources, mask, BOS, EOS, config, n_best=k, unk_id=UNK)
+    plain = beam_search(model, sources, mask, BOS, EOS, config.replace(disable_unk=False), n_best=k)
+    assert any(UNK in h.tokens for hyps in plain for h in hyps)
+    for i, hyps in enumerate(results):
+        assert all(UNK not in h.tokens for h in hyps)
+        expected = _reference_beam(model, sources[i], k, alpha, form, 0, unk=UNK)
+        assert [h.tokens for h in hyps] == [toks for toks, _ in expected]
+        assert [h.score for h in hyps] == pytest.approx([s for _, s in expected], abs=1e-6)
+
+
+def test_disable_unk_lets_a_prefix_hold_the_unknown_token(model, sources):
+    mask = padding_mask(sources, PAD)
+    prefix = [[UNK], [], [4, UNK]]
+    config = DecodingConfig(beam_size=3, disable_unk=True)
+    greedy = greedy_search(model, sources, mask, BOS, EOS, config, prefix=prefix, unk_id=UNK)
+    beam = beam_search(model, sources, mask, BOS, EOS, config, n_best=3, prefix=prefix, unk_id=UNK)
+    for hyps, forced in zip(greedy + beam, prefix * 2, strict=True):
+        for h in hyps:
+            assert h.tokens[: len(forced)] == forced and h.score > float("-inf")
+            assert UNK not in h.tokens[len(forced) :]
+
+
+def test_disable_unk_needs_the_unknown_tokens_id(model, sources):
+    mask = padding_mask(sources, PAD)
+    config = DecodingConfig(disable_unk=True)
+    for unk_id in (None, V):
+        message = rf"^disable_unk needs the unknown token's id in \[0, {V}\), got unk_id={unk_id}$"
+        with pytest.raises(ValueError, match=message):
+            greedy_search(model, sources, mask, BOS, EOS, config, unk_id=unk_id)
+    off = greedy_search(model, sources, mask, BOS, EOS, DecodingConfig(), unk_id=UNK)
+    assert off == greedy_search(model, sources, mask, BOS, EOS)  # unk_id alone bans nothing
+    with pytest.raises(ValueError, match=r"^disable_unk must be true or false, got 'yes'$"):
+        DecodingConfig(disable_unk="yes")

@@ -242,9 +242,11 @@ class CTranslate2Translator:
     changes the reported scores by its probability, and the padding token is banned only in a
     batch where CTranslate2 chose it (run again), so that other scores stay exact.
 
-    Target prefixes, ``no_repeat_ngram_size`` and ``repetition_penalty`` go to CTranslate2's
-    own ``target_prefix``, ``no_repeat_ngram_size`` and ``repetition_penalty`` (which penalises
-    the generated tokens, prefix included, on the logits: ours). Sampling is refused:
+    Target prefixes, ``no_repeat_ngram_size``, ``repetition_penalty`` and ``disable_unk`` go to
+    CTranslate2's own ``target_prefix``, ``no_repeat_ngram_size``, ``repetition_penalty`` (which
+    penalises the generated tokens, prefix included, on the logits: ours) and ``disable_unk``
+    (a ban before its softmax, as above: greedy texts are ours, but scores are higher where
+    the unknown token had some probability, and beams can differ). Sampling is refused:
     CTranslate2 draws from one random generator per process, so its samples would depend on the
     batch and could not repeat ours.
 
@@ -473,6 +475,7 @@ class CTranslate2Translator:
             return_scores=True,
             no_repeat_ngram_size=settings.no_repeat_ngram_size,
             repetition_penalty=settings.repetition_penalty,
+            disable_unk=settings.disable_unk,
         )
         if prefixes is not None and any(prefixes[i] for i in known):
             options["target_prefix"] = [

@@ -33,7 +33,8 @@ multilingual model's source starts with its target tag, as OPUS-MT's: ``>>fr<< E
 generation config carries the checkpoint's beam size, length penalty, ``min_len`` and
 ``repetition_penalty``, decoding from ``<s>``,
 ``early_stopping=False`` (our beam search's stopping rule) and the padding token suppressed
-(after the log-softmax, as ours).
+(after the log-softmax, as ours), with the unknown token where the checkpoint has
+``disable_unk``.
 
 ``generate`` applies ``repetition_penalty`` as we do in greedy search and sampling (to the
 logits), but its beam search applies it after its log-softmax, to log-probabilities, which it
@@ -284,7 +285,7 @@ def build_model(source: ExportSource):
     generation.min_new_tokens = decoding.min_len or None
     generation.max_new_tokens = config["max_positions"]
     generation.max_length = None
-    generation.suppress_tokens = [pad]
+    generation.suppress_tokens = [pad, hf_ids[tok.unk_id]] if decoding.disable_unk else [pad]
     return model.eval()
 
 

@@ -169,9 +169,9 @@ def import_huggingface(
     state = convert_weights(
         weights, config, tokenizer.hf_ids, source.family.permuted, str(source.path)
     )
-    pad_hf = tokenizer.hf_ids[tokenizer.pad_id]
+    pad_hf, unk_hf = tokenizer.hf_ids[tokenizer.pad_id], tokenizer.hf_ids[tokenizer.unk_id]
     decoding, notes = decoding_settings(
-        source.generation, source.config, pad_hf, config.max_positions
+        source.generation, source.config, pad_hf, config.max_positions, unk_hf
     )
     languages = (src_lang, tgt_lang) if src_lang and tgt_lang else None
     # The model's codes (deu_Latn) are not the data files' names (de): no pair is recorded.

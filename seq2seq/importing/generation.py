@@ -14,8 +14,8 @@ Where the meanings match (:class:`~seq2seq.nn.DecodingConfig` documents ours):
   whole model length (OPUS-MT's 512) is none, and our ``max_len_a * src_len + max_len_b``
   stays;
 * ``no_repeat_ngram_size``, ``repetition_penalty`` (counted and applied as the field says);
-* ``bad_words_ids`` / ``suppress_tokens`` of the padding token alone: our searches never
-  generate it;
+* ``bad_words_ids`` / ``suppress_tokens`` of the padding and unknown tokens alone: our
+  searches never generate padding, and a banned unknown token is ``disable_unk``;
 * ``do_sample`` with ``top_k``, ``top_p``, ``temperature`` -> ``sampling`` and its fields.
 """
 
@@ -82,7 +82,11 @@ _DEFAULTS: dict[str, Any] = {
 
 
 def decoding_settings(
-    generation: Mapping[str, Any], config: Mapping[str, Any], pad_id: int, max_positions: int
+    generation: Mapping[str, Any],
+    config: Mapping[str, Any],
+    pad_id: int,
+    max_positions: int,
+    unk_id: int | None = None,
 ) -> tuple[DecodingConfig, list[str]]:
     """Our decoding settings for a folder.
 
@@ -92,6 +96,7 @@ def decoding_settings(
         config: ``config.json``.
         pad_id: the source's padding id (Hugging Face numbering).
         max_positions: the model's positions (a length limit at it is no limit).
+        unk_id: the source's unknown-token id (Hugging Face numbering), if it has one.
 
     Returns:
         ``(settings, notes)``: ``notes`` says, one entry per key, what was not carried and why.
@@ -139,8 +144,11 @@ def decoding_settings(
         given.pop("max_new_tokens", None)
         given.pop("max_length", None)
     for key in ("bad_words_ids", "suppress_tokens"):
-        if key in given and given[key] in ([[pad_id]], [pad_id]):
+        banned = _single_tokens(given.get(key))
+        if banned and banned <= {pad_id, unk_id}:
             given.pop(key)  # our searches never generate the padding token
+            if unk_id in banned:  # nor, with disable_unk, the unknown one
+                fields["disable_unk"] = True
     if given.pop("do_sample", False):
         fields["sampling"] = True
         for theirs, ours in (
@@ -166,3 +174,12 @@ def decoding_settings(
     for key in sorted(given):
         note(key, "no seq2seq decoding setting")
     return DecodingConfig(**fields), notes
+
+
+def _single_tokens(value: Any) -> set[int] | None:
+    """The ids that ``suppress_tokens`` (ids) or ``bad_words_ids`` (id sequences) ban where
+    each entry is one token, else ``None``."""
+    if not isinstance(value, list):
+        return None
+    ids = [v[0] if isinstance(v, list) and len(v) == 1 else v for v in value]
+    return set(ids) if all(isinstance(i, int) for i in ids) else None

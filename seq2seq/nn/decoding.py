@@ -43,6 +43,9 @@ class DecodingConfig:
             decoder start token, and its beam search penalises log-probabilities (after its
             log-softmax) instead of logits. How the searches apply it:
             :mod:`seq2seq.nn.rules`.
+        disable_unk: ban the unknown token (``<unk>``, written ``⁇``) from every hypothesis
+            (CTranslate2's ``disable_unk``, fairseq's ``--unkpen`` of infinity); a target
+            prefix may still hold it.
         sampling: sample (:func:`seq2seq.nn.sample`) instead of searching.
         sampling_topk: with sampling, keep the k most probable tokens; 0 = off.
         sampling_topp: with sampling, keep the smallest set of most probable tokens whose
@@ -61,6 +64,7 @@ class DecodingConfig:
     min_len: int = 0
     no_repeat_ngram_size: int = 0
     repetition_penalty: float = 1.0
+    disable_unk: bool = False
     sampling: bool = False
     sampling_topk: int = 0
     sampling_topp: float = 1.0
@@ -103,8 +107,9 @@ class DecodingConfig:
         if not 0.0 < self.temperature < math.inf:
             raise ValueError(f"temperature must be a finite number > 0, got {self.temperature}")
         _check_int("sampling_seed", self.sampling_seed, None)
-        if not isinstance(self.sampling, bool):
-            raise ValueError(f"sampling must be true or false, got {self.sampling!r}")
+        for name in ("disable_unk", "sampling"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:

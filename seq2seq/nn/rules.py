@@ -37,10 +37,13 @@ beams or ``B * n_samples`` draws).
   before the log-softmax; the log-probabilities, hence the choices and the scores, are those
   of the penalised distribution. An :class:`~seq2seq.nn.Ensemble` penalises each model's
   logits before that model's log-softmax, so an ensemble of one model decodes as that model.
+* ``disable_unk``: the unknown token (the caller's ``unk_id``) is banned as the padding token
+  is, after the log-softmax, so the scores of the other tokens are unchanged; inside a prefix
+  the forced token wins, so a prefix may hold it.
 
 One step (:meth:`StepRules.log_probs`): the decoder's logits, the repetition penalty, one
-float32 log-softmax, then the bans (padding, an early EOS, repeated n-grams, every token but
-the forced one inside a prefix), set to ``-inf`` after the softmax.
+float32 log-softmax, then the bans (padding, an early EOS, the unknown token, repeated n-grams,
+every token but the forced one inside a prefix), set to ``-inf`` after the softmax.
 """
 
 from __future__ import annotations
@@ -177,8 +180,8 @@ def hypotheses(
 
 
 class StepRules:
-    """What a step of one search may choose (see the module docstring): padding and early-EOS
-    bans, forced prefixes, n-gram blocking and the repetition penalty.
+    """What a step of one search may choose (see the module docstring): padding, early-EOS and
+    unknown-token bans, forced prefixes, n-gram blocking and the repetition penalty.
 
     Args:
         model: the Transformer or Ensemble (``vocab_size``, ``pad_id``, ``max_positions``).
@@ -189,10 +192,12 @@ class StepRules:
         device: where the search runs.
         unscored_prefix: leading prefix tokens forced with log-probability 0 (module
             docstring).
+        unk_id: the unknown token's id, banned with ``config.disable_unk`` (required then).
 
     Raises:
         ValueError: for a prefix list of another length than ``B``, a prefix holding EOS,
-            padding or an id outside the vocabulary, or one of ``max_positions`` tokens or more.
+            padding or an id outside the vocabulary, or one of ``max_positions`` tokens or more;
+            for ``disable_unk`` without an ``unk_id`` in the vocabulary.
     """
 
     def __init__(
@@ -204,8 +209,15 @@ class StepRules:
         eos_id: int,
         device: torch.device,
         unscored_prefix: int = 0,
+        unk_id: int | None = None,
     ) -> None:
         self.pad_id = model.pad_id
+        self.unk_id = unk_id if config.disable_unk else None
+        if config.disable_unk and not (unk_id is not None and 0 <= unk_id < model.vocab_size):
+            raise ValueError(
+                f"disable_unk needs the unknown token's id in [0, {model.vocab_size}), "
+                f"got unk_id={unk_id}"
+            )
         self.unscored = unscored_prefix
         self.eos_id = eos_id
         self.min_len = config.min_len
@@ -290,14 +302,17 @@ class StepRules:
         return scores
 
     def _constrain(self, scores: Tensor, step: int, sentence: Tensor, history) -> None:
-        """The n-gram ban and the prefix, in place on ``scores`` ``(N, V)``."""
+        """The unknown-token and n-gram bans and the prefix, in place on ``scores``
+        ``(N, V)``."""
         forcing = step < self.longest
         if forcing:
             forced = (self.lengths[sentence] > step).unsqueeze(1)
             token = self.tokens[sentence, step].unsqueeze(1)
-            value = scores.gather(1, token)  # before the n-gram ban: the prefix wins
+            value = scores.gather(1, token)  # before the bans: the prefix wins
             if step < self.unscored:  # chosen by the caller, not the model: not scored
                 value = torch.zeros_like(value)
+        if self.unk_id is not None:
+            scores[:, self.unk_id] = float("-inf")
         if self.ngram and history is not None and history.size(1) >= self.ngram:
             eos = scores[:, self.eos_id].clone()
             _ban_repeated_ngrams(scores, history, self.ngram)

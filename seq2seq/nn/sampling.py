@@ -118,6 +118,7 @@ def sample(
     *,
     prefix: Sequence[Sequence[int]] | None = None,
     unscored_prefix: int = 0,
+    unk_id: int | None = None,
 ) -> list[list[Hypothesis]]:
     """Random sampling (ancestral, with top-k, nucleus and temperature; see the module
     docstring), ``n_samples`` draws per sentence, vectorised over ``batch * n_samples`` rows.
@@ -133,6 +134,7 @@ def sample(
             shared ones; ``beam_size`` and ``sampling`` are not read.
         prefix, unscored_prefix: target ids forced before sampling continues, one list per
             sentence, and how many of them are unscored (seq2seq.nn.rules).
+        unk_id: the unknown token's id, which ``config.disable_unk`` bans (required then).
 
     Returns:
         One list per sentence of ``n_samples`` hypotheses, in sample order (sample ``i`` is
@@ -141,7 +143,8 @@ def sample(
         the repetition penalty and the bans applied), prefix included, length-penalised.
 
     Raises:
-        ValueError: for a malformed mask or prefix, or a source longer than ``max_positions``.
+        ValueError: for a malformed mask or prefix, a source longer than ``max_positions``, or
+            ``disable_unk`` without ``unk_id``.
         TypeError: for a ``config`` that is no ``DecodingConfig``.
     """
     config = decoding_config(config)
@@ -149,7 +152,7 @@ def sample(
     b = src.size(0)
     n_samples = config.n_samples
     device = src.device
-    rules = StepRules(model, config, prefix, b, eos_id, device, unscored_prefix)
+    rules = StepRules(model, config, prefix, b, eos_id, device, unscored_prefix, unk_id)
     max_len = rules.max_lengths(max_lengths(model, src, src_mask, config))
     steps = int(max_len.max())
 

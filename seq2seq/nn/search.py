@@ -44,6 +44,7 @@ def greedy_search(
     *,
     prefix: Sequence[Sequence[int]] | None = None,
     unscored_prefix: int = 0,
+    unk_id: int | None = None,
     scores: bool = True,
 ) -> list[list[Hypothesis]]:
     """Greedy (arg-max) decoding, by the rules of :mod:`seq2seq.nn.rules`.
@@ -58,6 +59,7 @@ def greedy_search(
             fields are not read, ``length_penalty`` only scales the reported scores.
         prefix, unscored_prefix: target ids forced first, one list per sentence (the tokens
             returned start with them), and how many of them are unscored (seq2seq.nn.rules).
+        unk_id: the unknown token's id, which ``config.disable_unk`` bans (required then).
         scores: compute each hypothesis' score. ``False`` skips the log-softmax normaliser of
             every step (the arg-max of the logits is the same token) and reports ``nan``
             scores, as Hugging Face's ``generate`` returns no scores unless asked.
@@ -66,14 +68,15 @@ def greedy_search(
         One list per sentence holding one :class:`Hypothesis`.
 
     Raises:
-        ValueError: for a malformed mask or prefix, or a source longer than ``max_positions``.
+        ValueError: for a malformed mask or prefix, a source longer than ``max_positions``, or
+            ``disable_unk`` without ``unk_id``.
         TypeError: for a ``config`` that is no ``DecodingConfig``.
     """
     config = decoding_config(config)
     check_mask(src, src_mask)
     n = src.size(0)
     device = src.device
-    rules = StepRules(model, config, prefix, n, eos_id, device, unscored_prefix)
+    rules = StepRules(model, config, prefix, n, eos_id, device, unscored_prefix, unk_id)
     max_len = rules.max_lengths(max_lengths(model, src, src_mask, config))
     steps = int(max_len.max())
     memory = model.encode(src, src_mask)
@@ -131,6 +134,7 @@ def beam_search(
     n_best: int = 1,
     prefix: Sequence[Sequence[int]] | None = None,
     unscored_prefix: int = 0,
+    unk_id: int | None = None,
 ) -> list[list[Hypothesis]]:
     """Beam search with length penalty over ``batch * beam_size`` rows, by the rules of
     :mod:`seq2seq.nn.rules`; the loop's comments give its steps and stopping rule (Hugging
@@ -147,13 +151,15 @@ def beam_search(
         n_best: number of hypotheses returned per sentence (``<= beam_size``).
         prefix, unscored_prefix: target ids forced first, one list per sentence (every
             hypothesis starts with them), and how many of them are unscored (seq2seq.nn.rules).
+        unk_id: the unknown token's id, which ``config.disable_unk`` bans (required then).
 
     Returns:
         One list per sentence of ``n_best`` hypotheses, best first.
 
     Raises:
         ValueError: for ``beam_size > vocab_size / 2``, ``n_best`` outside ``[1, beam_size]``,
-            a malformed mask or prefix, or a source longer than ``max_positions``.
+            a malformed mask or prefix, a source longer than ``max_positions``, or
+            ``disable_unk`` without ``unk_id``.
         TypeError: for a ``config`` that is no ``DecodingConfig``.
     """
     config = decoding_config(config)
@@ -165,7 +171,7 @@ def beam_search(
     check_mask(src, src_mask)
     n = src.size(0)
     device = src.device
-    rules = StepRules(model, config, prefix, n, eos_id, device, unscored_prefix)
+    rules = StepRules(model, config, prefix, n, eos_id, device, unscored_prefix, unk_id)
     max_len = rules.max_lengths(max_lengths(model, src, src_mask, config))
     steps = int(max_len.max())
     lp = length_penalty_value(
