@@ -802,9 +802,53 @@ def test_every_decoding_field_is_a_translate_flag_and_a_model_decoding_key():
         flag = flags[name]
         assert flag.option_strings == [f"--{name}"] and flag.default is None
         assert flag.help == f"{text} (default: the checkpoint's model.decoding.{name})"
-        assert flag.type is (None if types[name] is bool else types[name]), name
+        if types[name] is bool:
+            assert flag.const is True and flag.nargs == "?", name
+        else:
+            assert flag.type is types[name], name
         key = keys[f"model.decoding.{name}"]
         assert key.option_strings == [f"--model.decoding.{name}"]
         assert " ".join(plain(key.help).split()) == text, name
         assert key.default == getattr(DecodingConfig(), name)
     assert set(DecodingConfig.field_names()) <= set(flags)
+
+
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        ([], None),
+        (["--disable_unk"], True),
+        (["--disable_unk", "true"], True),
+        (["--disable_unk", "False"], False),
+        (["--disable_unk", "no", "--beam_size", "2"], False),
+    ],
+)
+def test_a_yes_no_translate_flag_alone_is_true_and_takes_false(argv, expected):
+    """A bool decoding flag turns a checkpoint's setting on alone and off with ``false``."""
+    from seq2seq.commands.parsing import Parser
+    from seq2seq.commands.translating import add_decoding_flags
+
+    parser = Parser(prog="seq2seq translate")
+    add_decoding_flags(parser)
+    assert parser.parse_args(argv).disable_unk is expected
+
+
+def test_a_yes_no_translate_flag_refuses_other_words_and_sampling_false_with_its_field(
+    capsys,
+):
+    from seq2seq.commands import translating
+
+    with pytest.raises(SystemExit) as err:
+        translating.translate(["--ckpt_path", "m.ckpt", "--disable_unk", "maybe"])
+    assert err.value.code == 2
+    assert capsys.readouterr().err.endswith(
+        "seq2seq translate: error: argument --disable_unk: expected true or false, got 'maybe'\n"
+    )
+    with pytest.raises(SystemExit):
+        translating.translate(
+            ["--ckpt_path", "m.ckpt", "--sampling", "false", "--temperature", "0.5"]
+        )
+    assert capsys.readouterr().err.endswith(
+        "seq2seq translate: error: --temperature applies to sampling, but --sampling false "
+        "was given\n"
+    )

@@ -43,10 +43,21 @@ def add_decoding_flags(parser: argparse.ArgumentParser) -> None:
     for field in dataclasses.fields(DecodingConfig):
         text = " ".join(plain(docs[field.name]).split()).replace("%", "%%")
         help = f"{text} (default: the checkpoint's model.decoding.{field.name})"
-        if types[field.name] is bool:
-            parser.add_argument(f"--{field.name}", action="store_true", default=None, help=help)
+        if types[field.name] is bool:  # --NAME alone is true; --NAME false turns it off
+            parser.add_argument(
+                f"--{field.name}", nargs="?", const=True, type=_truth, default=None,
+                metavar="{true,false}", help=help,
+            )  # fmt: skip
         else:
             parser.add_argument(f"--{field.name}", type=types[field.name], default=None, help=help)
+
+
+def _truth(text: str) -> bool:
+    """``true``/``false`` (also ``yes``/``no``, ``1``/``0``, any case) as a bool."""
+    value = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
+    if text.lower() not in value:
+        raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+    return value[text.lower()]
 
 
 def translate(argv: Sequence[str]) -> None:
@@ -244,7 +255,9 @@ def _decoding_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -
 
     def flag(name: str, value: Any = None) -> str:
         typed = "--seed" if name == "sampling_seed" and args.seed is not None else f"--{name}"
-        return typed if value is None or isinstance(value, bool) else f"{typed} {value}"
+        if isinstance(value, bool):
+            value = None if value else "false"
+        return typed if value is None else f"{typed} {value}"
 
     try:
         given = sampling_rules(given, args.n_best, spell=flag)
