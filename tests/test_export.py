@@ -733,6 +733,41 @@ def test_exports_carry_the_checkpoints_repetition_penalty(ours, tiny_ckpt, tmp_p
         assert default != theirs.translate(lines, beam_size=1, repetition_penalty=1.0)
 
 
+def test_huggingface_export_carries_no_repeat_ngram_size(ours, tiny_ckpt, tmp_path):
+    """A checkpoint's ``no_repeat_ngram_size`` is the generation config's: ``generate`` (the
+    one-line call and ``generate_translations``) bans the n-grams ours does."""
+    from seq2seq.checkpoint import load_checkpoint
+    from seq2seq.export.huggingface import export_huggingface, generate_translations
+    from seq2seq.nn import DecodingConfig
+
+    checkpoint = load_checkpoint(tiny_ckpt)
+    hparams = dict(checkpoint["hyper_parameters"])
+    decoding = DecodingConfig.from_dict(hparams).replace(no_repeat_ngram_size=2)
+    checkpoint["hyper_parameters"] = {**hparams, "decoding": decoding.to_dict()}
+    torch.save(checkpoint, tmp_path / "ngram.ckpt")
+    blocked = Translator.from_checkpoint(tmp_path / "ngram.ckpt", device="cpu")
+    model, tokenizer = _hf(export_huggingface(tmp_path / "ngram.ckpt", tmp_path / "hf"))
+    assert model.generation_config.no_repeat_ngram_size == 2
+    lines = _lines(12)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        expected = blocked.translate(lines, beam_size=1)
+        assert expected != blocked.translate(lines, beam_size=1, no_repeat_ngram_size=0)
+        batch = tokenizer(lines[:1], return_tensors="pt", truncation=True)
+        out = model.generate(**batch, num_beams=1, max_new_tokens=12)
+        one = blocked.translate(lines[:1], beam_size=1, max_len_a=0, max_len_b=12)
+        assert tokenizer.batch_decode(out, skip_special_tokens=True) == [one[0].rstrip()]
+        for beam in (1, 5):
+            got = generate_translations(
+                model, tokenizer, lines, beam, length_penalty=1.0, no_repeat_ngram_size=2,
+                **_lengths(blocked),
+            )  # fmt: skip
+            expected = blocked.translate(lines, beam_size=beam, length_penalty=1.0)
+            # the same ids; MarianTokenizer drops the spaces of trailing "▁" pieces that
+            # SentencePiece's decoding keeps
+            assert got == [text.rstrip() for text in expected]
+
+
 # ------------------------------------------------------------------------ disable_unk
 def _unk_favoured(ours: Translator, tiny_ckpt: Path, path: Path) -> Path:
     """The tiny run with ``disable_unk`` set and the unknown token made the model's favourite:

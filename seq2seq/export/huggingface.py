@@ -30,8 +30,8 @@ ours, but for M2M-100 as above); it appends EOS to sources, as our data module d
 multilingual model's source starts with its target tag, as OPUS-MT's: ``>>fr<< Ein Mann.``
 (``MarianTokenizer`` takes a leading ``>>xx<<`` as one token; the tags are special tokens, so
 ``skip_special_tokens`` drops them from outputs, as we do). The
-generation config carries the checkpoint's beam size, length penalty, ``min_len`` and
-``repetition_penalty``, decoding from ``<s>``,
+generation config carries the checkpoint's beam size, length penalty, ``min_len``,
+``no_repeat_ngram_size`` and ``repetition_penalty``, decoding from ``<s>``,
 ``early_stopping=False`` (our beam search's stopping rule) and the padding token suppressed
 (after the log-softmax, as ours), with the unknown token where the checkpoint has
 ``disable_unk``.
@@ -281,6 +281,9 @@ def build_model(source: ExportSource):
     generation.num_beams = decoding.beam_size
     generation.length_penalty = float(decoding.length_penalty)
     generation.repetition_penalty = float(decoding.repetition_penalty)
+    # generate bans the n-grams of its decoder ids, the start token among them, which no
+    # n-gram of ours holds: the same bans, after the log-softmax in beam search as ours
+    generation.no_repeat_ngram_size = decoding.no_repeat_ngram_size
     generation.early_stopping = False
     generation.min_new_tokens = decoding.min_len or None
     generation.max_new_tokens = config["max_positions"]
@@ -399,6 +402,7 @@ def generate_translations(
     min_len: int = 0,
     max_tokens: int = 4096,
     repetition_penalty: float = 1.0,
+    no_repeat_ngram_size: int = 0,
 ) -> list[str]:
     """Translate with an exported model's ``generate`` under our per-sentence length limits.
 
@@ -412,7 +416,8 @@ def generate_translations(
         tokenizer: its tokenizer.
         sentences: source sentences.
         beam_size: 1 for greedy search.
-        length_penalty, max_len_a, max_len_b, min_len, repetition_penalty: as the fields of
+        length_penalty, max_len_a, max_len_b, min_len, repetition_penalty,
+            no_repeat_ngram_size: as the fields of
             :class:`seq2seq.nn.DecodingConfig` (see the module docstring for the difference
             of ``repetition_penalty`` in beam search).
         max_tokens: padded source tokens per batch.
@@ -446,6 +451,7 @@ def generate_translations(
                 max_new_tokens=limits[chunk[0]],
                 min_new_tokens=min_len or None,
                 repetition_penalty=repetition_penalty,
+                no_repeat_ngram_size=no_repeat_ngram_size,
                 do_sample=False,
             )
         texts = tokenizer.batch_decode(out, skip_special_tokens=True)
