@@ -6,6 +6,7 @@ import functools
 import io
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -205,14 +206,17 @@ def built_once(tmp_path_factory, name: str, build) -> Path:
 def _fit_tiny(workdir: Path, multi30k_dir: Path) -> None:
     from seq2seq.cli import cli_main
 
-    previous = Path.cwd()
+    previous, argv = Path.cwd(), sys.argv
+    # a session fixture is set up before _plain_argv: LightningCLI must not see pytest's argv
     os.chdir(workdir)
+    sys.argv = ["seq2seq"]
     try:
         cli_main(
             ["fit", "--config", str(CONFIGS / "tiny.yaml"), "--data.data_dir", str(multi30k_dir)]
         )
     finally:
         os.chdir(previous)
+        sys.argv = argv
 
 
 @pytest.fixture(scope="session")
