@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 import io
 import os
 import shutil
@@ -219,17 +220,47 @@ def _fit_tiny(workdir: Path, multi30k_dir: Path) -> None:
         sys.argv = argv
 
 
+def _tiny_run_key(multi30k_dir: Path) -> str:
+    """What the tiny run depends on, hashed: the package's code, configs/tiny.yaml, this file,
+    the corpus files (names, sizes, times) and the libraries that train and score it."""
+    from importlib.metadata import version
+
+    digest = hashlib.sha256()
+    for path in [*sorted((REPO / "seq2seq").rglob("*.py")), CONFIGS / "tiny.yaml", Path(__file__)]:
+        digest.update(path.read_bytes())
+    for path in sorted(multi30k_dir.iterdir()):
+        stat = path.stat()
+        digest.update(f"{path.name} {stat.st_size} {stat.st_mtime_ns}".encode())
+    for name in ("torch", "lightning", "sentencepiece", "jsonargparse", "sacrebleu", "numpy"):
+        digest.update(f"{name} {version(name)}".encode())
+    return digest.hexdigest()[:16]
+
+
 @pytest.fixture(scope="session")
-def tiny_run(tmp_path_factory, multi30k_dir) -> Path:
+def tiny_run(request, tmp_path_factory, multi30k_dir) -> Path:
     """Run ``seq2seq fit`` with configs/tiny.yaml once; returns the run's working folder.
 
     The folder holds ``checkpoints/tiny/last.ckpt``, ``lightning_logs/tiny/version_0`` and
-    ``data/cache`` (the SentencePiece model). Tests write into it (evaluation logs, caches):
-    under pytest-xdist the run is trained once and each worker works in its own copy.
+    ``data/cache`` (the SentencePiece model). The run is kept in pytest's cache folder
+    (``.pytest_cache``) under a hash of what it depends on (:func:`_tiny_run_key`), so a later
+    pytest of the same code reuses it; each test process works in its own copy.
     """
-    built = built_once(tmp_path_factory, "tiny_run", lambda folder: _fit_tiny(folder, multi30k_dir))
-    if not _xdist_worker():
-        return built
+    cache = getattr(request.config, "cache", None)  # None under -p no:cacheprovider
+    if cache is None:
+        built = built_once(tmp_path_factory, "tiny_run", lambda f: _fit_tiny(f, multi30k_dir))
+    else:
+        from filelock import FileLock
+
+        root = cache.mkdir("tiny_run")
+        built, done = root / _tiny_run_key(multi30k_dir), root / "done"
+        with FileLock(str(root / "lock")):  # other xdist workers, or another pytest
+            if not (done.is_file() and done.read_text(encoding="utf-8") == built.name):
+                for old in root.iterdir():  # an earlier key's run, or a failed build
+                    if old.is_dir():
+                        shutil.rmtree(old)
+                built.mkdir()
+                _fit_tiny(built, multi30k_dir)
+                done.write_text(built.name, encoding="utf-8")
     workdir = tmp_path_factory.mktemp("tiny_run")
     shutil.copytree(built, workdir, dirs_exist_ok=True)
     return workdir
@@ -389,8 +420,6 @@ _SPM_MODELS: dict = {}
 def train_spm(tmp_path_factory):
     """``train_spm(sentences, vocab_size)``: a SentencePiece model file of these sentences,
     trained once per test run for each distinct (sentences, vocab_size)."""
-    import hashlib
-
     from seq2seq.data.tokenizer import Tokenizer
 
     def train(sentences, vocab_size: int) -> Path:
