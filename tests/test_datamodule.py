@@ -397,6 +397,23 @@ def test_trainer_resume_mid_epoch(corpus, cache, tmp_path):
     assert other.seen != first.seen[3:6]
 
 
+@pytest.mark.parametrize("overfit", [2, 0.05])
+def test_overfit_batches_trains_on_the_same_batches_in_every_epoch(
+    corpus, cache, tmp_path, overfit
+):
+    """Lightning's overfit_batches (a count or a fraction of the epoch's batches): Lightning
+    turns off the shuffling of its own samplers only, so the data module repeats the first
+    batches of its shuffled plan itself."""
+    recorder = _Recorder()
+    dm = _dm(corpus, cache)
+    trainer = quiet_cpu_trainer(tmp_path, overfit_batches=overfit)  # 2 epochs
+    trainer.fit(recorder, datamodule=dm)
+    plan = [b["index"].tolist() for b in dm._loader(dm.train_set, dm._sampler("train", True))]
+    per_epoch = overfit if overfit == 2 else int(overfit * len(plan))
+    assert per_epoch > 1
+    assert recorder.seen == plan[:per_epoch] * 2
+
+
 @pytest.mark.filterwarnings("error:Resuming with:UserWarning")
 def test_resume_with_other_batching_settings_warns_or_refuses(corpus, cache, dm):
     """The settings that decide the batches are saved with the sampler's position: resuming

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import warnings
+from collections.abc import Iterable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -422,7 +423,7 @@ class TranslationDataModule(PairsMixin, L.LightningDataModule):
             return None
         return self.trainer.fit_loop.epoch_loop.batch_progress.total.processed
 
-    def _loader(self, dataset: TokenizedDataset, sampler: TokenBudgetBatchSampler) -> DataLoader:
+    def _loader(self, dataset: TokenizedDataset, sampler: Iterable[list[int]]) -> DataLoader:
         # A generator of its own: each new iterator draws its workers' base seed from it, not
         # from the global generator, so starting an epoch or a validation leaves the global
         # random state (dropout masks) as it was, and a resumed run draws the same masks.
@@ -474,7 +475,9 @@ class TranslationDataModule(PairsMixin, L.LightningDataModule):
         return dataset
 
     def train_dataloader(self) -> DataLoader:
-        """Shuffled token-budget batches of the filtered training split, this rank's share.
+        """Shuffled token-budget batches of the filtered training split, this rank's share;
+        under the trainer's ``overfit_batches``, the first epoch's in every epoch (Lightning
+        turns off the shuffling of its own samplers only).
 
         With ``streaming``, a :class:`~seq2seq.data.streaming.StreamingLoader` without a
         length, whose epoch follows the trainer's (or advances after each full pass).
@@ -493,6 +496,9 @@ class TranslationDataModule(PairsMixin, L.LightningDataModule):
             sampler.load_state_dict(self._pending_sampler_state)
             self._pending_sampler_state = None
         self._train_sampler = sampler
+        overfit = self.trainer.overfit_batches if self.trainer is not None else 0
+        if overfit:  # the first epoch's plan every epoch, of which Lightning takes the start
+            return self._loader(dataset, list(sampler))
         return self._loader(dataset, sampler)
 
     def val_dataloader(self) -> DataLoader | list[DataLoader]:
