@@ -38,6 +38,7 @@ from seq2seq.evaluation import (
     split_test_key,
     write_report,
 )
+from seq2seq.machine import emulated_bfloat16
 from seq2seq.nn import (
     DecodingConfig,
     Transformer,
@@ -224,6 +225,11 @@ class TranslationModule(L.LightningModule):
             self.tokenizer = datamodule.tokenizer
         if self.tokenizer is not None:
             check_vocab_size(self.tokenizer, self.config.vocab_size, "the tokenizer")
+        precision = str(getattr(self._trainer, "precision", ""))
+        if precision.startswith("bf16") and self.trainer.strategy.root_device.type == "cpu":
+            message = emulated_bfloat16(f"precision {precision!r}", "precision '32-true'")
+            if message:
+                rank_zero_warn(message)
 
     def on_fit_start(self) -> None:
         # A fresh run's origin: its initial weights (random, or --init_from's where that

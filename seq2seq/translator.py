@@ -30,6 +30,7 @@ import torch
 
 from seq2seq.checkpoint.models import CheckpointModel, check_ensemble_paths, load_model
 from seq2seq.data.tokenizer import source_ids
+from seq2seq.machine import emulated_bfloat16
 from seq2seq.nn import DecodingConfig, Ensemble, fast
 from seq2seq.text_decoding import (
     apply_overrides,
@@ -117,6 +118,10 @@ class Translator:
         self.device = torch.device(device)
         if self.device.type == "cpu":  # decoding's allocations stay in the process (fast.py)
             fast.keep_freed_heap()
+            if self.dtype == torch.bfloat16:
+                message = emulated_bfloat16("dtype 'bfloat16'", "dtype 'float32'")
+                if message:
+                    warnings.warn(message, stacklevel=2)
         self.max_tokens = max_tokens
         self.pairs: tuple[tuple[str, str], ...] | None = getattr(self.module, "pairs", None)
 

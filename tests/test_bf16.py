@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import math
+import warnings
 
 import pytest
 import torch
@@ -161,6 +162,45 @@ def test_translate_in_bfloat16_on_a_cpu_without_its_instructions_is_warned_about
     )
     assert lines == ([expected] if warned else []), err
     assert (tmp_path / "out.en").read_text(encoding="utf-8").count("\n") == 1
+
+
+@pytest.mark.parametrize("has", [False, True, None])
+def test_bfloat16_from_python_on_a_cpu_without_its_instructions_is_warned_about(
+    tiny_run, monkeypatch, has
+):
+    """A Trainer's bf16 precision (at the module's setup) and a Translator's bfloat16 dtype
+    warn where the CPU emulates bfloat16, as the commands do in their own words."""
+    import lightning as L
+
+    from seq2seq import machine
+    from seq2seq.module import TranslationModule
+    from seq2seq.translator import Translator
+
+    monkeypatch.setattr(machine, "cpu_has_bfloat16_instructions", lambda: has)
+    ckpt = tiny_run / "checkpoints/tiny/last.ckpt"
+    module = TranslationModule.load_from_checkpoint(ckpt, map_location="cpu")
+    tail = "on a CPU without bfloat16 instructions (no avx512_bf16 or amx_bf16 in /proc/cpuinfo)"
+    for precision in ("bf16-mixed", "32-true"):
+        module.trainer = L.Trainer(accelerator="cpu", precision=precision, logger=False)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            module.setup("validate")
+        expected = [
+            f"precision 'bf16-mixed' {tail}: they are emulated and run several times slower "
+            "than precision '32-true'"
+        ]
+        found = [str(w.message) for w in caught if "bfloat16 instructions" in str(w.message)]
+        assert found == (expected if has is False and precision == "bf16-mixed" else [])
+    for dtype in ("bfloat16", "float32"):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            Translator.from_checkpoint(ckpt, device="cpu", dtype=dtype)
+        expected = [
+            f"dtype 'bfloat16' {tail}: they are emulated and run several times slower than "
+            "dtype 'float32'"
+        ]
+        found = [str(w.message) for w in caught if "bfloat16 instructions" in str(w.message)]
+        assert found == (expected if has is False and dtype == "bfloat16" else [])
 
 
 def test_translate_refuses_an_unknown_dtype(tiny_run, monkeypatch, capsys):

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from seq2seq import machine
 from seq2seq.cli.messages import (
     HPARAMS_CLASH,
     SUBCOMMAND_HELP,
@@ -143,6 +144,8 @@ def main() -> int:
         return 0
     shown = warnings.showwarning
     warnings.showwarning = _warning_lines(shown)
+    # The commands print their own line for an emulated bfloat16 setting, in flag terms.
+    warnings.filterwarnings("ignore", message=machine.EMULATED_BFLOAT16)
     try:
         cli_main()
     except KeyboardInterrupt:
