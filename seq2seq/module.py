@@ -72,7 +72,9 @@ def _check_optimizer_settings(optimizer, lr_scheduler) -> None:
         ValueError: as the optimizer or the schedule raises it.
     """
     try:
-        lr_scheduler(optimizer([torch.nn.Parameter(torch.zeros(1))]))
+        built = optimizer([torch.nn.Parameter(torch.zeros(1))])
+        if lr_scheduler is not None:
+            lr_scheduler(built)
     except ValueError:
         raise
     except Exception:  # only the settings' own errors are reported here
@@ -123,7 +125,9 @@ class TranslationModule(L.LightningModule):
         optimizer: builds the optimizer from the parameters (default AdamW, lr 5e-4,
             betas (0.9, 0.98)).
         lr_scheduler: builds the schedule from the optimizer; stepped once per optimizer step
-            (default :class:`~seq2seq.optim.InverseSqrtLR` with 4000 warmup steps).
+            (default :class:`~seq2seq.optim.InverseSqrtLR` with 4000 warmup steps), a
+            ``ReduceLROnPlateau`` once per epoch on ``val/loss`` (mode ``min``) or ``val/bleu``
+            (``max``); ``None``: a constant learning rate.
         decoding: how validation, test and predict decode (``--model.decoding.*``, see
             :class:`~seq2seq.nn.DecodingConfig`, or a dict of its fields). Only ``predict``
             samples: validation and test score the search's output.
@@ -151,7 +155,7 @@ class TranslationModule(L.LightningModule):
         self,
         label_smoothing: float = 0.1,
         optimizer: OptimizerCallable = _default_optimizer,
-        lr_scheduler: LRSchedulerCallable = _default_scheduler,
+        lr_scheduler: LRSchedulerCallable | None = _default_scheduler,
         # Frozen, so that LightningCLI lists every field under --model.decoding.*.
         decoding: DecodingConfig = DecodingConfig(),  # noqa: B008
         val_beam_size: int | None = None,
@@ -365,11 +369,15 @@ class TranslationModule(L.LightningModule):
 
     def configure_optimizers(self):
         optimizer = self.optimizer_factory(self.parameters())
+        if self.scheduler_factory is None:
+            return optimizer
         scheduler = self.scheduler_factory(optimizer)
-        return {
-            "optimizer": optimizer,
-            "lr_scheduler": {"scheduler": scheduler, "interval": "step", "frequency": 1},
-        }
+        if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+            monitor = "val/loss" if scheduler.mode == "min" else "val/bleu"
+            stepping = {"interval": "epoch", "monitor": monitor}
+        else:
+            stepping = {"interval": "step", "frequency": 1}
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, **stepping}}
 
     # ------------------------------------------------------------------ decoding
     def translate_batch(

@@ -7,7 +7,7 @@ import warnings
 
 import pytest
 import torch
-from conftest import quiet_cpu_trainer
+from conftest import CONFIGS, quiet_cpu_trainer, run_main, tiny_model
 
 from seq2seq.data.batching import collate
 from seq2seq.module import TranslationModule
@@ -174,3 +174,40 @@ def test_a_run_stopped_between_logging_steps_logs_that_steps_grad_norm(tmp_path)
     norms = {int(row["step"]): float(row["train/grad_norm"]) for row in rows}
     assert sorted(norms) == [1, 2], norms  # logging step 1 (step 2), then the stop at step 3
     assert norms[2] != norms[1]
+
+
+def test_lr_scheduler_none_is_a_constant_rate_and_a_plateau_schedule_steps_per_epoch():
+    """``lr_scheduler=None`` gives the optimizer alone; a ``ReduceLROnPlateau`` steps once per
+    epoch on the validation metric its mode asks for, as Lightning needs it named."""
+    from functools import partial
+
+    from torch.optim.lr_scheduler import ReduceLROnPlateau
+
+    assert isinstance(tiny_model(lr_scheduler=None).configure_optimizers(), torch.optim.AdamW)
+    for mode, monitor in (("min", "val/loss"), ("max", "val/bleu")):
+        plateau = tiny_model(lr_scheduler=partial(ReduceLROnPlateau, mode=mode))
+        schedule = plateau.configure_optimizers()["lr_scheduler"]
+        assert isinstance(schedule["scheduler"], ReduceLROnPlateau)
+        assert (schedule["interval"], schedule["monitor"]) == ("epoch", monitor)
+
+
+@pytest.mark.parametrize(
+    "scheduler",
+    [
+        ["--model.lr_scheduler", "null"],
+        ["--model.lr_scheduler", "torch.optim.lr_scheduler.ReduceLROnPlateau"],
+    ],
+)
+def test_fit_without_a_schedule_or_with_a_plateau_schedule(
+    tiny_cache, multi30k_dir, tmp_path, monkeypatch, capsys, scheduler
+):
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_main(
+        monkeypatch, capsys, "fit", "--config", str(CONFIGS / "tiny.yaml"),
+        "--data.data_dir", str(multi30k_dir), "--data.cache_dir", str(tiny_cache),
+        "--trainer.limit_train_batches", "2", "--trainer.max_epochs", "2",
+        "--trainer.max_steps", "-1", "--trainer.val_check_interval", "1.0",
+        "--trainer.limit_val_batches", "1", *scheduler,
+    )  # fmt: skip
+    assert code == 0, err
+    assert (tmp_path / "checkpoints" / "tiny" / "last.ckpt").is_file()
