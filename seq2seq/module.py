@@ -137,8 +137,9 @@ class TranslationModule(L.LightningModule):
         tgt_lang: target language code for sacreBLEU's tokenizer choice (``None``: 13a), for
             a data module that does not name each held-out set's (``heldout_tgt_lang``).
         compile: run the training and evaluation forward pass through ``torch.compile``
-            (decoding stays eager). Pair it with ``data.pad_to_multiple_of: 8`` so that
-            variable-length batches reuse a few compiled shapes.
+            (decoding stays eager) with torch's automatic dynamic shapes: compiled for the
+            first batch's sizes, then once more with the sizes that changed (token-budget
+            batches vary in rows and lengths) left symbolic.
         **architecture: the fields of :class:`seq2seq.nn.TransformerConfig` (``vocab_size``,
             ``d_model``, ``n_heads``, ...), each a flat ``--model.*`` key of the command line
             (LightningCLI reads them, with their documentation, from the config class).
@@ -209,7 +210,7 @@ class TranslationModule(L.LightningModule):
         self._throughput = TokenThroughput()
         # A bound method, not a module attribute, so the state dict keeps one copy of weights.
         forward = self.model.forward
-        self._forward = torch.compile(forward, dynamic=False) if compile else forward
+        self._forward = torch.compile(forward) if compile else forward
         self.last_scores: dict[str, dict[str, Score]] = {}
         self._checkpoint_step: int | None = None  # global step of a loaded checkpoint
         # (index, hypothesis, reference) of the last decoded held-out sets, in index order.

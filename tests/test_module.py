@@ -211,3 +211,19 @@ def test_fit_without_a_schedule_or_with_a_plateau_schedule(
     )  # fmt: skip
     assert code == 0, err
     assert (tmp_path / "checkpoints" / "tiny" / "last.ckpt").is_file()
+
+
+def test_compile_compiles_twice_for_batches_of_varying_rows_and_lengths(monkeypatch):
+    """``compile=True`` under torch's automatic dynamic shapes: the first batch's sizes, then
+    one graph with the changing sizes symbolic, not one graph per batch shape."""
+    from torch._dynamo.testing import CompileCounter
+
+    counter, compile_ = CompileCounter(), torch.compile
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: compile_(fn, backend=counter, **kw))
+    module = tiny_model(compile=True)
+    torch._dynamo.reset()
+    for rows, length in ((3, 5), (7, 9), (4, 6), (9, 4), (2, 11)):
+        src = torch.randint(4, 16, (rows, length))
+        module._forward(src, src[:, :-1], (src != 0)[:, None, None, :])
+    torch._dynamo.reset()
+    assert counter.frame_count == 2

@@ -134,10 +134,9 @@ class TranslationDataModule(PairsMixin, L.LightningDataModule):
             SentencePiece sampling (subword regularisation) using this alpha; batching still
             uses the cached lengths, so a batch may exceed ``max_tokens`` slightly.
         pad_to_multiple_of: Round the padded source and target lengths of every batch up to
-            a multiple of this (see :func:`~seq2seq.data.batching.collate`); 8 pairs well
-            with ``model.compile``, which then compiles a few shapes instead of one per
-            length. Batches then hold up to ``pad_to_multiple_of - 1`` extra padding
-            positions per sentence beyond ``max_tokens``.
+            a multiple of this (see :func:`~seq2seq.data.batching.collate`), e.g. 8 for the
+            tensor cores of a GPU. Batches then hold up to ``pad_to_multiple_of - 1`` extra
+            padding positions per sentence beyond ``max_tokens``.
         streaming: Stream the training split instead of tokenising it into a cache (see
             above); for corpora that do not fit in memory.
         stream_pool_size: With ``streaming``, pairs per pool: the window within which
