@@ -197,3 +197,13 @@ def test_an_error_while_reading_the_corpus_is_raised_as_itself(tmp_path):
     with pytest.raises(ValueError, match="misaligned") as info:
         Tokenizer.train(sentences(), tmp_path / "m.model", vocab_size=30)
     assert "vocab_size" not in str(info.value)
+
+
+def test_one_sentence_instead_of_a_list_is_a_type_error(tokenizer):
+    """``encode`` takes a list of texts and ``decode`` a list of id lists: one text (which
+    SentencePiece would split character by character) or one id list is refused."""
+    with pytest.raises(TypeError, match=r"^texts must be a list with one str per sentence, got"):
+        tokenizer.encode("A man rides a bike.")
+    with pytest.raises(TypeError, match=r"^ids must be a list with one list of ids per sentence"):
+        tokenizer.decode(tokenizer.encode(["A man."])[0])
+    assert tokenizer.decode(tokenizer.encode(["A man."])) == ["A man."]

@@ -28,6 +28,7 @@ import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import chain
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import sentencepiece as spm
@@ -80,6 +81,16 @@ def flatten_ids(ids: Sequence[Sequence[int]], dtype: np.dtype) -> tuple[np.ndarr
     np.cumsum(np.fromiter(map(len, ids), dtype=np.int64, count=len(ids)), out=offsets[1:])
     values = np.fromiter(chain.from_iterable(ids), dtype=dtype, count=int(offsets[-1]))
     return values, offsets
+
+
+def check_batch(batch: Any, name: str, entry: str) -> None:
+    """Raises TypeError where ``batch``, one entry per sentence, is a single sentence: a str
+    (``entry`` ``"str"``) or a list of ints (``"list of ids"``)."""
+    one = isinstance(batch, str | bytes) or (
+        isinstance(batch, list | tuple) and bool(batch) and isinstance(batch[0], int)
+    )
+    if one:
+        raise TypeError(f"{name} must be a list with one {entry} per sentence, got one sentence")
 
 
 class Tokenizer:
@@ -388,7 +399,9 @@ class Tokenizer:
 
         Raises:
             ValueError: for another ``side``, or a ``tgt_lang`` a tagged model lacks.
+            TypeError: for one string instead of a list of them.
         """
+        check_batch(texts, "texts", "str")
         if side not in ("source", "target"):
             raise ValueError(f"side must be 'source' or 'target', got {side!r}")
         tagged = side == "source" and tgt_lang is not None and bool(self._tags)
@@ -411,7 +424,11 @@ class Tokenizer:
 
         Returns:
             One detokenised string per sentence.
+
+        Raises:
+            TypeError: for one list of ids instead of a list of them.
         """
+        check_batch(ids, "ids", "list of ids")
         skip = self._skip
         pieces = [[int(i) for i in seq if int(i) not in skip] for seq in ids]
         if len(pieces) < 64:

@@ -40,7 +40,14 @@ from typing import Any
 
 import sentencepiece as spm
 
-from seq2seq.data.tokenizer import CONTAINER_MAGIC, EOS_ID, PAD_ID, UNK_ID, Tokenizer
+from seq2seq.data.tokenizer import (
+    CONTAINER_MAGIC,
+    EOS_ID,
+    PAD_ID,
+    UNK_ID,
+    Tokenizer,
+    check_batch,
+)
 from seq2seq.spelling import did_you_mean
 
 MAGIC = CONTAINER_MAGIC
@@ -294,6 +301,7 @@ class VocabularyTokenizer(Tokenizer):
         Raises:
             ValueError: for another ``side``, or a language the model lacks or needs.
         """
+        check_batch(texts, "texts", "str")
         if side not in ("source", "target"):
             raise ValueError(f"side must be 'source' or 'target', got {side!r}")
         prefix = self._prefix(side, src_lang, tgt_lang)
@@ -316,6 +324,7 @@ class VocabularyTokenizer(Tokenizer):
         """Text of each id list, as Hugging Face's ``decode(..., skip_special_tokens=True)``:
         pad, unk, eos, the decoder start, language tokens and every other special token are
         dropped, as are ids without a piece (M2M-100's made-up words)."""
+        check_batch(ids, "ids", "list of ids")
         pieces = self._pieces
         return [
             self._join([pieces[i] for i in map(int, seq) if i not in self._skip and i in pieces])
