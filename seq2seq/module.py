@@ -327,6 +327,10 @@ class TranslationModule(L.LightningModule):
         return loss_sum, nll_sum, (target != pad).sum()
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
+        """The batch's label-smoothed loss summed over its target tokens (times
+        ``accumulate_grad_batches``, which Lightning divides by), not a mean: the gradients are
+        divided by the optimizer step's token count before clipping and the update
+        (:class:`~seq2seq.train_step.StepWindow`); ``train/loss`` logs the mean per token."""
         loss_sum, nll_sum, n_tokens = self._loss_sums(batch)
         tokens = int(batch["n_tokens"])  # a Python int from collate: no device sync
         pad = self.model.pad_id
