@@ -495,7 +495,7 @@ class TranslationDataModule(PairsMixin, L.LightningDataModule):
             sampler.load_state_dict(self._pending_sampler_state)
             self._pending_sampler_state = None
         self._train_sampler = sampler
-        overfit = self.trainer.overfit_batches if self.trainer is not None else 0
+        overfit = getattr(self.trainer, "overfit_batches", 0)  # also for stand-in trainers
         if overfit:  # the first epoch's plan every epoch, of which Lightning takes the start
             return self._loader(dataset, list(sampler))
         return self._loader(dataset, sampler)
