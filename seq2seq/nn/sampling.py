@@ -127,14 +127,12 @@ def sample(
         model: the Transformer or Ensemble (the caller chooses train/eval mode).
         src: ``(B, S)`` long source ids.
         src_mask: ``(B, 1, 1, S)`` bool source mask (``True`` = real token) or ``None``.
-        bos_id: beginning-of-sentence id fed as first decoder input.
-        eos_id: end-of-sentence id.
-        config: the decoding settings (``None``: the defaults): ``n_samples``,
-            ``sampling_topk``, ``sampling_topp``, ``temperature``, ``sampling_seed`` and the
-            shared ones; ``beam_size`` and ``sampling`` are not read.
+        bos_id, eos_id, unk_id: the beginning-of-sentence id fed as first decoder input,
+            the end-of-sentence id, the unknown token's id (banned by ``disable_unk``).
+        config: the decoding settings (``None``: the defaults), its sampling fields among them;
+            ``beam_size`` and ``sampling`` are not read.
         prefix, unscored_prefix: target ids forced before sampling continues, one list per
             sentence, and how many of them are unscored (seq2seq.nn.rules).
-        unk_id: the unknown token's id, which ``config.disable_unk`` bans (required then).
 
     Returns:
         One list per sentence of ``n_samples`` hypotheses, in sample order (sample ``i`` is

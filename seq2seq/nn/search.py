@@ -53,13 +53,12 @@ def greedy_search(
         model: the Transformer or Ensemble (the caller chooses train/eval mode).
         src: ``(B, S)`` long source ids.
         src_mask: ``(B, 1, 1, S)`` bool source mask (``True`` = real token) or ``None``.
-        bos_id: beginning-of-sentence id fed as first decoder input.
-        eos_id: end-of-sentence id.
+        bos_id, eos_id, unk_id: the beginning-of-sentence id fed as first decoder input,
+            the end-of-sentence id, the unknown token's id (banned by ``disable_unk``).
         config: the decoding settings (``None``: the defaults); ``beam_size`` and the sampling
             fields are not read, ``length_penalty`` only scales the reported scores.
         prefix, unscored_prefix: target ids forced first, one list per sentence (the tokens
             returned start with them), and how many of them are unscored (seq2seq.nn.rules).
-        unk_id: the unknown token's id, which ``config.disable_unk`` bans (required then).
         scores: compute each hypothesis' score. ``False`` skips the log-softmax normaliser of
             every step (the arg-max of the logits is the same token) and reports ``nan``
             scores, as Hugging Face's ``generate`` returns no scores unless asked.
@@ -144,14 +143,13 @@ def beam_search(
         model: the Transformer or Ensemble (the caller chooses train/eval mode).
         src: ``(B, S)`` long source ids.
         src_mask: ``(B, 1, 1, S)`` bool source mask (``True`` = real token) or ``None``.
-        bos_id: beginning-of-sentence id fed as first decoder input.
-        eos_id: end-of-sentence id.
+        bos_id, eos_id, unk_id: the beginning-of-sentence id fed as first decoder input,
+            the end-of-sentence id, the unknown token's id (banned by ``disable_unk``).
         config: the decoding settings (``None``: the defaults); the sampling fields are not
             read.
         n_best: number of hypotheses returned per sentence (``<= beam_size``).
         prefix, unscored_prefix: target ids forced first, one list per sentence (every
             hypothesis starts with them), and how many of them are unscored (seq2seq.nn.rules).
-        unk_id: the unknown token's id, which ``config.disable_unk`` bans (required then).
 
     Returns:
         One list per sentence of ``n_best`` hypotheses, best first.
