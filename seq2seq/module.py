@@ -126,8 +126,9 @@ class TranslationModule(L.LightningModule):
             betas (0.9, 0.98)).
         lr_scheduler: builds the schedule from the optimizer; stepped once per optimizer step
             (default :class:`~seq2seq.optim.InverseSqrtLR` with 4000 warmup steps), a
-            ``ReduceLROnPlateau`` once per epoch on ``val/loss`` (mode ``min``) or ``val/bleu``
-            (``max``); ``None``: a constant learning rate.
+            ``ReduceLROnPlateau`` once per epoch on its ``monitor`` (Lightning's class) or
+            else ``val/loss`` (mode ``min``) or ``val/bleu`` (``max``); ``None``: a constant
+            learning rate.
         decoding: how validation, test and predict decode (``--model.decoding.*``, see
             :class:`~seq2seq.nn.DecodingConfig`, or a dict of its fields). Only ``predict``
             samples: validation and test score the search's output.
@@ -378,7 +379,9 @@ class TranslationModule(L.LightningModule):
             return optimizer
         scheduler = self.scheduler_factory(optimizer)
         if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
-            monitor = "val/loss" if scheduler.mode == "min" else "val/bleu"
+            # Lightning's subclass names its metric; torch's is chosen by its mode
+            monitor = getattr(scheduler, "monitor", None)
+            monitor = monitor or ("val/loss" if scheduler.mode == "min" else "val/bleu")
             stepping = {"interval": "epoch", "monitor": monitor}
         else:
             stepping = {"interval": "step", "frequency": 1}

@@ -189,6 +189,10 @@ def test_lr_scheduler_none_is_a_constant_rate_and_a_plateau_schedule_steps_per_e
         schedule = plateau.configure_optimizers()["lr_scheduler"]
         assert isinstance(schedule["scheduler"], ReduceLROnPlateau)
         assert (schedule["interval"], schedule["monitor"]) == ("epoch", monitor)
+    from lightning.pytorch.cli import ReduceLROnPlateau as Named
+
+    named = tiny_model(lr_scheduler=partial(Named, monitor="val/bleu", mode="min"))
+    assert named.configure_optimizers()["lr_scheduler"]["monitor"] == "val/bleu"
 
 
 @pytest.mark.parametrize(
