@@ -757,15 +757,20 @@ def test_huggingface_export_carries_no_repeat_ngram_size(ours, tiny_ckpt, tmp_pa
         out = model.generate(**batch, num_beams=1, max_new_tokens=12)
         one = blocked.translate(lines[:1], beam_size=1, max_len_a=0, max_len_b=12)
         assert tokenizer.batch_decode(out, skip_special_tokens=True) == [one[0].rstrip()]
-        for beam in (1, 5):
+        for beam in (1, 5):  # no_repeat_ngram_size from the generation config
             got = generate_translations(
-                model, tokenizer, lines, beam, length_penalty=1.0, no_repeat_ngram_size=2,
-                **_lengths(blocked),
-            )  # fmt: skip
+                model, tokenizer, lines, beam, length_penalty=1.0, **_lengths(blocked)
+            )
             expected = blocked.translate(lines, beam_size=beam, length_penalty=1.0)
             # the same ids; MarianTokenizer drops the spaces of trailing "▁" pieces that
             # SentencePiece's decoding keeps
             assert got == [text.rstrip() for text in expected]
+        unblocked = generate_translations(
+            model, tokenizer, lines, 1, no_repeat_ngram_size=0, **_lengths(blocked)
+        )
+        assert unblocked == [
+            t.rstrip() for t in blocked.translate(lines, no_repeat_ngram_size=0, beam_size=1)
+        ]
 
 
 # ------------------------------------------------------------------------ disable_unk

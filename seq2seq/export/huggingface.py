@@ -395,14 +395,14 @@ def generate_translations(
     model,
     tokenizer,
     sentences: list[str],
-    beam_size: int,
-    length_penalty: float = 1.0,
+    beam_size: int | None = None,
+    length_penalty: float | None = None,
     max_len_a: float = 1.2,
     max_len_b: int = 10,
-    min_len: int = 0,
+    min_len: int | None = None,
     max_tokens: int = 4096,
-    repetition_penalty: float = 1.0,
-    no_repeat_ngram_size: int = 0,
+    repetition_penalty: float | None = None,
+    no_repeat_ngram_size: int | None = None,
 ) -> list[str]:
     """Translate with an exported model's ``generate`` under our per-sentence length limits.
 
@@ -415,11 +415,12 @@ def generate_translations(
         model: the exported ``PegasusForConditionalGeneration`` or ``MarianMTModel``.
         tokenizer: its tokenizer.
         sentences: source sentences.
-        beam_size: 1 for greedy search.
-        length_penalty, max_len_a, max_len_b, min_len, repetition_penalty,
-            no_repeat_ngram_size: as the fields of
-            :class:`seq2seq.nn.DecodingConfig` (see the module docstring for the difference
-            of ``repetition_penalty`` in beam search).
+        beam_size, length_penalty, min_len, repetition_penalty, no_repeat_ngram_size: as
+            the fields of :class:`seq2seq.nn.DecodingConfig` (see the module docstring for the
+            difference of ``repetition_penalty`` in beam search); ``None``: the model's
+            generation config's, which the export wrote from the checkpoint.
+        max_len_a, max_len_b: as the fields (the generation config has no such limit, so a
+            checkpoint's other values are given here).
         max_tokens: padded source tokens per batch.
 
     Returns:
@@ -427,6 +428,15 @@ def generate_translations(
     """
     from seq2seq.export.common import max_len
 
+    given = {
+        "num_beams": beam_size,
+        "length_penalty": length_penalty,
+        "repetition_penalty": repetition_penalty,
+        "no_repeat_ngram_size": no_repeat_ngram_size,
+    }
+    settings = {k: v for k, v in given.items() if v is not None}  # else the model's
+    if min_len is not None:
+        settings["min_new_tokens"] = min_len or None  # generate's None: no minimum
     limit = model.config.max_position_embeddings
     ids = tokenizer(list(sentences), truncation=True, max_length=limit)["input_ids"]
     limits = [max_len(len(x), max_len_a, max_len_b, limit) for x in ids]
@@ -445,14 +455,7 @@ def generate_translations(
         batch = tokenizer.pad({"input_ids": [ids[i] for i in chunk]}, return_tensors="pt")
         with torch.no_grad():
             out = model.generate(
-                **batch,
-                num_beams=beam_size,
-                length_penalty=length_penalty,
-                max_new_tokens=limits[chunk[0]],
-                min_new_tokens=min_len or None,
-                repetition_penalty=repetition_penalty,
-                no_repeat_ngram_size=no_repeat_ngram_size,
-                do_sample=False,
+                **batch, max_new_tokens=limits[chunk[0]], do_sample=False, **settings
             )
         texts = tokenizer.batch_decode(out, skip_special_tokens=True)
         for i, text in zip(chunk, texts, strict=True):
