@@ -75,9 +75,10 @@ def sampling_rules(
     beam = overrides.get("beam_size")
     asked = spell(given[0] if given else "sampling")
     if beam is not None and beam > 1:
+        searching = "" if given or "sampling" in overrides else f", or {spell('sampling', False)}"
         raise ValueError(
             f"{spell('beam_size', beam)} with {asked}: sampling draws, it does not search; "
-            f"leave {spell('beam_size')} out (or give 1)"
+            f"leave {spell('beam_size')} out (or give 1){searching}"
         )
     if n_best > 1:
         raise ValueError(

@@ -179,9 +179,8 @@ class Translator:
         if len(paths) > 1:
             check_ensemble_paths(paths)
         fields = set(DecodingConfig.field_names())
-        decoding = {k: v for k, v in decoding.items() if k not in fields} | sampling_rules(
-            {k: v for k, v in decoding.items() if k in fields}
-        )
+        given = sampling_rules({k: v for k, v in decoding.items() if k in fields})
+        decoding = {k: v for k, v in decoding.items() if k not in fields} | given
         loaded: list[CheckpointModel] = []
         reference: tuple[str | Path, dict[str, Any]] | None = None
         for file in paths:
@@ -189,6 +188,7 @@ class Translator:
             loaded.append(model)
             reference = reference or (file, identity)  # the first checkpoint's
         first = loaded[0]
+        sampling_rules(given, sampling=first.decoding.sampling)  # a beam for one that samples
         if len(loaded) > 1:  # the first checkpoint's tokenizer and decoding settings
             first = CheckpointModel(
                 Ensemble([m.model for m in loaded]), first.tokenizer, first.decoding, first.pairs

@@ -872,3 +872,41 @@ def test_ctranslate2_batches_many_lengths_and_keeps_each_sentences_limit(ours, c
         assert first[0] > 1 and len(calls) < len(lengths)  # one call held many lengths
         if limits:  # the short limits were reached, and those sentences run again
             assert len(calls) > 1 and any(n < first[1] for _, n in calls[1:])
+
+
+def test_a_checkpoint_that_samples_exports_with_a_note_and_searches_with_a_warning(
+    ours, tiny_ckpt, tmp_path, monkeypatch, capsys
+):
+    """Sampling is not exported: ``seq2seq export`` says so, and translating the CTranslate2
+    folder warns that it searches; a beam size given for the checkpoint itself is refused."""
+    from seq2seq.checkpoint import load_checkpoint
+    from seq2seq.nn import DecodingConfig
+
+    checkpoint = load_checkpoint(tiny_ckpt)
+    hparams = dict(checkpoint["hyper_parameters"])
+    sampled = DecodingConfig.from_dict(hparams).replace(sampling=True, beam_size=2)
+    checkpoint["hyper_parameters"] = {**hparams, "decoding": sampled.to_dict()}
+    torch.save(checkpoint, tmp_path / "sampled.ckpt")
+    code, _, err = run_main(
+        monkeypatch, capsys, "export", "--ckpt_path", str(tmp_path / "sampled.ckpt"),
+        "--format", "ctranslate2", "--output", str(tmp_path / "ct2"),
+    )  # fmt: skip
+    note = (
+        "the checkpoint samples (model.decoding.sampling), which the export does not carry: "
+        "it searches, with beam size 2"
+    )
+    assert code == 0 and err == [f"seq2seq: note: {note}"]
+    with pytest.warns(UserWarning, match=r"^the checkpoint samples .*: .* searches, with beam"):
+        folder = Translator.from_checkpoint(tmp_path / "ct2", device="cpu")
+    assert not folder.decoding.sampling
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # lines cut at max_positions
+        lines = _lines(4)
+        assert folder.translate(lines) == ours.translate(lines, beam_size=2)
+    message = r"^beam_size=5 with sampling: .* \(or give 1\), or sampling=False$"
+    with pytest.raises(ValueError, match=message):
+        Translator.from_checkpoint(tmp_path / "sampled.ckpt", device="cpu", beam_size=5)
+    searching = Translator.from_checkpoint(
+        tmp_path / "sampled.ckpt", device="cpu", beam_size=5, sampling=False
+    )
+    assert searching.decoding.beam_size == 5 and not searching.decoding.sampling

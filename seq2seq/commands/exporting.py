@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 
 from seq2seq.commands.parsing import Parser, plain
@@ -65,3 +66,8 @@ def export(argv: Sequence[str]) -> None:
     which = weights_name(load_checkpoint(args.ckpt_path, mmap=True))  # EMA weights: which
     source = args.ckpt_path if which == "weights" else f"the {which} of {args.ckpt_path}"
     print(f"exported {source} to {written} ({kind})")
+    from seq2seq.export.common import read_marker
+
+    note = read_marker(written).get("note")
+    if note:
+        print(f"seq2seq: note: {note}", file=sys.stderr)

@@ -300,11 +300,21 @@ def read_marker(folder: str | Path) -> dict[str, Any]:
 
 def source_record(source: ExportSource, fmt: str) -> dict[str, Any]:
     """The common part of :data:`MARKER`: format, checkpoint, settings, languages (the trained
-    ``pairs`` as ``[src, tgt]`` lists, for the zero-shot warning of a CTranslate2 folder) and
-    versions."""
+    ``pairs`` as ``[src, tgt]`` lists, for the zero-shot warning of a CTranslate2 folder),
+    versions, and a ``note`` of what the export does not carry (sampling)."""
     from seq2seq import __version__
 
+    decoding = source.decoding
+    notes = (
+        [
+            "the checkpoint samples (model.decoding.sampling), which the export does not carry: "
+            f"it searches, with beam size {decoding.beam_size}"
+        ]
+        if decoding.sampling
+        else []
+    )
     return {
+        **({"note": "; ".join(notes)} if notes else {}),
         "format": fmt,
         "checkpoint": str(source.path),
         "model_config": source.config,

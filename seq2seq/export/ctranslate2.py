@@ -297,6 +297,13 @@ class CTranslate2Translator:
         self.decoding = DecodingConfig.from_dict(marker["decoding"]).replace(**decoding)
         _check_form(self.decoding.length_penalty_form)
         _check_no_sampling(decoding)
+        if self.decoding.sampling:  # the checkpoint's own: the folder searches instead
+            self.decoding = self.decoding.replace(sampling=False)
+            warnings.warn(
+                "the checkpoint samples (model.decoding.sampling), which CTranslate2 does not "
+                f"offer here: {folder} searches, with beam size {self.decoding.beam_size}",
+                stacklevel=2,
+            )
         self.model_config = marker["model_config"]
         self.tokenizer = load_tokenizer(folder / SENTENCEPIECE_FILE)
         if device is None:

@@ -387,7 +387,7 @@ def export_huggingface(ckpt_path: str | Path, output: str | Path) -> Path:
             "to logits: its beams may differ"
         )
     if notes:
-        marker["note"] = "; ".join(notes)
+        marker["note"] = "; ".join([*filter(None, [marker.get("note")]), *notes])
     return write_folder(Path(output), build, marker)
 
 
