@@ -222,7 +222,8 @@ def _fit_tiny(workdir: Path, multi30k_dir: Path) -> None:
 
 def _tiny_run_key(multi30k_dir: Path) -> str:
     """What the tiny run depends on, hashed: the package's code, configs/tiny.yaml, this file,
-    the corpus files (names, sizes, times) and the libraries that train and score it."""
+    the corpus files (names, sizes, times), the libraries that train and score it, and torch's
+    thread count (under xdist a worker's share of the cores), which changes the sums' order."""
     from importlib.metadata import version
 
     digest = hashlib.sha256()
@@ -233,6 +234,7 @@ def _tiny_run_key(multi30k_dir: Path) -> str:
         digest.update(f"{path.name} {stat.st_size} {stat.st_mtime_ns}".encode())
     for name in ("torch", "lightning", "sentencepiece", "jsonargparse", "sacrebleu", "numpy"):
         digest.update(f"{name} {version(name)}".encode())
+    digest.update(f"threads {torch.get_num_threads()}".encode())
     return digest.hexdigest()[:16]
 
 
@@ -252,15 +254,16 @@ def tiny_run(request, tmp_path_factory, multi30k_dir) -> Path:
         from filelock import FileLock
 
         root = cache.mkdir("tiny_run")
-        built, done = root / _tiny_run_key(multi30k_dir), root / "done"
+        built = root / _tiny_run_key(multi30k_dir)
         with FileLock(str(root / "lock")):  # other xdist workers, or another pytest
-            if not (done.is_file() and done.read_text(encoding="utf-8") == built.name):
-                for old in root.iterdir():  # an earlier key's run, or a failed build
-                    if old.is_dir():
-                        shutil.rmtree(old)
+            if not (built / "done").is_file():
+                shutil.rmtree(built, ignore_errors=True)  # a build that failed
+                runs = sorted((p for p in root.iterdir() if p.is_dir()), key=os.path.getmtime)
+                for old in runs[:-2]:  # keep the two newest keys' runs (-n 0 and xdist)
+                    shutil.rmtree(old)
                 built.mkdir()
                 _fit_tiny(built, multi30k_dir)
-                done.write_text(built.name, encoding="utf-8")
+                (built / "done").write_text("", encoding="utf-8")
     workdir = tmp_path_factory.mktemp("tiny_run")
     shutil.copytree(built, workdir, dirs_exist_ok=True)
     return workdir
