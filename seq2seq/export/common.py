@@ -304,17 +304,7 @@ def source_record(source: ExportSource, fmt: str) -> dict[str, Any]:
     versions, and a ``note`` of what the export does not carry (sampling)."""
     from seq2seq import __version__
 
-    decoding = source.decoding
-    notes = (
-        [
-            "the checkpoint samples (model.decoding.sampling), which the export does not carry: "
-            f"it searches, with beam size {decoding.beam_size}"
-        ]
-        if decoding.sampling
-        else []
-    )
-    return {
-        **({"note": "; ".join(notes)} if notes else {}),
+    record = {
         "format": fmt,
         "checkpoint": str(source.path),
         "model_config": source.config,
@@ -323,3 +313,9 @@ def source_record(source: ExportSource, fmt: str) -> dict[str, Any]:
         "pairs": [list(pair) for pair in source.pairs] if source.pairs else None,
         "seq2seq_version": __version__,
     }
+    if source.decoding.sampling:
+        record["note"] = (
+            "the checkpoint samples (model.decoding.sampling), which the export does not carry: "
+            f"it searches, with beam size {source.decoding.beam_size}"
+        )
+    return record
