@@ -47,7 +47,14 @@ from seq2seq.nn import (
     label_smoothed_cross_entropy,
     linear_label_smoothed_cross_entropy,
 )
-from seq2seq.optim import InverseSqrtLR
+from seq2seq.optim import (
+    SCHEDULE_KEY,
+    InverseSqrtLR,
+    check_resumed_schedule,
+    lightning_schedule,
+    schedule_name,
+    step_plateau_schedules,
+)
 from seq2seq.text_decoding import apply_overrides, as_config, decode_batch
 from seq2seq.train_step import StepWindow
 
@@ -62,11 +69,12 @@ def _default_scheduler(optimizer: torch.optim.Optimizer) -> InverseSqrtLR:
     return InverseSqrtLR(optimizer, warmup_steps=4000)
 
 
-def _check_optimizer_settings(optimizer, lr_scheduler) -> None:
+def _check_optimizer_settings(optimizer, lr_scheduler, metrics: list[str]) -> None:
     """Builds the optimizer and schedule once over a stand-in parameter, so that settings they
-    refuse with ``ValueError`` (a negative ``lr`` or ``warmup_steps``) fail when the module is
-    built, before any data is prepared, not when training starts. Other errors (an optimizer
-    that takes no CPU parameter, say) are left to ``configure_optimizers``.
+    refuse with ``ValueError`` (a negative ``lr`` or ``warmup_steps``, a plateau schedule's
+    metric that validation does not log) fail when the module is built, before any data is
+    prepared, not when training starts. Other errors (an optimizer that takes no CPU
+    parameter, say) are left to ``configure_optimizers``.
 
     Raises:
         ValueError: as the optimizer or the schedule raises it.
@@ -74,7 +82,7 @@ def _check_optimizer_settings(optimizer, lr_scheduler) -> None:
     try:
         built = optimizer([torch.nn.Parameter(torch.zeros(1))])
         if lr_scheduler is not None:
-            lr_scheduler(built)
+            lightning_schedule(lr_scheduler(built), metrics)
     except ValueError:
         raise
     except Exception:  # only the settings' own errors are reported here
@@ -192,11 +200,11 @@ class TranslationModule(L.LightningModule):
         self.model = Transformer(self.config)
         self.optimizer_factory = optimizer
         self.scheduler_factory = lr_scheduler
-        _check_optimizer_settings(optimizer, lr_scheduler)
         self.metrics = list(metrics) if metrics is not None else list(METRICS)
         for name in self.metrics:
             if name not in METRICS:
                 raise ValueError(f"unknown metric {name!r} in metrics; choose from {METRICS}")
+        _check_optimizer_settings(optimizer, lr_scheduler, self.metrics)
         self.tokenizer: Tokenizer | None = None
         self.initialised_from: str | None = None  # fit --init_from's checkpoint
         #: The fingerprint of the initial weights of the run (seq2seq.checkpoint.format.ORIGIN).
@@ -216,6 +224,7 @@ class TranslationModule(L.LightningModule):
         self._checkpoint_step: int | None = None  # global step of a loaded checkpoint
         # (index, hypothesis, reference) of the last decoded held-out sets, in index order.
         self.last_hypotheses: dict[str, list[tuple[int, str, str]]] = {}
+        self._logged: dict[str, float] = {}  # the last validation's metrics, for plateau schedules
 
     @property
     def model_config(self) -> dict[str, Any]:
@@ -262,6 +271,9 @@ class TranslationModule(L.LightningModule):
             extra[INIT_FROM] = self.initialised_from
         if self.origin is not None:
             extra[ORIGIN] = self.origin
+        if self._trainer is not None and self.trainer.state.fn == "fit":
+            configs = self.trainer.lr_scheduler_configs
+            extra[SCHEDULE_KEY] = schedule_name(configs[0].scheduler if configs else None)
         checkpoint[CHECKPOINT_KEY] = extra
         logger = self._trainer.logger if self._trainer is not None else None
         if logger is not None and isinstance(getattr(logger, "version", None), int):
@@ -270,6 +282,12 @@ class TranslationModule(L.LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self._checkpoint_step = checkpoint.get("global_step")  # names validate/test outputs
+        fitting = self._trainer is not None and self.trainer.state.fn == "fit"
+        # Before Lightning loads the schedule's state into this run's (a subclass's own
+        # configure_optimizers is its own business).
+        own = type(self).configure_optimizers is TranslationModule.configure_optimizers
+        if fitting and own:
+            check_resumed_schedule(checkpoint, schedule_name(self._stand_in_schedule()))
         self.initialised_from = (checkpoint.get(CHECKPOINT_KEY) or {}).get(INIT_FROM)
         self.origin = (checkpoint.get(CHECKPOINT_KEY) or {}).get(ORIGIN)
         check_model_settings(checkpoint, self.model_config)
@@ -278,7 +296,6 @@ class TranslationModule(L.LightningModule):
             check_vocab_size(tokenizer, self.config.vocab_size, "the checkpoint's tokenizer")
             check_same_tokenizer(tokenizer, self.tokenizer)
             self.tokenizer = tokenizer
-        fitting = self._trainer is not None and self.trainer.state.fn == "fit"
         if TRAINING_WEIGHTS in checkpoint and fitting:  # written with seq2seq.callbacks.EMA
             train_on_training_weights(checkpoint, self.trainer.callbacks)
 
@@ -378,14 +395,18 @@ class TranslationModule(L.LightningModule):
         if self.scheduler_factory is None:
             return optimizer
         scheduler = self.scheduler_factory(optimizer)
-        if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
-            # Lightning's subclass names its metric; torch's is chosen by its mode
-            monitor = getattr(scheduler, "monitor", None)
-            monitor = monitor or ("val/loss" if scheduler.mode == "min" else "val/bleu")
-            stepping = {"interval": "epoch", "monitor": monitor}
-        else:
-            stepping = {"interval": "step", "frequency": 1}
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, **stepping}}
+        return {"optimizer": optimizer, "lr_scheduler": lightning_schedule(scheduler, self.metrics)}
+
+    def lr_scheduler_step(self, scheduler: Any, metric: Any) -> None:
+        # A ReduceLROnPlateau steps after each validation instead (on_validation_epoch_end).
+        if not isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+            super().lr_scheduler_step(scheduler, metric)
+
+    def _stand_in_schedule(self) -> Any:
+        """The configured schedule over a stand-in parameter (``None``: none), for its class."""
+        if self.scheduler_factory is None:
+            return None
+        return self.scheduler_factory(self.optimizer_factory([torch.nn.Parameter(torch.zeros(1))]))
 
     # ------------------------------------------------------------------ decoding
     def translate_batch(
@@ -499,6 +520,8 @@ class TranslationModule(L.LightningModule):
 
     def on_validation_epoch_end(self) -> None:
         self._score_held_out()
+        if self._logged and self.trainer.state.fn == "fit":  # before the checkpoints are written
+            step_plateau_schedules(self.trainer.lr_scheduler_configs, self._logged)
         self._resume.validation_scored()
 
     def on_test_epoch_end(self) -> None:
@@ -520,6 +543,7 @@ class TranslationModule(L.LightningModule):
         length or sacreBLEU tokenizer (``val/ppl`` is ``exp`` of the mean ``val/nll``)."""
         trainer, strategy, results = self.trainer, self.trainer.strategy, {}
         pairs, per_pair = self._pair_names(), []
+        self._logged = {}
         for key, ordered in self._held_out.gathered(self._heldout_keys):
             self.last_hypotheses[key] = ordered
             if trainer.sanity_checking:
@@ -552,10 +576,10 @@ class TranslationModule(L.LightningModule):
         prog_bar: bool,
     ) -> None:
         """Logs ``<key>/loss``, ``/nll``, ``/ppl`` and ``/<metric>`` (``<key>/bleu`` in the
-        progress bar if ``prog_bar``)."""
-        self.log(f"{key}/loss", loss.float(), add_dataloader_idx=False)
-        self.log(f"{key}/nll", nll.float(), add_dataloader_idx=False)
-        self.log(f"{key}/ppl", torch.exp(nll.clamp(max=50)).float(), add_dataloader_idx=False)
-        for name, value in metrics.items():
+        progress bar if ``prog_bar``), and keeps them in ``_logged``."""
+        ppl = torch.exp(nll.clamp(max=50))
+        values = {"loss": loss.float(), "nll": nll.float(), "ppl": ppl.float(), **metrics}
+        for name, value in values.items():
             bar = prog_bar and name == "bleu"
             self.log(f"{key}/{name}", value, prog_bar=bar, add_dataloader_idx=False)
+            self._logged[f"{key}/{name}"] = float(value)

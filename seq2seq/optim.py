@@ -1,11 +1,17 @@
-"""Learning-rate schedules for Transformer training."""
+"""Learning-rate schedules for Transformer training, and how the module steps and resumes them."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import torch
-from torch.optim.lr_scheduler import LambdaLR
+from torch.optim.lr_scheduler import LambdaLR, ReduceLROnPlateau
+
+#: Key of ``checkpoint["seq2seq"]``: the class of the run's schedule (``None``: none), which a
+#: resume must configure again (:func:`check_resumed_schedule`).
+SCHEDULE_KEY = "lr_scheduler"
 
 
 class InverseSqrtLR(LambdaLR):
@@ -39,3 +45,82 @@ class InverseSqrtLR(LambdaLR):
         if self.warmup_steps == 0:
             return 1.0 / math.sqrt(step)
         return min(step / self.warmup_steps, math.sqrt(self.warmup_steps / step))
+
+
+def schedule_name(scheduler: object | None) -> str | None:
+    """``module.QualifiedName`` of a schedule's class, ``None`` for no schedule."""
+    if scheduler is None:
+        return None
+    return f"{type(scheduler).__module__}.{type(scheduler).__qualname__}"
+
+
+def lightning_schedule(scheduler: object, metrics: Iterable[str]) -> dict[str, Any]:
+    """Lightning's ``lr_scheduler`` entry for ``scheduler``: stepped after every optimizer step;
+    a ``ReduceLROnPlateau`` after each validation of a fit instead, by the module
+    (:func:`step_plateau_schedules`), as fairseq and JoeyNMT step it; Lightning would step it at
+    epoch ends only, and fail at the first one that no validation preceded.
+
+    Its metric: Lightning's subclass names its ``monitor``; torch's is ``val/loss`` for its mode
+    ``min``, ``val/bleu`` for ``max``.
+
+    Raises:
+        ValueError: for a monitor that the validation does not log (``val/`` and ``loss``,
+            ``nll``, ``ppl`` or one of ``metrics``, possibly with a language pair between).
+    """
+    if not isinstance(scheduler, ReduceLROnPlateau):
+        return {"scheduler": scheduler, "interval": "step", "frequency": 1}
+    monitor = getattr(scheduler, "monitor", None)
+    monitor = monitor or ("val/loss" if scheduler.mode == "min" else "val/bleu")
+    logged = ("loss", "nll", "ppl", *metrics)
+    if not (monitor.startswith("val/") and monitor.rsplit("/", 1)[-1] in logged):
+        raise ValueError(
+            f"lr_scheduler {type(scheduler).__name__} monitors {monitor!r}, which the "
+            f"validation does not log; it logs val/<name> for {', '.join(logged)} "
+            "(model.metrics)"
+        )
+    # reduce_on_plateau False: Lightning calls lr_scheduler_step, which leaves it to the module.
+    plateau = {"interval": "epoch", "reduce_on_plateau": False, "monitor": monitor}
+    return {"scheduler": scheduler, **plateau}
+
+
+def step_plateau_schedules(configs: Iterable[Any], logged: Mapping[str, float]) -> None:
+    """Steps each ``ReduceLROnPlateau`` of Lightning's ``trainer.lr_scheduler_configs`` on its
+    monitor's value among ``logged``, the metrics a validation logged.
+
+    Raises:
+        ValueError: if the monitor is not among them.
+    """
+    for config in configs:
+        if isinstance(config.scheduler, ReduceLROnPlateau):
+            if config.monitor not in logged:
+                raise ValueError(
+                    f"lr_scheduler {type(config.scheduler).__name__} monitors "
+                    f"{config.monitor!r}, which the validation did not log; it logged "
+                    + ", ".join(sorted(logged))
+                )
+            config.scheduler.step(logged[config.monitor])
+
+
+def check_resumed_schedule(checkpoint: Mapping[str, Any], name: str | None) -> None:
+    """Raises ``ValueError`` if the run of ``checkpoint`` (a Lightning checkpoint that ``fit``
+    resumes) trained with another schedule than the class ``name`` (:func:`schedule_name`):
+    Lightning would load one schedule's state into the other, or give a new schedule none (its
+    warm-up would start again). For checkpoints written before the class was recorded, only
+    whether the run had a schedule is compared."""
+    recorded = checkpoint.get("seq2seq") or {}
+    if SCHEDULE_KEY in recorded:
+        saved = recorded[SCHEDULE_KEY]
+        if saved == name:
+            return
+    else:
+        had = bool(checkpoint.get("lr_schedulers"))
+        if had == (name is not None):
+            return
+        saved = "a schedule" if had else None
+    raise ValueError(
+        f"the checkpoint was trained with lr_scheduler {saved or 'null (a constant rate)'}, "
+        f"this run's is {name or 'null (a constant rate)'}: a resumed run continues its "
+        "schedule's state, which another schedule cannot take; resume with the schedule it "
+        "was trained with (model.lr_scheduler), or start a new run from its weights "
+        "(--init_from)"
+    )

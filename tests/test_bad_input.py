@@ -457,6 +457,25 @@ def test_resume_with_other_model_sizes(trained, tmp_path):
         )  # fmt: skip
 
 
+def test_resume_with_another_schedule_is_refused(trained, tmp_path):
+    """ValueError: 'the checkpoint was trained with lr_scheduler seq2seq.optim.InverseSqrtLR,
+    this run's is null (a constant rate): ...', not a run whose schedule starts again or takes
+    another schedule's state."""
+    config = _fit_config(tmp_path, trained / "data")
+    ckpt = str(trained / "checkpoints" / "last.ckpt")
+    assert load_checkpoint(ckpt)["seq2seq"]["lr_scheduler"] == "seq2seq.optim.InverseSqrtLR"
+    message = r"trained with lr_scheduler seq2seq\.optim\.InverseSqrtLR, this run's is null"
+    with pytest.raises(ValueError, match=message):
+        cli_main(
+            ["fit", "--config", str(config), "--ckpt_path", ckpt, "--model.lr_scheduler", "null"]
+        )
+    plateau = "torch.optim.lr_scheduler.ReduceLROnPlateau"
+    with pytest.raises(ValueError, match=f"this run's is {plateau}"):
+        cli_main(
+            ["fit", "--config", str(config), "--ckpt_path", ckpt, "--model.lr_scheduler", plateau]
+        )
+
+
 def test_resume_in_the_other_direction_is_refused(trained, tmp_path):
     """ValueError: '.../last.ckpt was trained de->en (data.src_lang de, data.tgt_lang en), not
     en->de as configured; training resumes only in the checkpoint's direction ...', before any

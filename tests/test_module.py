@@ -9,6 +9,7 @@ import pytest
 import torch
 from conftest import CONFIGS, quiet_cpu_trainer, run_main, tiny_model
 
+from seq2seq.checkpoint import load_checkpoint
 from seq2seq.data.batching import collate
 from seq2seq.module import TranslationModule
 from seq2seq.nn import DecodingConfig, greedy_search
@@ -176,11 +177,14 @@ def test_a_run_stopped_between_logging_steps_logs_that_steps_grad_norm(tmp_path)
     assert norms[2] != norms[1]
 
 
-def test_lr_scheduler_none_is_a_constant_rate_and_a_plateau_schedule_steps_per_epoch():
-    """``lr_scheduler=None`` gives the optimizer alone; a ``ReduceLROnPlateau`` steps once per
-    epoch on the validation metric its mode asks for, as Lightning needs it named."""
+def test_lr_scheduler_none_is_a_constant_rate_and_a_plateau_schedule_is_the_modules_to_step():
+    """``lr_scheduler=None`` gives the optimizer alone; a ``ReduceLROnPlateau`` is named with the
+    validation metric its mode asks for (or Lightning's subclass's own) and left to the module,
+    which steps it after each validation; a metric the validation does not log is refused when
+    the module is built."""
     from functools import partial
 
+    from lightning.pytorch.cli import ReduceLROnPlateau as Named
     from torch.optim.lr_scheduler import ReduceLROnPlateau
 
     assert isinstance(tiny_model(lr_scheduler=None).configure_optimizers(), torch.optim.AdamW)
@@ -188,23 +192,46 @@ def test_lr_scheduler_none_is_a_constant_rate_and_a_plateau_schedule_steps_per_e
         plateau = tiny_model(lr_scheduler=partial(ReduceLROnPlateau, mode=mode))
         schedule = plateau.configure_optimizers()["lr_scheduler"]
         assert isinstance(schedule["scheduler"], ReduceLROnPlateau)
-        assert (schedule["interval"], schedule["monitor"]) == ("epoch", monitor)
-    from lightning.pytorch.cli import ReduceLROnPlateau as Named
+        assert (schedule["monitor"], schedule["reduce_on_plateau"]) == (monitor, False)
+        plateau.lr_scheduler_step(schedule["scheduler"], None)  # Lightning's call: not stepped
+        assert schedule["scheduler"].last_epoch == 0
+    named = tiny_model(lr_scheduler=partial(Named, monitor="val/de-en/chrf", mode="max"))
+    assert named.configure_optimizers()["lr_scheduler"]["monitor"] == "val/de-en/chrf"
+    with pytest.raises(ValueError, match=r"monitors 'val/accuracy', which the validation does"):
+        tiny_model(lr_scheduler=partial(Named, monitor="val/accuracy", mode="max"))
+    with pytest.raises(ValueError, match=r"monitors 'val/bleu'.* for loss, nll, ppl, chrf "):
+        tiny_model(lr_scheduler=partial(ReduceLROnPlateau, mode="max"), metrics=["chrf"])
 
-    named = tiny_model(lr_scheduler=partial(Named, monitor="val/bleu", mode="min"))
-    assert named.configure_optimizers()["lr_scheduler"]["monitor"] == "val/bleu"
+
+def test_resumed_schedule_check_of_checkpoints_with_and_without_the_record():
+    from seq2seq.optim import check_resumed_schedule
+
+    inverse = "seq2seq.optim.InverseSqrtLR"
+    check_resumed_schedule({"seq2seq": {"lr_scheduler": inverse}}, inverse)
+    check_resumed_schedule({"seq2seq": {"lr_scheduler": None}}, None)
+    with pytest.raises(ValueError, match=r"trained with lr_scheduler null \(a constant rate\), "):
+        check_resumed_schedule({"seq2seq": {"lr_scheduler": None}}, inverse)
+    # written before the record: whether the run had a schedule at all
+    check_resumed_schedule({"seq2seq": {}, "lr_schedulers": [{"last_epoch": 3}]}, inverse)
+    check_resumed_schedule({"seq2seq": {}, "lr_schedulers": []}, None)
+    with pytest.raises(ValueError, match=r"trained with lr_scheduler a schedule, this run's is n"):
+        check_resumed_schedule({"seq2seq": {}, "lr_schedulers": [{"last_epoch": 3}]}, None)
 
 
 @pytest.mark.parametrize(
     "scheduler",
     [
         ["--model.lr_scheduler", "null"],
-        ["--model.lr_scheduler", "torch.optim.lr_scheduler.ReduceLROnPlateau"],
+        # validations after each batch of every second epoch only: none before the first
+        # epoch's end, two in the second epoch
+        ["--model.lr_scheduler", "torch.optim.lr_scheduler.ReduceLROnPlateau",
+         "--trainer.val_check_interval", "1", "--trainer.check_val_every_n_epoch", "2"],
     ],
-)
+)  # fmt: skip
 def test_fit_without_a_schedule_or_with_a_plateau_schedule(
     tiny_cache, multi30k_dir, tmp_path, monkeypatch, capsys, scheduler
 ):
+    """A plateau schedule steps after every validation of the fit, not at epoch ends."""
     monkeypatch.chdir(tmp_path)
     code, _, err = run_main(
         monkeypatch, capsys, "fit", "--config", str(CONFIGS / "tiny.yaml"),
@@ -214,7 +241,11 @@ def test_fit_without_a_schedule_or_with_a_plateau_schedule(
         "--trainer.limit_val_batches", "1", *scheduler,
     )  # fmt: skip
     assert code == 0, err
-    assert (tmp_path / "checkpoints" / "tiny" / "last.ckpt").is_file()
+    last = load_checkpoint(tmp_path / "checkpoints" / "tiny" / "last.ckpt")
+    if scheduler[1] == "null":
+        assert last["lr_schedulers"] == [] and last["seq2seq"]["lr_scheduler"] is None
+    else:
+        assert last["lr_schedulers"][0]["last_epoch"] == 2  # two validations
 
 
 def test_compile_compiles_twice_for_batches_of_varying_rows_and_lengths(monkeypatch):
