@@ -79,7 +79,7 @@ def test_fit_names_a_missing_test_split_before_training(in_tmp, multi30k_dir, mo
 
 
 def test_resume_advice_names_the_checkpoint_dir_of_the_run(
-    in_tmp, multi30k_dir, monkeypatch, capsys, caplog
+    in_tmp, multi30k_dir, tiny_cache, monkeypatch, capsys, caplog
 ):
     """A run given --checkpoint_dir is resumed with it: the messages that say how to resume
     (ended before its first validation, no best checkpoint yet, a new run over it) name it."""
@@ -88,7 +88,8 @@ def test_resume_advice_names_the_checkpoint_dir_of_the_run(
     monkeypatch.delenv("SEQ2SEQ_TRACEBACK", raising=False)
     caplog.set_level(logging.INFO)
     flags = "--ckpt_path last --checkpoint_dir ckpts/fr_en"
-    argv = [*_fit_argv(multi30k_dir, "--checkpoint_dir", "ckpts/fr_en"), "--data.test_splits", "[]"]
+    argv = _fit_argv(multi30k_dir, "--checkpoint_dir", "ckpts/fr_en", cache=tiny_cache)
+    argv += ["--data.test_splits", "[]"]
     code, _, err = run_main(monkeypatch, capsys, *argv, "--trainer.max_steps", "1")
     assert code == 0, err
     ended = [
@@ -163,19 +164,21 @@ def test_readme_recipe_for_a_corpus_of_ones_own(in_tmp, multi30k_dir, monkeypatc
     assert "test_a" in out and "test_b" in out
 
 
-def _fit_argv(multi30k_dir: Path, *extra: str) -> list[str]:
+def _fit_argv(multi30k_dir: Path, *extra: str, cache: Path | None = None) -> list[str]:
+    """A 2-step tiny fit; with ``cache`` (``tiny_cache``) it trains no SentencePiece model."""
     return [
         "fit",
         "--config", str(CONFIGS / "tiny.yaml"),
         "--data.data_dir", str(multi30k_dir),
         "--trainer.max_steps", "2",
         "--trainer.val_check_interval", "2",
+        *(["--data.cache_dir", str(cache)] if cache else []),
         *extra,
     ]  # fmt: skip
 
 
 def test_fit_refuses_a_checkpoint_folder_another_fit_writes_to(
-    in_tmp, multi30k_dir, monkeypatch, capsys
+    in_tmp, multi30k_dir, tiny_cache, monkeypatch, capsys
 ):
     """While another process holds the lock of checkpoints/tiny, fit stops before training
     with one line naming the folder and that process, and leaves the folder's files as they
@@ -197,7 +200,7 @@ def test_fit_refuses_a_checkpoint_folder_another_fit_writes_to(
         assert holder.stdout.readline().strip() == "locked"
         before = _files(folder)
 
-        code, _, err = run_main(monkeypatch, capsys, *_fit_argv(multi30k_dir))
+        code, _, err = run_main(monkeypatch, capsys, *_fit_argv(multi30k_dir, cache=tiny_cache))
         assert code == 1, err
         assert err[-1].startswith(
             f"seq2seq: error: {folder.resolve()} is in use by another seq2seq fit "
@@ -211,7 +214,9 @@ def test_fit_refuses_a_checkpoint_folder_another_fit_writes_to(
         assert not (in_tmp / "lightning_logs").exists()  # the folders it made are removed
 
         code, _, err = run_main(
-            monkeypatch, capsys, *_fit_argv(multi30k_dir, "--trainer.fast_dev_run", "true")
+            monkeypatch,
+            capsys,
+            *_fit_argv(multi30k_dir, "--trainer.fast_dev_run", "true", cache=tiny_cache),
         )
         assert code == 0, err
         assert _files(folder) == before
@@ -222,23 +227,25 @@ def test_fit_refuses_a_checkpoint_folder_another_fit_writes_to(
         holder.stdin.close()
 
     assert (folder / ".seq2seq.lock.pid").read_text().strip() == str(holder.pid)  # left behind
-    code, _, err = run_main(monkeypatch, capsys, *_fit_argv(multi30k_dir))
+    code, _, err = run_main(monkeypatch, capsys, *_fit_argv(multi30k_dir, cache=tiny_cache))
     assert code == 1, err  # not in use any more, but it holds the other run's checkpoints
     assert err[-1].startswith("seq2seq: error: checkpoints/tiny already holds"), err
     for name in ("last.ckpt", "epoch=0-step=10.ckpt"):
         (folder / name).unlink()
-    code, _, err = run_main(monkeypatch, capsys, *_fit_argv(multi30k_dir))
+    code, _, err = run_main(monkeypatch, capsys, *_fit_argv(multi30k_dir, cache=tiny_cache))
     assert code == 0, err
     after = _files(folder)
     assert ".seq2seq.lock" not in after and ".seq2seq.lock.pid" not in after  # removed at end
     assert "last.ckpt" in after
 
 
-def test_fit_in_a_new_folder_leaves_no_lock_and_no_warning(in_tmp, multi30k_dir, recwarn):
+def test_fit_in_a_new_folder_leaves_no_lock_and_no_warning(
+    in_tmp, multi30k_dir, tiny_cache, recwarn
+):
     """The lock file neither stays behind nor makes Lightning warn of a non-empty folder."""
     from seq2seq.cli import cli_main
 
-    cli_main(_fit_argv(multi30k_dir))
+    cli_main(_fit_argv(multi30k_dir, cache=tiny_cache))
     assert not [w for w in recwarn if "exists and is not empty" in str(w.message)]
     names = sorted(p.name for p in (in_tmp / "checkpoints" / "tiny").iterdir())
     assert "last.ckpt" in names and not [n for n in names if n.startswith(".seq2seq.lock")]

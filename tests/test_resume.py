@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import multi30k_slice
+from conftest import multi30k_slice, run_main
 from lightning.pytorch.callbacks import Callback
 
 from seq2seq.checkpoint import AtomicCheckpointIO, load_checkpoint
@@ -177,6 +177,15 @@ def _fit(config: Path, *extra: str) -> subprocess.CompletedProcess:
     )  # fmt: skip
 
 
+def _fit_here(monkeypatch, capsys, config: Path, *extra: str) -> tuple[int, str]:
+    """:func:`_fit` in this process, for runs that no signal stops (a process costs some
+    seconds of imports): exit status, and standard output and error."""
+    with monkeypatch.context() as patch:
+        patch.chdir(config.parent)
+        code, out, err = run_main(patch, capsys, "fit", "--config", str(config), *extra)
+    return code, out + "\n".join(err)
+
+
 def _last_checkpoint_config(
     tmp_path: Path,
     data: Path,
@@ -222,10 +231,12 @@ def _logged(run_dir: Path, key: str, last_version: bool = False) -> dict[int, fl
     return values
 
 
-def test_sigkill_mid_epoch_then_resume_matches_uninterrupted_run(tmp_path, multi30k_dir):
+def test_sigkill_mid_epoch_then_resume_matches_uninterrupted_run(
+    tmp_path, multi30k_dir, monkeypatch, capsys
+):
     data = _write_corpus(multi30k_dir, tmp_path / "data", {"train": 600, "val": 20})
-    reference = _fit(_config(tmp_path, data, "reference", ema=True))
-    assert reference.returncode == 0, reference.stderr[-3000:]
+    code, err = _fit_here(monkeypatch, capsys, _config(tmp_path, data, "reference", ema=True))
+    assert code == 0, err[-3000:]
 
     killed = _fit(_config(tmp_path, data, "resumed", kill_at=KILL_AT, ema=True))
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
@@ -235,8 +246,9 @@ def test_sigkill_mid_epoch_then_resume_matches_uninterrupted_run(tmp_path, multi
     assert "rng" in saved["seq2seq"] and "tokenizer" in saved["seq2seq"]
     origin = saved["seq2seq"]["origin"]  # the fingerprint of the run's initial weights
 
-    resumed = _fit(_config(tmp_path, data, "resumed", ema=True), "--ckpt_path", "last")
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    resumed = _config(tmp_path, data, "resumed", ema=True)
+    code, err = _fit_here(monkeypatch, capsys, resumed, "--ckpt_path", "last")
+    assert code == 0, err[-3000:]
 
     start = saved["global_step"]
     expected = _logged(tmp_path / "reference", "train/loss")
@@ -360,7 +372,9 @@ def test_failed_write_keeps_previous_checkpoint(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("stop", ["max_steps", "should_stop", "should_stop+last"])
-def test_run_stopped_mid_epoch_resumes_that_epoch(tmp_path, multi30k_dir, stop):
+def test_run_stopped_mid_epoch_resumes_that_epoch(
+    tmp_path, multi30k_dir, monkeypatch, capsys, stop
+):
     """A run that max_steps or max_time (a stop request mid-epoch) ended before the end of an
     epoch resumes with the rest of that epoch, not the next one: Lightning counts the cut
     epoch as finished when it writes last.ckpt at the end of the epoch or of training, and the
@@ -404,22 +418,22 @@ def test_run_stopped_mid_epoch_resumes_that_epoch(tmp_path, multi30k_dir, stop):
         path.write_text(yaml.safe_dump(config))
         return path
 
-    reference = _fit(config("reference"))
-    assert reference.returncode == 0, reference.stderr[-3000:]
+    code, err = _fit_here(monkeypatch, capsys, config("reference"))
+    assert code == 0, err[-3000:]
     if stop == "max_steps":
-        first = _fit(config("resumed"), "--trainer.max_steps", "5")
+        code, err = _fit_here(monkeypatch, capsys, config("resumed"), "--trainer.max_steps", "5")
     else:
-        first = _fit(config("resumed", stop_at=5))
-    assert first.returncode == 0, first.stderr[-3000:]
+        code, err = _fit_here(monkeypatch, capsys, config("resumed", stop_at=5))
+    assert code == 0, err[-3000:]
     last = tmp_path / "resumed" / "checkpoints" / "last.ckpt"
     saved = load_checkpoint(last)
     assert saved["global_step"] == 5
     assert saved["epoch"] == 0
     assert saved["TranslationDataModule"]["train_sampler"]["epoch"] == 0
 
-    resumed = _fit(config("resumed"), "--ckpt_path", "last")
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "resuming a run trained with" not in resumed.stderr  # the same precision
+    code, err = _fit_here(monkeypatch, capsys, config("resumed"), "--ckpt_path", "last")
+    assert code == 0, err[-3000:]
+    assert "resuming a run trained with" not in err  # the same precision
     expected = _logged(tmp_path / "reference", "train/loss")
     got = _logged(tmp_path / "resumed", "train/loss", last_version=True)
     assert sorted(expected) == list(range(MAX_STEPS))
@@ -441,7 +455,7 @@ def test_run_stopped_mid_epoch_resumes_that_epoch(tmp_path, multi30k_dir, stop):
 
 
 def test_sigterm_at_the_end_of_an_epoch_resumes_with_the_next_epoch_in_order(
-    tmp_path, multi30k_dir
+    tmp_path, multi30k_dir, monkeypatch, capsys
 ):
     """SIGTERM during the validation that ends epoch 0: the resumed run trains epoch 1 with
     epoch 1's batches (not epoch 2's shuffle) and the same dropout masks, as the uninterrupted
@@ -455,13 +469,13 @@ def test_sigterm_at_the_end_of_an_epoch_resumes_with_the_next_epoch_in_order(
             val_check_interval=1.0, max_steps=-1, max_epochs=2,
         )  # fmt: skip
 
-    reference = _fit(config("reference"))
-    assert reference.returncode == 0, reference.stderr[-3000:]
+    code, err = _fit_here(monkeypatch, capsys, config("reference"))
+    assert code == 0, err[-3000:]
     first = _fit(config("resumed", stop=True))
     assert first.returncode == 128 + signal.SIGTERM, first.stderr[-3000:]
     start = load_checkpoint(tmp_path / "resumed" / "checkpoints" / "last.ckpt")["global_step"]
-    resumed = _fit(config("resumed"), "--ckpt_path", "last")
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    code, err = _fit_here(monkeypatch, capsys, config("resumed"), "--ckpt_path", "last")
+    assert code == 0, err[-3000:]
     for key in ("train/padding", "train/loss"):  # the same batches, the same dropout masks
         expected = _logged(tmp_path / "reference", key)
         got = _logged(tmp_path / "resumed", key, last_version=True)
@@ -470,7 +484,9 @@ def test_sigterm_at_the_end_of_an_epoch_resumes_with_the_next_epoch_in_order(
         assert got == {s: expected[s] for s in range(start, end)}, key
 
 
-def test_sigterm_inside_an_accumulation_window_stops_after_its_update(tmp_path, multi30k_dir):
+def test_sigterm_inside_an_accumulation_window_stops_after_its_update(
+    tmp_path, multi30k_dir, monkeypatch, capsys
+):
     """With accumulate_grad_batches 2, a SIGTERM after the first batch of a step's window stops
     after the second one and its optimizer update (a stop in between would drop the first
     batch's gradient: the resumed run skips it); the resumed run ends with the uninterrupted
@@ -485,16 +501,16 @@ def test_sigterm_inside_an_accumulation_window_stops_after_its_update(tmp_path, 
             tmp_path, data, name, stop, helpers=helpers, accumulate_grad_batches=2, max_steps=6
         )
 
-    reference = _fit(config("reference"))
-    assert reference.returncode == 0, reference.stderr[-3000:]
+    code, err = _fit_here(monkeypatch, capsys, config("reference"))
+    assert code == 0, err[-3000:]
     first = _fit(config("resumed", stop=True))
     assert first.returncode == 128 + signal.SIGTERM, first.stderr[-3000:]
     saved = load_checkpoint(tmp_path / "resumed" / "checkpoints" / "last.ckpt")
     assert saved["global_step"] == 4
     batches = saved["loops"]["fit_loop"]["epoch_loop.batch_progress"]["total"]["completed"]
     assert batches == 8
-    resumed = _fit(config("resumed"), "--ckpt_path", "last")
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    code, err = _fit_here(monkeypatch, capsys, config("resumed"), "--ckpt_path", "last")
+    assert code == 0, err[-3000:]
     final = load_checkpoint(tmp_path / "resumed" / "checkpoints" / "last.ckpt")
     reference_final = load_checkpoint(tmp_path / "reference" / "checkpoints" / "last.ckpt")
     assert final["global_step"] == reference_final["global_step"] == 6
@@ -509,28 +525,34 @@ class FailAtTrainStart(Callback):
         raise RuntimeError("failed before the first batch")
 
 
-def test_error_before_the_first_batch_of_a_resumed_run_keeps_last_ckpt(tmp_path, multi30k_dir):
+def test_error_before_the_first_batch_of_a_resumed_run_keeps_last_ckpt(
+    tmp_path, multi30k_dir, monkeypatch, capsys, caplog
+):
     """A resumed run that fails before training a batch (a bad setting found after the
     checkpoint was restored) leaves last.ckpt as it was and does not claim to have saved."""
+    caplog.set_level("INFO")
     data = _write_corpus(multi30k_dir, tmp_path / "data", {"train": 300, "val": 20})
     path = _last_checkpoint_config(tmp_path, data, "run", max_steps=3)
     config = yaml.safe_load(path.read_text())
     folder = tmp_path / "run" / "checkpoints"
-    first = _fit(path)
-    assert first.returncode == 0, first.stderr[-3000:]
+    code, err = _fit_here(monkeypatch, capsys, path)
+    assert code == 0, err[-3000:]
     before = (folder / "last.ckpt").read_bytes()
 
     config["trainer"]["max_steps"] = 6
     config["trainer"]["callbacks"].insert(0, {"class_path": "test_resume.FailAtTrainStart"})
     path.write_text(yaml.safe_dump(config))
-    failed = _fit(path, "--ckpt_path", "last")
-    assert failed.returncode == 1, failed.stderr[-3000:]
-    assert "failed before the first batch" in failed.stderr
-    assert "saved the training state" not in failed.stderr + failed.stdout
+    with pytest.raises(RuntimeError, match="failed before the first batch"):
+        _fit_here(monkeypatch, capsys, path, "--ckpt_path", "last")  # a traceback, status 1
+    output = capsys.readouterr()
+    said = output.out + output.err + caplog.text
+    assert "saved the training state" not in said and "is saved to" not in said
     assert (folder / "last.ckpt").read_bytes() == before
 
 
-def test_multi30k_early_stopping_allows_a_stop_before_the_first_validation(tmp_path, multi30k_dir):
+def test_multi30k_early_stopping_allows_a_stop_before_the_first_validation(
+    tmp_path, multi30k_dir, monkeypatch, capsys
+):
     """The Multi30k config's EarlyStopping, in a run that max_steps ends before any validation
     (a short smoke run), lets it end normally: Lightning's default checks the monitored
     val/bleu at the end of the training epoch too, where there is none yet, and fails."""
@@ -542,8 +564,8 @@ def test_multi30k_early_stopping_allows_a_stop_before_the_first_validation(tmp_p
     config["trainer"].update(max_steps=2, val_check_interval=1.0, callbacks=early)
     path = tmp_path / "early.yaml"
     path.write_text(yaml.safe_dump(config))
-    run = _fit(path)
-    assert run.returncode == 0, run.stderr[-3000:]
+    code, err = _fit_here(monkeypatch, capsys, path)
+    assert code == 0, err[-3000:]
 
 
 class InterruptValidation(Callback):
@@ -665,22 +687,22 @@ def test_resume_on_a_grown_corpus_keeps_the_checkpoints_tokenizer(tmp_path, mult
     assert sorted((tmp_path / "cache").glob("spm_*.model")) == models
 
 
-def test_resuming_in_another_precision_says_so(tmp_path, multi30k_dir):
+def test_resuming_in_another_precision_says_so(tmp_path, multi30k_dir, monkeypatch, capsys):
     """A run resumed with another --trainer.precision than it trained in is told so in one
     line (it goes on, with other rounding and speed); resumed in the same precision it says
     nothing (test_run_stopped_mid_epoch_resumes_that_epoch)."""
     data = _write_corpus(multi30k_dir, tmp_path / "data", {"train": 300, "val": 20})
     path = _last_checkpoint_config(tmp_path, data, "run", max_steps=2)
-    first = _fit(path)
-    assert first.returncode == 0, first.stderr[-3000:]
+    code, err = _fit_here(monkeypatch, capsys, path)
+    assert code == 0, err[-3000:]
     saved = load_checkpoint(tmp_path / "run" / "checkpoints" / "last.ckpt")
     assert saved["seq2seq"]["precision"] == "32-true"
-    other = _fit(path, "--ckpt_path", "last", "--trainer.max_steps", "3",
-                 "--trainer.precision", "bf16-mixed")  # fmt: skip
-    assert other.returncode == 0, other.stderr[-3000:]
+    other = ("--ckpt_path", "last", "--trainer.max_steps", "3", "--trainer.precision", "bf16-mixed")
+    code, err = _fit_here(monkeypatch, capsys, path, *other)
+    assert code == 0, err[-3000:]
     expected = (
         "seq2seq: warning: resuming a run trained with --trainer.precision 32-true under "
         "--trainer.precision bf16-mixed: it goes on in bf16-mixed (give --trainer.precision "
         "32-true to keep the run's)"
     )
-    assert expected in other.stderr.splitlines(), other.stderr[-3000:]
+    assert expected in err.splitlines(), err[-3000:]
