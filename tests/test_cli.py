@@ -142,7 +142,8 @@ def test_a_decoding_setting_outside_model_decoding_points_there(monkeypatch, cap
 
 def test_invalid_value_names_the_option_and_the_value(monkeypatch, capsys):
     monkeypatch.delenv("SEQ2SEQ_TRACEBACK", raising=False)
-    argv = ["validate", "--config", str(CONFIGS / "tiny.yaml"), "--trainer.max_epochs", "abc"]
+    tiny = str(CONFIGS / "tiny.yaml")
+    argv = ["validate", "--config", tiny, "--trainer.max_epochs", "abc"]
     code, out = _exit_of_main(monkeypatch, capsys, *argv)
     assert code == 2
     err = out.err.splitlines()
@@ -168,6 +169,16 @@ def test_invalid_value_names_the_option_and_the_value(monkeypatch, capsys):
     assert out.err.splitlines()[0].endswith(
         "as a list: --data.test_splits '[test_2016_flickr,test_2017_flickr]')"
     )
+    # an argument of the class given (the plateau schedule's mode, the optimizer's lr)
+    plateau = ["--model.lr_scheduler", "torch.optim.lr_scheduler.ReduceLROnPlateau"]
+    for extra, line in (
+        ([*plateau, "--model.lr_scheduler.init_args.mode", "foo"],
+         "'foo' for --model.lr_scheduler.init_args.mode (expected one of 'min', 'max')"),
+        (["--model.optimizer.init_args.lr", "abc"],
+         "'abc' for --model.optimizer.init_args.lr (expected float)"),
+    ):  # fmt: skip
+        code, out = _exit_of_main(monkeypatch, capsys, "fit", "--config", tiny, *extra)
+        assert code == 2 and out.err.splitlines()[0] == f"seq2seq: error: invalid value {line}"
     # SEQ2SEQ_TRACEBACK=1: jsonargparse's own report, usage and full message
     monkeypatch.setenv("SEQ2SEQ_TRACEBACK", "1")
     code, out = _exit_of_main(monkeypatch, capsys, *argv)

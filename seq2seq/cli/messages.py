@@ -134,6 +134,12 @@ def _invalid_value_lines(key: str, inline: str, details: list[str]) -> list[str]
         if match:
             notes.append(f"{match[1]!r} is not a known class name or import path")
             continue
+        match = re.fullmatch(r'.*: Parser key "([^"]+)":', line)
+        if match and "." not in match[1]:  # an argument of the class given: the next line
+            after = details[details.index(raw) + 1 :]
+            nested = _nested_argument_line(key, match[1], raw, after)
+            if nested:
+                return [nested]
         match = re.fullmatch(r"Expected a (.+?)(?:\. Got value: (.*))?", line)
         if match and not prefix:
             if match[2] is not None:
@@ -164,6 +170,31 @@ def _invalid_value_lines(key: str, inline: str, details: list[str]) -> list[str]
     if len(notes) > 4:
         notes[4:] = ["..."]
     return [summary, *(f"  {note}" for note in notes)]
+
+
+def _nested_argument_line(key: str, name: str, raw: str, details: list[str]) -> str | None:
+    """The line for an invalid argument ``name`` of the class given to ``--key``: jsonargparse
+    words it ``... callable class: Parser key "name":`` (the line ``raw``), then, indented
+    deeper (``details``), the types it expected and the value given; ``None`` if none is."""
+    indent = len(raw) - len(raw.lstrip(" -"))
+    value, expected = None, []
+    for line in details:
+        if not line.strip():
+            continue
+        if len(line) - len(line.lstrip(" -")) <= indent:
+            break
+        line = line.strip().removeprefix("- ")
+        got = re.search(r"(?:Got|Given) value: (.*?)(?:\. Got value: .*)?$", line)
+        if got and value is None:
+            value = got[1]
+        match = re.match(r"Expected an? (.+?)(?:\. Got value: .*)?$", line)
+        if match and not match[1].startswith(("dot import path", "path but")):
+            literal = re.fullmatch(r"(?:typing\.)?Literal\[(.*)\]", match[1])
+            expected.append(f"one of {literal[1]}" if literal else _type_name(match[1]))
+    if value is None or not expected:
+        return None
+    flag = f"--{key}.init_args.{name}"
+    return f"seq2seq: error: invalid value {value!r} for {flag} (expected {' or '.join(expected)})"
 
 
 def _type_name(typehint: str) -> str:
