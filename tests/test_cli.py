@@ -1009,6 +1009,8 @@ def test_translate_scores_flag(tiny_run, monkeypatch, capsys):
         ("scores", ["--scores"]),
         ("nbest", ["--n_best", "2"]),
         ("nbest_scores", ["--n_best", "2", "--scores"]),
+        ("scores_true", ["--scores", "true"]),
+        ("scores_false", ["--scores", "false"]),
     ]:
         code, out, err = _translate_main(
             monkeypatch, capsys, source, "--ckpt_path", ckpt, "--beam_size", "2", *extra
@@ -1018,6 +1020,7 @@ def test_translate_scores_flag(tiny_run, monkeypatch, capsys):
     # Default: the text alone; --scores: score<TAB>text for the same text, one line per input.
     assert len(runs["plain"]) == 3 and "\t" not in "".join(runs["plain"])
     assert len(runs["scores"]) == 3
+    assert runs["scores_true"] == runs["scores"] and runs["scores_false"] == runs["plain"]
     rows = [line.split("\t") for line in runs["scores"]]
     assert [text for _, text in rows] == runs["plain"]
     assert rows[1] == ["0.0000", ""]  # an empty line: an empty translation, scored 0

@@ -99,10 +99,10 @@ def translate(argv: Sequence[str]) -> None:
         "--n_best", type=int, default=1, help="hypotheses per sentence (default: 1)"
     )
     parser.add_argument(
-        "--scores",
-        action="store_true",
-        help="write score<TAB>text lines (--n_best above 1 always writes scores)",
-    )
+        "--scores", nargs="?", const=True, type=_truth, default=False, metavar="{true,false}",
+        help="write score<TAB>text lines (--n_best above 1 always writes scores); --scores "
+        "alone is true",
+    )  # fmt: skip
     parser.add_argument(
         "--prefix_file",
         default=None,
