@@ -558,3 +558,26 @@ def test_no_download_is_announced_for_files_that_are_there(tmp_path, monkeypatch
     dm = _dm(folder, tmp_path / "cache", download=True, tokenizer_path=None, src_lang=src_lang)
     dm._download_missing(training=True, stage="fit")
     assert asked == wanted
+
+
+@pytest.mark.parametrize(
+    ("model", "message"),
+    [
+        (
+            {"vocab_size": VOCAB + 100},
+            f"model's vocab_size is {VOCAB + 100} but the data module's ",
+        ),
+        ({"vocab_size": VOCAB, "max_positions": 64}, "model's max_positions is 64 but the data "),
+    ],
+)
+def test_fit_of_a_model_that_the_data_does_not_fit_fails_before_sentencepiece(
+    corpus, tmp_path, model, message
+):
+    """From Python the model's and the data module's vocab_size and max_positions are set
+    apart: a mismatch is refused before SentencePiece is trained, naming both values."""
+    from conftest import quiet_cpu_trainer, tiny_model
+
+    trainer = quiet_cpu_trainer(tmp_path, max_steps=1)
+    with pytest.raises(ValueError, match=message):
+        trainer.fit(tiny_model(**model), datamodule=_dm(corpus, tmp_path / "cache"))
+    assert not list((tmp_path / "cache").glob("**/*.model"))

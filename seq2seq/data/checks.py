@@ -123,3 +123,25 @@ def check_inputs(
             f"data.predict_file {predict_file} {what}; fix the path or set "
             "--data.predict_file null to train without it."
         )
+
+
+def check_model_fits(module: object, vocab_size: int, max_positions: int) -> None:
+    """Raises ``ValueError`` if the model that ``module`` (the trainer's LightningModule, or
+    ``None``) trains has another ``vocab_size`` than the data module's, or a smaller
+    ``max_positions``: from Python the two are set apart (the command line links them), and
+    the mismatch is found here, before SentencePiece is trained or a split tokenised, not after."""
+    config = getattr(module, "config", None)
+    model_vocab = getattr(config, "vocab_size", None)
+    if model_vocab is not None and model_vocab != vocab_size:
+        raise ValueError(
+            f"the model's vocab_size is {model_vocab} but the data module's is {vocab_size}: "
+            "the SentencePiece model must have as many pieces as the model's embeddings; give "
+            "TranslationModule and TranslationDataModule the same vocab_size"
+        )
+    model_positions = getattr(config, "max_positions", None)
+    if model_positions is not None and model_positions < max_positions:
+        raise ValueError(
+            f"the model's max_positions is {model_positions} but the data module's is "
+            f"{max_positions}: batches would hold longer sequences than the model accepts; give "
+            "TranslationDataModule a max_positions of at most the model's"
+        )

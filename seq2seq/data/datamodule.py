@@ -17,7 +17,7 @@ from lightning.pytorch.utilities.warnings import PossibleUserWarning
 from torch.utils.data import DataLoader
 
 from seq2seq.data.batching import TokenBudgetBatchSampler, collate, split_costs, split_over_budget
-from seq2seq.data.checks import check_inputs, check_settings
+from seq2seq.data.checks import check_inputs, check_model_fits, check_settings
 from seq2seq.data.corpus import CorpusSplit
 from seq2seq.data.dataset import Lengths, TokenizedDataset, heldout_set, predict_set, training_set
 from seq2seq.data.pairs import (
@@ -298,6 +298,9 @@ class TranslationDataModule(PairsMixin, L.LightningDataModule):
         if stage == "predict" and self.tokenizer is not None:
             return  # only the predict file is read, in setup()
         training = stage in ("fit", None) or self.tokenizer is None
+        if self.tokenizer is None and self.tokenizer_path is None:  # this one trains it
+            check_model_fits(getattr(trainer, "lightning_module", None), self.vocab_size,
+                             self.max_positions)  # fmt: skip
         self._download_missing(training, stage)
         for pair in self._pairs:  # a missing split is named before long work, training's first
             if training:
