@@ -69,24 +69,30 @@ def _default_scheduler(optimizer: torch.optim.Optimizer) -> InverseSqrtLR:
     return InverseSqrtLR(optimizer, warmup_steps=4000)
 
 
-def _check_optimizer_settings(optimizer, lr_scheduler, metrics: list[str]) -> None:
+def _check_optimizer_settings(optimizer, lr_scheduler, metrics: list[str]) -> str | None:
     """Builds the optimizer and schedule once over a stand-in parameter, so that settings they
     refuse with ``ValueError`` (a negative ``lr`` or ``warmup_steps``, a plateau schedule's
     metric that validation does not log) fail when the module is built, before any data is
     prepared, not when training starts. Other errors (an optimizer that takes no CPU
     parameter, say) are left to ``configure_optimizers``.
 
+    Returns:
+        :func:`~seq2seq.optim.schedule_name` of the schedule; ``""`` if it was not built.
+
     Raises:
         ValueError: as the optimizer or the schedule raises it.
     """
     try:
         built = optimizer([torch.nn.Parameter(torch.zeros(1))])
-        if lr_scheduler is not None:
-            lightning_schedule(lr_scheduler(built), metrics)
+        if lr_scheduler is None:
+            return None
+        schedule = lr_scheduler(built)
+        lightning_schedule(schedule, metrics)
+        return schedule_name(schedule)
     except ValueError:
         raise
     except Exception:  # only the settings' own errors are reported here
-        return
+        return ""
 
 
 def _warn_unused_sampling_fields(decoding: DecodingConfig) -> None:
@@ -204,7 +210,7 @@ class TranslationModule(L.LightningModule):
         for name in self.metrics:
             if name not in METRICS:
                 raise ValueError(f"unknown metric {name!r} in metrics; choose from {METRICS}")
-        _check_optimizer_settings(optimizer, lr_scheduler, self.metrics)
+        self._schedule = _check_optimizer_settings(optimizer, lr_scheduler, self.metrics)
         self.tokenizer: Tokenizer | None = None
         self.initialised_from: str | None = None  # fit --init_from's checkpoint
         #: The fingerprint of the initial weights of the run (seq2seq.checkpoint.format.ORIGIN).
@@ -286,8 +292,8 @@ class TranslationModule(L.LightningModule):
         # Before Lightning loads the schedule's state into this run's (a subclass's own
         # configure_optimizers is its own business).
         own = type(self).configure_optimizers is TranslationModule.configure_optimizers
-        if fitting and own:
-            check_resumed_schedule(checkpoint, schedule_name(self._stand_in_schedule()))
+        if fitting and own and self._schedule != "":
+            check_resumed_schedule(checkpoint, self._schedule)
         self.initialised_from = (checkpoint.get(CHECKPOINT_KEY) or {}).get(INIT_FROM)
         self.origin = (checkpoint.get(CHECKPOINT_KEY) or {}).get(ORIGIN)
         check_model_settings(checkpoint, self.model_config)
@@ -401,12 +407,6 @@ class TranslationModule(L.LightningModule):
         # A ReduceLROnPlateau steps after each validation instead (on_validation_epoch_end).
         if not isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
             super().lr_scheduler_step(scheduler, metric)
-
-    def _stand_in_schedule(self) -> Any:
-        """The configured schedule over a stand-in parameter (``None``: none), for its class."""
-        if self.scheduler_factory is None:
-            return None
-        return self.scheduler_factory(self.optimizer_factory([torch.nn.Parameter(torch.zeros(1))]))
 
     # ------------------------------------------------------------------ decoding
     def translate_batch(
