@@ -48,9 +48,10 @@ from seq2seq.nn import (
     linear_label_smoothed_cross_entropy,
 )
 from seq2seq.optim import (
+    OPTIMIZER_KEY,
     SCHEDULE_KEY,
     InverseSqrtLR,
-    check_resumed_schedule,
+    check_resumed_training,
     lightning_schedule,
     schedule_name,
     step_plateau_schedules,
@@ -69,7 +70,7 @@ def _default_scheduler(optimizer: torch.optim.Optimizer) -> InverseSqrtLR:
     return InverseSqrtLR(optimizer, warmup_steps=4000)
 
 
-def _check_optimizer_settings(optimizer, lr_scheduler, metrics: list[str]) -> str | None:
+def _check_optimizer_settings(optimizer, lr_scheduler, metrics: list[str]) -> tuple | None:
     """Builds the optimizer and schedule once over a stand-in parameter, so that settings they
     refuse with ``ValueError`` (a negative ``lr`` or ``warmup_steps``, a plateau schedule's
     metric that validation does not log) fail when the module is built, before any data is
@@ -77,22 +78,24 @@ def _check_optimizer_settings(optimizer, lr_scheduler, metrics: list[str]) -> st
     parameter, say) are left to ``configure_optimizers``.
 
     Returns:
-        :func:`~seq2seq.optim.schedule_name` of the schedule; ``""`` if it was not built.
+        The stand-in optimizer and schedule (``None`` for none), which a resume compares with
+        the checkpoint's; ``None`` if they could not be built.
 
     Raises:
         ValueError: as the optimizer or the schedule raises it.
     """
     try:
         built = optimizer([torch.nn.Parameter(torch.zeros(1))])
-        if lr_scheduler is None:
-            return None
-        schedule = lr_scheduler(built)
-        lightning_schedule(schedule, metrics)
-        return schedule_name(schedule)
+        defaults = dict(built.defaults)  # before a schedule sets the first step's rate
+        schedule = None if lr_scheduler is None else lr_scheduler(built)
+        if schedule is not None:
+            lightning_schedule(schedule, metrics)
+        built.defaults = defaults
+        return built, schedule
     except ValueError:
         raise
     except Exception:  # only the settings' own errors are reported here
-        return ""
+        return None
 
 
 def _warn_unused_sampling_fields(decoding: DecodingConfig) -> None:
@@ -210,7 +213,7 @@ class TranslationModule(L.LightningModule):
         for name in self.metrics:
             if name not in METRICS:
                 raise ValueError(f"unknown metric {name!r} in metrics; choose from {METRICS}")
-        self._schedule = _check_optimizer_settings(optimizer, lr_scheduler, self.metrics)
+        self._stand_ins = _check_optimizer_settings(optimizer, lr_scheduler, self.metrics)
         self.tokenizer: Tokenizer | None = None
         self.initialised_from: str | None = None  # fit --init_from's checkpoint
         #: The fingerprint of the initial weights of the run (seq2seq.checkpoint.format.ORIGIN).
@@ -278,8 +281,9 @@ class TranslationModule(L.LightningModule):
         if self.origin is not None:
             extra[ORIGIN] = self.origin
         if self._trainer is not None and self.trainer.state.fn == "fit":
-            configs = self.trainer.lr_scheduler_configs
+            configs, optimizers = self.trainer.lr_scheduler_configs, self.trainer.optimizers
             extra[SCHEDULE_KEY] = schedule_name(configs[0].scheduler if configs else None)
+            extra[OPTIMIZER_KEY] = schedule_name(optimizers[0] if optimizers else None)
         checkpoint[CHECKPOINT_KEY] = extra
         logger = self._trainer.logger if self._trainer is not None else None
         if logger is not None and isinstance(getattr(logger, "version", None), int):
@@ -292,8 +296,8 @@ class TranslationModule(L.LightningModule):
         # Before Lightning loads the schedule's state into this run's (a subclass's own
         # configure_optimizers is its own business).
         own = type(self).configure_optimizers is TranslationModule.configure_optimizers
-        if fitting and own and self._schedule != "":
-            check_resumed_schedule(checkpoint, self._schedule)
+        if fitting and own and self._stand_ins is not None:
+            check_resumed_training(checkpoint, *self._stand_ins)
         self.initialised_from = (checkpoint.get(CHECKPOINT_KEY) or {}).get(INIT_FROM)
         self.origin = (checkpoint.get(CHECKPOINT_KEY) or {}).get(ORIGIN)
         check_model_settings(checkpoint, self.model_config)

@@ -7,11 +7,14 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
+from lightning.pytorch.utilities import rank_zero_warn
 from torch.optim.lr_scheduler import LambdaLR, ReduceLROnPlateau
 
 #: Key of ``checkpoint["seq2seq"]``: the class of the run's schedule (``None``: none), which a
 #: resume must configure again (:func:`check_resumed_schedule`).
 SCHEDULE_KEY = "lr_scheduler"
+#: Key of ``checkpoint["seq2seq"]``: the class of the run's optimizer.
+OPTIMIZER_KEY = "optimizer"
 
 
 class InverseSqrtLR(LambdaLR):
@@ -48,7 +51,7 @@ class InverseSqrtLR(LambdaLR):
 
 
 def schedule_name(scheduler: object | None) -> str | None:
-    """``module.QualifiedName`` of a schedule's class, ``None`` for no schedule."""
+    """``module.QualifiedName`` of a schedule's (or optimizer's) class, ``None`` for none."""
     if scheduler is None:
         return None
     return f"{type(scheduler).__module__}.{type(scheduler).__qualname__}"
@@ -124,3 +127,79 @@ def check_resumed_schedule(checkpoint: Mapping[str, Any], name: str | None) -> N
         "was trained with (model.lr_scheduler), or start a new run from its weights "
         "(--init_from)"
     )
+
+
+def check_resumed_optimizer(checkpoint: Mapping[str, Any], name: str) -> None:
+    """Raises ``ValueError`` if the run of ``checkpoint`` trained with another optimizer class
+    than ``name`` (:func:`schedule_name` of it), whose state this one cannot take."""
+    saved = (checkpoint.get("seq2seq") or {}).get(OPTIMIZER_KEY, name)
+    if saved != name:
+        raise ValueError(
+            f"the checkpoint was trained with optimizer {saved}, this run's is {name}: a "
+            "resumed run continues the optimizer's state, which another optimizer cannot take; "
+            "resume with the optimizer it was trained with (model.optimizer), or start a new "
+            "run from its weights (--init_from)"
+        )
+
+
+#: Entries of a schedule's state dict that are its state, not its settings.
+_SCHEDULE_STATE = frozenset(
+    {"base_lrs", "last_epoch", "_step_count", "_is_initial", "_get_lr_called_within_step",
+     "_last_lr", "lr_lambdas", "best", "num_bad_epochs", "cooldown_counter", "mode_worse"}
+)  # fmt: skip
+#: Optimizer settings that choose an implementation, not the arithmetic.
+_IMPLEMENTATION = frozenset({"foreach", "fused", "capturable", "differentiable"})
+
+
+def changed_settings(
+    checkpoint: Mapping[str, Any], optimizer: torch.optim.Optimizer, schedule: object | None
+) -> list[str]:
+    """``"name SAVED (configured NEW)"`` for each setting of the optimizer (``lr``, ``betas``,
+    ``weight_decay`` ...) and of the schedule (``warmup_steps``, ``patience`` ...) in which
+    ``optimizer`` and ``schedule``, a resumed run's (built over a stand-in parameter, with
+    the checkpoint's classes), differ from the run of ``checkpoint``: Lightning restores the
+    checkpoint's, which the resumed run trains with."""
+
+    def plain(value: Any) -> Any:
+        return tuple(value) if isinstance(value, list) else value
+
+    changes = []
+    groups = [s.get("param_groups") or [{}] for s in checkpoint.get("optimizer_states") or []]
+    saved = groups[0][0] if groups else {}
+    for key, value in optimizer.defaults.items():
+        if key == "lr":  # the schedule's base rate; without a schedule the rate itself
+            old = saved.get("initial_lr", saved.get("lr") if schedule is None else None)
+        else:
+            old = None if key in _IMPLEMENTATION else saved.get(key)
+        if old is not None and plain(old) != plain(value):
+            changes.append(f"{key} {plain(old)} (configured {plain(value)})")
+    saved_schedules = checkpoint.get("lr_schedulers") or [{}]
+    if schedule is not None:
+        for key, value in schedule.state_dict().items():
+            old = saved_schedules[0].get(key)
+            if key not in _SCHEDULE_STATE and old is not None and plain(old) != plain(value):
+                changes.append(f"{key} {plain(old)} (configured {plain(value)})")
+    return changes
+
+
+def check_resumed_training(
+    checkpoint: Mapping[str, Any], optimizer: torch.optim.Optimizer, schedule: object | None
+) -> None:
+    """Refuses a resume with another optimizer or schedule class than the run of
+    ``checkpoint`` (:func:`check_resumed_optimizer`, :func:`check_resumed_schedule`) and warns
+    of the settings that the run keeps from it instead of the configured ones
+    (:func:`changed_settings`); ``optimizer`` and ``schedule`` as configured, built over a
+    stand-in parameter.
+
+    Raises:
+        ValueError: for another class.
+    """
+    check_resumed_optimizer(checkpoint, schedule_name(optimizer))
+    check_resumed_schedule(checkpoint, schedule_name(schedule))
+    changes = changed_settings(checkpoint, optimizer, schedule)
+    if changes:
+        rank_zero_warn(
+            "resuming keeps the checkpoint's optimizer and schedule settings, not the "
+            f"configured ones: {', '.join(changes)}; to train on with other ones, start a new "
+            "run from its weights (--init_from)"
+        )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import io
 import logging
+import warnings
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -474,6 +475,34 @@ def test_resume_with_another_schedule_is_refused(trained, tmp_path):
         cli_main(
             ["fit", "--config", str(config), "--ckpt_path", ckpt, "--model.lr_scheduler", plateau]
         )
+    with pytest.raises(ValueError, match=r"optimizer torch\.optim\.adamw\.AdamW, this run's is "):
+        cli_main(
+            ["fit", "--config", str(config), "--ckpt_path", ckpt, "--model.optimizer",
+             "torch.optim.SGD", "--model.optimizer.init_args.lr", "0.1"]
+        )  # fmt: skip
+
+
+def test_resume_with_other_optimizer_settings_says_which_it_keeps(trained, tmp_path):
+    """Lightning restores the optimizer's and the schedule's settings with their state: a
+    resume configured with others is told, in one warning, which values it trains with."""
+    config = _fit_config(tmp_path, trained / "data", max_steps=3)
+    ckpt = str(trained / "checkpoints" / "last.ckpt")
+    warning = "resuming keeps the checkpoint's optimizer and schedule settings"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cli_main(["fit", "--config", str(config), "--ckpt_path", ckpt])
+    assert not [w for w in caught if warning in str(w.message)]
+    (tmp_path / "other").mkdir()
+    config = _fit_config(tmp_path / "other", trained / "data", max_steps=3)
+    with pytest.warns(UserWarning, match=warning) as caught:
+        cli = cli_main(
+            ["fit", "--config", str(config), "--ckpt_path", ckpt, "--trainer.max_steps", "4",
+             "--model.optimizer.init_args.lr", "0.01",
+             "--model.lr_scheduler.init_args.warmup_steps", "2"]
+        )  # fmt: skip
+    (message,) = [str(w.message) for w in caught if warning in str(w.message)]
+    assert "lr 0.003 (configured 0.01)" in message and "warmup_steps 5 (configured 2)" in message
+    assert cli.trainer.optimizers[0].param_groups[0]["initial_lr"] == 0.003
 
 
 def test_resume_in_the_other_direction_is_refused(trained, tmp_path):

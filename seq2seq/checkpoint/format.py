@@ -11,8 +11,9 @@ states; seq2seq adds ``checkpoint[CHECKPOINT_KEY]``, a dictionary of:
 * ``"precision"``: the run's ``--trainer.precision`` (training only), which a resume with
   another one is told about;
 * ``"log"``: the logger's name and version, so that a resumed run logs into the same folder;
-* ``"lr_scheduler"``: the class of the run's learning-rate schedule (training only; ``None``:
-  none), which a resume must configure again (:func:`seq2seq.optim.check_resumed_schedule`);
+* ``"optimizer"``, ``"lr_scheduler"``: the classes of the run's optimizer and learning-rate
+  schedule (training only; ``None``: no schedule), which a resume must configure again
+  (:func:`seq2seq.optim.check_resumed_training`);
 * :data:`IMPORTED_FROM`: in a checkpoint written by ``seq2seq import``, where it came from;
 * :data:`INIT_FROM`: in the checkpoints of a run started with ``fit --init_from``, that file;
 * :data:`ORIGIN`: the fingerprint of the initial weights the run's weights descend from
