@@ -245,7 +245,9 @@ def test_predict_translates_into_data_tgt_lang(one_to_many, parallel, tmp_path):
     predict_file = write_lines(tmp_path / "input.en", lines)
     settings = dict(pairs=["en-de", "en-fr"], predict_file=str(predict_file), src_lang="en")
     dm = _dm(parallel, one_to_many.cache_dir, tgt_lang="fr", **settings)
-    dm.setup("predict")
+    # data.tgt_lang has a default ("en"): the direction taken is said
+    with pytest.warns(UserWarning, match=r"into de, fr; predict translates en->fr \(data\.src"):
+        dm.setup("predict")
     fr = _tag(dm.tokenizer, "fr")
     assert [dm.predict_set[i]["src"] for i in range(5)] == [
         [fr, *ids, EOS_ID] for ids in dm.tokenizer.encode(lines)

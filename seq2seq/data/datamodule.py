@@ -398,6 +398,13 @@ class TranslationDataModule(PairsMixin, L.LightningDataModule):
     def _setup_predict(self) -> None:
         if self.predict_file is None:
             raise ValueError("Set `data.predict_file` to the source-language file to translate.")
+        targets = sorted({tgt for _, tgt in self._pairs})
+        if len(targets) > 1:  # data.tgt_lang has a default: say which direction it chose
+            rank_zero_warn(
+                f"the model translates into {', '.join(targets)}; predict translates "
+                f"{self.src_lang}->{self.tgt_lang} (data.src_lang, data.tgt_lang): give both "
+                "for another direction"
+            )
         self.predict_set, self._lengths["predict"] = predict_set(
             self.predict_file, self.tokenizer, self.max_positions,
             self._languages((self.src_lang, self.tgt_lang)),
