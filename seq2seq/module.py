@@ -567,6 +567,9 @@ class TranslationModule(L.LightningModule):
             loss, nll = (sum(p[i] for p in per_pair) / n for i in (0, 1))
             means = {name: sum(p[2][name] for p in per_pair) / n for name in per_pair[0][2]}
             self._log_set("val", loss, nll, means, prog_bar=True)
+            if n > 1 and trainer.global_rank == 0:  # the scores that pick the best checkpoint
+                values = ", ".join(f"val/{name} {value:.2f}" for name, value in means.items())
+                self.print(f"val: the mean of {n} pairs: {values}")
         self._held_out.reset()
         self.last_scores = results
         return results

@@ -357,6 +357,13 @@ def test_a_trained_multilingual_checkpoint_translates_tests_and_grows(
         f"seq2seq: warning: {trained.ckpt} was trained on the pairs en-de, en-fr (data.pairs), "
         "not de-en as configured; test uses the checkpoint's languages"
     ) in err
+    # validate prints the mean of the pairs' scores, which picks the best checkpoint
+    code, out, err = run_main(
+        monkeypatch, capsys, "validate", *trained.flags, "--ckpt_path", str(trained.ckpt)
+    )
+    assert code in (0, None), err
+    (mean,) = [line for line in out.splitlines() if line.startswith("val: the mean of 2 pairs")]
+    assert mean.startswith("val: the mean of 2 pairs: val/bleu "), mean
     # resuming on other pairs: refused before any data is read
     code, out, err = run_main(
         monkeypatch, capsys, "fit", *trained.flags, "--data.pairs", "[en-de]",
