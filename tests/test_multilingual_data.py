@@ -432,3 +432,14 @@ def test_sigkill_mid_epoch_then_resume_matches_uninterrupted_multilingual_run(
             scores = _logged(tmp_path / "reference", name)
             assert sorted(scores) == [4, 9], name
             assert _logged(tmp_path / "resumed", name, last_version=True) == {9: scores[9]}
+
+
+def test_validation_sets_of_other_sizes_are_each_read_whole(tmp_path):
+    """Each pair's validation loader batches its own set: 30 de-en and 10 fr-en pairs give 30
+    and 10 examples (with one set of lengths for both, the first loader drew 10 of its 30)."""
+    _slice(tmp_path / "de-en", ("de", "en"), {"train": 300, "val": 30})
+    _slice(tmp_path / "fr-en", ("fr", "en"), {"train": 100, "val": 10}, start=400)
+    dm = _ready(_dm(tmp_path, tmp_path / "cache", pairs=["de-en", "fr-en"], test_splits=[]), "fit")
+    drawn = [sorted(i for batch in loader for i in batch["index"].tolist())
+             for loader in dm.val_dataloader()]  # fmt: skip
+    assert drawn == [list(range(30)), list(range(10))]

@@ -128,9 +128,10 @@ def heldout_plan(
     """
     several = len(pairs) > 1
     if stage in ("fit", "validate"):
+        keys = [f"val/{pair_name(p)}" if several else "val" for p in pairs]
         return [
-            HeldOut(f"val/{pair_name(p)}" if several else "val", p, val_split, val_split)
-            for p in pairs
+            HeldOut(key, p, val_split, key if several else val_split)
+            for key, p in zip(keys, pairs, strict=True)
         ]
     if stage == "test":
         plan = []
