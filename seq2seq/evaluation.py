@@ -201,15 +201,16 @@ def write_report(
     if trainer.global_rank != 0:
         return
     lines = [f"{key}: {score.text}\n  signature: {score.signature}" for score in scores.values()]
-    total = _heldout_size(trainer, key)
+    total, partial = _heldout_size(trainer, key), []
     if total is not None and len(hypotheses) < total:
         limit = "limit_val_batches" if is_validation_key(key) else "limit_test_batches"
         if trainer.fast_dev_run:  # it sets the limits itself: the flag the user gave
             limit = "fast_dev_run"
-        lines.append(
-            f"  scored on {len(hypotheses)} of the {total} sentences (--trainer.{limit}): not "
+        partial = [
+            f"scored on {len(hypotheses)} of the {total} sentences (--trainer.{limit}): not "
             "the whole set's score"
-        )
+        ]
+        lines.append(f"  {partial[0]}")
     if trainer.fast_dev_run:  # a smoke run writes no files (no logs, no checkpoints)
         print_fn("\n".join(lines))
         return
@@ -222,9 +223,8 @@ def write_report(
         step = checkpoint_step
     hyp_path = write_lines(log_dir / "hypotheses" / f"{name}.step{step}.txt", hypotheses)
     print_fn("\n".join(lines) + f"\n  hypotheses: {hyp_path}")
-    write_lines(
-        hyp_path.with_suffix(".scores"), [f"{s.text}\t{s.signature}" for s in scores.values()]
-    )
+    score_lines = [f"{s.text}\t{s.signature}" for s in scores.values()]
+    write_lines(hyp_path.with_suffix(".scores"), score_lines + partial)
 
 
 def is_validation_key(key: str) -> bool:

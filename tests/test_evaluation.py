@@ -123,7 +123,9 @@ def test_report_prints_the_scores_and_writes_hypotheses_and_scores(tmp_path):
     hyp_path = tmp_path / "hypotheses" / "val.step12.txt"
     assert hyp_path.read_text(encoding="utf-8").splitlines() == HYPS
     lines = hyp_path.with_suffix(".scores").read_text(encoding="utf-8").splitlines()
-    assert lines == [f"{s.text}\t{s.signature}" for s in scores.values()]
+    assert lines == [f"{s.text}\t{s.signature}" for s in scores.values()] + [
+        "scored on 3 of the 4 sentences (--trainer.limit_val_batches): not the whole set's score"
+    ]
     assert printed == [
         f"val: {scores['bleu'].text}\n  signature: {scores['bleu'].signature}\n"
         f"val: {scores['chrf'].text}\n  signature: {scores['chrf'].signature}\n"
