@@ -201,10 +201,14 @@ def _check_resumable(
     if hasattr(config.get("data"), "get"):
         other = other_languages(checkpoint, config["data"])
         if other:
-            what = "language pairs" if "data.pairs" in other else "direction"
+            what, others = (
+                ("language pairs", "other pairs")
+                if "data.pairs" in other
+                else ("direction", "the other direction")
+            )
             raise ValueError(
                 f"{path} was trained {other}; training resumes only in the checkpoint's "
-                f"{what} (start a new run, in another --checkpoint_dir, for the other one)"
+                f"{what} (start a new run, in another --checkpoint_dir, for {others})"
                 f"{other_run}"
             )
     data_state = checkpoint.get(TranslationDataModule.__qualname__)
