@@ -178,8 +178,11 @@ def _fit(config: Path, *extra: str) -> subprocess.CompletedProcess:
 
 
 def _fit_here(monkeypatch, capsys, config: Path, *extra: str) -> tuple[int, str]:
-    """:func:`_fit` in this process, for runs that no signal stops (a process costs some
-    seconds of imports): exit status, and standard output and error."""
+    """:func:`_fit` in this process, for runs that no signal stops and no test compares bit for
+    bit with another (a process costs some seconds of imports): exit status, and standard
+    output and error. Runs compared bit for bit stay in fresh processes, whose arithmetic
+    repeats exactly: in a long-lived test process a resumed run's last step once differed from
+    its reference in the last bits."""
     with monkeypatch.context() as patch:
         patch.chdir(config.parent)
         code, out, err = run_main(patch, capsys, "fit", "--config", str(config), *extra)
@@ -231,12 +234,10 @@ def _logged(run_dir: Path, key: str, last_version: bool = False) -> dict[int, fl
     return values
 
 
-def test_sigkill_mid_epoch_then_resume_matches_uninterrupted_run(
-    tmp_path, multi30k_dir, monkeypatch, capsys
-):
+def test_sigkill_mid_epoch_then_resume_matches_uninterrupted_run(tmp_path, multi30k_dir):
     data = _write_corpus(multi30k_dir, tmp_path / "data", {"train": 600, "val": 20})
-    code, err = _fit_here(monkeypatch, capsys, _config(tmp_path, data, "reference", ema=True))
-    assert code == 0, err[-3000:]
+    reference = _fit(_config(tmp_path, data, "reference", ema=True))
+    assert reference.returncode == 0, reference.stderr[-3000:]
 
     killed = _fit(_config(tmp_path, data, "resumed", kill_at=KILL_AT, ema=True))
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
@@ -246,9 +247,8 @@ def test_sigkill_mid_epoch_then_resume_matches_uninterrupted_run(
     assert "rng" in saved["seq2seq"] and "tokenizer" in saved["seq2seq"]
     origin = saved["seq2seq"]["origin"]  # the fingerprint of the run's initial weights
 
-    resumed = _config(tmp_path, data, "resumed", ema=True)
-    code, err = _fit_here(monkeypatch, capsys, resumed, "--ckpt_path", "last")
-    assert code == 0, err[-3000:]
+    resumed = _fit(_config(tmp_path, data, "resumed", ema=True), "--ckpt_path", "last")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
 
     start = saved["global_step"]
     expected = _logged(tmp_path / "reference", "train/loss")
@@ -372,9 +372,7 @@ def test_failed_write_keeps_previous_checkpoint(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("stop", ["max_steps", "should_stop", "should_stop+last"])
-def test_run_stopped_mid_epoch_resumes_that_epoch(
-    tmp_path, multi30k_dir, monkeypatch, capsys, stop
-):
+def test_run_stopped_mid_epoch_resumes_that_epoch(tmp_path, multi30k_dir, stop):
     """A run that max_steps or max_time (a stop request mid-epoch) ended before the end of an
     epoch resumes with the rest of that epoch, not the next one: Lightning counts the cut
     epoch as finished when it writes last.ckpt at the end of the epoch or of training, and the
@@ -418,22 +416,22 @@ def test_run_stopped_mid_epoch_resumes_that_epoch(
         path.write_text(yaml.safe_dump(config))
         return path
 
-    code, err = _fit_here(monkeypatch, capsys, config("reference"))
-    assert code == 0, err[-3000:]
+    reference = _fit(config("reference"))
+    assert reference.returncode == 0, reference.stderr[-3000:]
     if stop == "max_steps":
-        code, err = _fit_here(monkeypatch, capsys, config("resumed"), "--trainer.max_steps", "5")
+        first = _fit(config("resumed"), "--trainer.max_steps", "5")
     else:
-        code, err = _fit_here(monkeypatch, capsys, config("resumed", stop_at=5))
-    assert code == 0, err[-3000:]
+        first = _fit(config("resumed", stop_at=5))
+    assert first.returncode == 0, first.stderr[-3000:]
     last = tmp_path / "resumed" / "checkpoints" / "last.ckpt"
     saved = load_checkpoint(last)
     assert saved["global_step"] == 5
     assert saved["epoch"] == 0
     assert saved["TranslationDataModule"]["train_sampler"]["epoch"] == 0
 
-    code, err = _fit_here(monkeypatch, capsys, config("resumed"), "--ckpt_path", "last")
-    assert code == 0, err[-3000:]
-    assert "resuming a run trained with" not in err  # the same precision
+    resumed = _fit(config("resumed"), "--ckpt_path", "last")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resuming a run trained with" not in resumed.stderr  # the same precision
     expected = _logged(tmp_path / "reference", "train/loss")
     got = _logged(tmp_path / "resumed", "train/loss", last_version=True)
     assert sorted(expected) == list(range(MAX_STEPS))
@@ -455,7 +453,7 @@ def test_run_stopped_mid_epoch_resumes_that_epoch(
 
 
 def test_sigterm_at_the_end_of_an_epoch_resumes_with_the_next_epoch_in_order(
-    tmp_path, multi30k_dir, monkeypatch, capsys
+    tmp_path, multi30k_dir
 ):
     """SIGTERM during the validation that ends epoch 0: the resumed run trains epoch 1 with
     epoch 1's batches (not epoch 2's shuffle) and the same dropout masks, as the uninterrupted
@@ -469,13 +467,13 @@ def test_sigterm_at_the_end_of_an_epoch_resumes_with_the_next_epoch_in_order(
             val_check_interval=1.0, max_steps=-1, max_epochs=2,
         )  # fmt: skip
 
-    code, err = _fit_here(monkeypatch, capsys, config("reference"))
-    assert code == 0, err[-3000:]
+    reference = _fit(config("reference"))
+    assert reference.returncode == 0, reference.stderr[-3000:]
     first = _fit(config("resumed", stop=True))
     assert first.returncode == 128 + signal.SIGTERM, first.stderr[-3000:]
     start = load_checkpoint(tmp_path / "resumed" / "checkpoints" / "last.ckpt")["global_step"]
-    code, err = _fit_here(monkeypatch, capsys, config("resumed"), "--ckpt_path", "last")
-    assert code == 0, err[-3000:]
+    resumed = _fit(config("resumed"), "--ckpt_path", "last")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
     for key in ("train/padding", "train/loss"):  # the same batches, the same dropout masks
         expected = _logged(tmp_path / "reference", key)
         got = _logged(tmp_path / "resumed", key, last_version=True)
@@ -484,9 +482,7 @@ def test_sigterm_at_the_end_of_an_epoch_resumes_with_the_next_epoch_in_order(
         assert got == {s: expected[s] for s in range(start, end)}, key
 
 
-def test_sigterm_inside_an_accumulation_window_stops_after_its_update(
-    tmp_path, multi30k_dir, monkeypatch, capsys
-):
+def test_sigterm_inside_an_accumulation_window_stops_after_its_update(tmp_path, multi30k_dir):
     """With accumulate_grad_batches 2, a SIGTERM after the first batch of a step's window stops
     after the second one and its optimizer update (a stop in between would drop the first
     batch's gradient: the resumed run skips it); the resumed run ends with the uninterrupted
@@ -501,16 +497,16 @@ def test_sigterm_inside_an_accumulation_window_stops_after_its_update(
             tmp_path, data, name, stop, helpers=helpers, accumulate_grad_batches=2, max_steps=6
         )
 
-    code, err = _fit_here(monkeypatch, capsys, config("reference"))
-    assert code == 0, err[-3000:]
+    reference = _fit(config("reference"))
+    assert reference.returncode == 0, reference.stderr[-3000:]
     first = _fit(config("resumed", stop=True))
     assert first.returncode == 128 + signal.SIGTERM, first.stderr[-3000:]
     saved = load_checkpoint(tmp_path / "resumed" / "checkpoints" / "last.ckpt")
     assert saved["global_step"] == 4
     batches = saved["loops"]["fit_loop"]["epoch_loop.batch_progress"]["total"]["completed"]
     assert batches == 8
-    code, err = _fit_here(monkeypatch, capsys, config("resumed"), "--ckpt_path", "last")
-    assert code == 0, err[-3000:]
+    resumed = _fit(config("resumed"), "--ckpt_path", "last")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
     final = load_checkpoint(tmp_path / "resumed" / "checkpoints" / "last.ckpt")
     reference_final = load_checkpoint(tmp_path / "reference" / "checkpoints" / "last.ckpt")
     assert final["global_step"] == reference_final["global_step"] == 6
