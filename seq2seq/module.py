@@ -52,8 +52,8 @@ from seq2seq.optim import (
     SCHEDULE_KEY,
     InverseSqrtLR,
     check_resumed_training,
+    class_name,
     lightning_schedule,
-    schedule_name,
     step_plateau_schedules,
 )
 from seq2seq.text_decoding import apply_overrides, as_config, decode_batch
@@ -282,8 +282,8 @@ class TranslationModule(L.LightningModule):
             extra[ORIGIN] = self.origin
         if self._trainer is not None and self.trainer.state.fn == "fit":
             configs, optimizers = self.trainer.lr_scheduler_configs, self.trainer.optimizers
-            extra[SCHEDULE_KEY] = schedule_name(configs[0].scheduler if configs else None)
-            extra[OPTIMIZER_KEY] = schedule_name(optimizers[0] if optimizers else None)
+            extra[SCHEDULE_KEY] = class_name(configs[0].scheduler if configs else None)
+            extra[OPTIMIZER_KEY] = class_name(optimizers[0] if optimizers else None)
         checkpoint[CHECKPOINT_KEY] = extra
         logger = self._trainer.logger if self._trainer is not None else None
         if logger is not None and isinstance(getattr(logger, "version", None), int):

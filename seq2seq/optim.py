@@ -50,11 +50,11 @@ class InverseSqrtLR(LambdaLR):
         return min(step / self.warmup_steps, math.sqrt(self.warmup_steps / step))
 
 
-def schedule_name(scheduler: object | None) -> str | None:
-    """``module.QualifiedName`` of a schedule's (or optimizer's) class, ``None`` for none."""
-    if scheduler is None:
+def class_name(instance: object | None) -> str | None:
+    """``module.QualifiedName`` of a schedule's or optimizer's class, ``None`` for none."""
+    if instance is None:
         return None
-    return f"{type(scheduler).__module__}.{type(scheduler).__qualname__}"
+    return f"{type(instance).__module__}.{type(instance).__qualname__}"
 
 
 def lightning_schedule(scheduler: object, metrics: Iterable[str]) -> dict[str, Any]:
@@ -106,7 +106,7 @@ def step_plateau_schedules(configs: Iterable[Any], logged: Mapping[str, float]) 
 
 def check_resumed_schedule(checkpoint: Mapping[str, Any], name: str | None) -> None:
     """Raises ``ValueError`` if the run of ``checkpoint`` (a Lightning checkpoint that ``fit``
-    resumes) trained with another schedule than the class ``name`` (:func:`schedule_name`):
+    resumes) trained with another schedule than the class ``name`` (:func:`class_name`):
     Lightning would load one schedule's state into the other, or give a new schedule none (its
     warm-up would start again). For checkpoints written before the class was recorded, only
     whether the run had a schedule is compared."""
@@ -131,7 +131,7 @@ def check_resumed_schedule(checkpoint: Mapping[str, Any], name: str | None) -> N
 
 def check_resumed_optimizer(checkpoint: Mapping[str, Any], name: str) -> None:
     """Raises ``ValueError`` if the run of ``checkpoint`` trained with another optimizer class
-    than ``name`` (:func:`schedule_name` of it), whose state this one cannot take."""
+    than ``name`` (:func:`class_name`), whose state this one cannot take."""
     saved = (checkpoint.get("seq2seq") or {}).get(OPTIMIZER_KEY, name)
     if saved != name:
         raise ValueError(
@@ -194,8 +194,8 @@ def check_resumed_training(
     Raises:
         ValueError: for another class.
     """
-    check_resumed_optimizer(checkpoint, schedule_name(optimizer))
-    check_resumed_schedule(checkpoint, schedule_name(schedule))
+    check_resumed_optimizer(checkpoint, class_name(optimizer))
+    check_resumed_schedule(checkpoint, class_name(schedule))
     changes = changed_settings(checkpoint, optimizer, schedule)
     if changes:
         rank_zero_warn(
