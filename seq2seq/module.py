@@ -51,6 +51,7 @@ from seq2seq.optim import (
     OPTIMIZER_KEY,
     SCHEDULE_KEY,
     InverseSqrtLR,
+    check_plateau_monitor,
     check_resumed_training,
     class_name,
     lightning_schedule,
@@ -143,9 +144,9 @@ class TranslationModule(L.LightningModule):
             betas (0.9, 0.98)).
         lr_scheduler: builds the schedule from the optimizer; stepped once per optimizer step
             (default :class:`~seq2seq.optim.InverseSqrtLR` with 4000 warmup steps), a
-            ``ReduceLROnPlateau`` once per epoch on its ``monitor`` (Lightning's class) or
-            else ``val/loss`` (mode ``min``) or ``val/bleu`` (``max``); ``None``: a constant
-            learning rate.
+            ``ReduceLROnPlateau`` after each validation of the fit on its ``monitor``
+            (Lightning's class) or else ``val/loss`` (mode ``min``) or ``val/bleu``
+            (``max``); ``None``: a constant learning rate.
         decoding: how validation, test and predict decode (``--model.decoding.*``, see
             :class:`~seq2seq.nn.DecodingConfig`, or a dict of its fields). Only ``predict``
             samples: validation and test score the search's output.
@@ -404,8 +405,10 @@ class TranslationModule(L.LightningModule):
         optimizer = self.optimizer_factory(self.parameters())
         if self.scheduler_factory is None:
             return optimizer
-        scheduler = self.scheduler_factory(optimizer)
-        return {"optimizer": optimizer, "lr_scheduler": lightning_schedule(scheduler, self.metrics)}
+        schedule = lightning_schedule(self.scheduler_factory(optimizer), self.metrics)
+        if self._trainer is not None and self.trainer.state.fn == "fit":
+            check_plateau_monitor(schedule, self._pair_names())
+        return {"optimizer": optimizer, "lr_scheduler": schedule}
 
     def lr_scheduler_step(self, scheduler: Any, metric: Any) -> None:
         # A ReduceLROnPlateau steps after each validation instead (on_validation_epoch_end).

@@ -81,9 +81,45 @@ def lightning_schedule(scheduler: object, metrics: Iterable[str]) -> dict[str, A
             f"validation does not log; it logs val/<name> for {', '.join(logged)} "
             "(model.metrics)"
         )
+    for name in ("patience", "cooldown"):  # torch takes a negative one
+        if getattr(scheduler, name, 0) < 0:
+            raise ValueError(f"lr_scheduler {name} must be >= 0, got {getattr(scheduler, name)}")
     # reduce_on_plateau False: Lightning calls lr_scheduler_step, which leaves it to the module.
     plateau = {"interval": "epoch", "reduce_on_plateau": False, "monitor": monitor}
     return {"scheduler": scheduler, **plateau}
+
+
+def check_plateau_monitor(schedule: dict[str, Any], pairs: Iterable[str]) -> None:
+    """Checks a plateau schedule's monitor (``schedule``: :func:`lightning_schedule`'s entry)
+    against the run's language pairs (the data module's ``pair_names``), before training: a
+    pair's metric ``val/<pair>/<name>`` exists with several pairs only. Warns of a mode that
+    goes against its metric (``min`` on BLEU or chrF, ``max`` on loss, ``nll``, ``ppl``, TER).
+
+    Raises:
+        ValueError: for another pair, or a pair's metric in a run of one pair.
+    """
+    monitor, pairs = schedule.get("monitor"), list(pairs)
+    if not isinstance(schedule["scheduler"], ReduceLROnPlateau) or monitor is None:
+        return
+    parts = monitor.split("/")
+    if len(parts) == 3 and (len(pairs) < 2 or parts[1] not in pairs):
+        logged = (
+            f"val/<pair>/{parts[2]} for {', '.join(pairs)}"
+            if len(pairs) > 1
+            else (f"val/{parts[2]} (one language pair)")
+        )
+        raise ValueError(
+            f"lr_scheduler ReduceLROnPlateau monitors {monitor!r}, which the validation of this "
+            f"run does not log; it logs {logged}"
+        )
+    mode, higher = schedule["scheduler"].mode, parts[-1] in ("bleu", "chrf")
+    if mode == ("min" if higher else "max"):
+        better = "higher" if higher else "lower"
+        rank_zero_warn(
+            f"lr_scheduler ReduceLROnPlateau monitors {monitor} in mode {mode}, but a {better} "
+            f"{parts[-1]} is better: the rate falls while it improves; give mode "
+            f"{'max' if higher else 'min'}"
+        )
 
 
 def step_plateau_schedules(configs: Iterable[Any], logged: Mapping[str, float]) -> None:
@@ -142,10 +178,12 @@ def check_resumed_optimizer(checkpoint: Mapping[str, Any], name: str) -> None:
         )
 
 
-#: Entries of a schedule's state dict that are its state, not its settings.
+#: Entries of a schedule's state dict that are its state, not its settings; and the monitor
+#: of Lightning's plateau class, which the resumed run steps on as configured.
 _SCHEDULE_STATE = frozenset(
     {"base_lrs", "last_epoch", "_step_count", "_is_initial", "_get_lr_called_within_step",
-     "_last_lr", "lr_lambdas", "best", "num_bad_epochs", "cooldown_counter", "mode_worse"}
+     "_last_lr", "lr_lambdas", "best", "num_bad_epochs", "cooldown_counter", "mode_worse",
+     "monitor"}
 )  # fmt: skip
 #: Optimizer settings that choose an implementation, not the arithmetic.
 _IMPLEMENTATION = frozenset({"foreach", "fused", "capturable", "differentiable"})

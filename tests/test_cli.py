@@ -169,6 +169,11 @@ def test_invalid_value_names_the_option_and_the_value(monkeypatch, capsys):
     assert out.err.splitlines()[0].endswith(
         "as a list: --data.test_splits '[test_2016_flickr,test_2017_flickr]')"
     )
+    # Lightning's top-level --optimizer would replace configure_optimizers: not offered
+    code, out = _exit_of_main(monkeypatch, capsys, "fit", "--config", tiny, "--optimizer", "x")
+    assert code == 2 and out.err.splitlines()[0] == (
+        "seq2seq: error: unrecognized option --optimizer (did you mean --model.optimizer?)"
+    )
     # an argument of the class given (the plateau schedule's mode, the optimizer's lr)
     plateau = ["--model.lr_scheduler", "torch.optim.lr_scheduler.ReduceLROnPlateau"]
     for extra, line in (

@@ -262,3 +262,34 @@ def test_compile_compiles_twice_for_batches_of_varying_rows_and_lengths(monkeypa
         module._forward(src, src[:, :-1], (src != 0)[:, None, None, :])
     torch._dynamo.reset()
     assert counter.frame_count == 2
+
+
+def test_plateau_checks_before_training():
+    """A pair's metric that the run's pairs do not log is refused before training, a negative
+    patience when the module is built; a mode against its metric is warned about; the
+    monitor of Lightning's class is no setting a resume keeps (the configured one is used)."""
+    from functools import partial
+
+    from lightning.pytorch.cli import ReduceLROnPlateau as Named
+    from torch.optim.lr_scheduler import ReduceLROnPlateau
+
+    from seq2seq.optim import changed_settings, check_plateau_monitor, lightning_schedule
+
+    def schedule(monitor: str, mode: str = "max") -> dict:
+        optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+        return lightning_schedule(Named(optimizer, monitor=monitor, mode=mode), ["bleu"])
+
+    check_plateau_monitor(schedule("val/de-en/bleu"), ["de-en", "fr-en"])
+    with pytest.raises(ValueError, match=r"logs val/<pair>/bleu for de-en, fr-en$"):
+        check_plateau_monitor(schedule("val/it-en/bleu"), ["de-en", "fr-en"])
+    with pytest.raises(ValueError, match=r"logs val/bleu \(one language pair\)$"):
+        check_plateau_monitor(schedule("val/de-en/bleu"), ["de-en"])
+    with pytest.warns(UserWarning, match=r"val/bleu in mode min, but a higher bleu is better"):
+        check_plateau_monitor(schedule("val/bleu", "min"), ["de-en"])
+    with pytest.warns(UserWarning, match=r"val/loss in mode max, but a lower loss is better"):
+        check_plateau_monitor(schedule("val/loss", "max"), ["de-en"])
+    with pytest.raises(ValueError, match=r"lr_scheduler patience must be >= 0, got -1"):
+        tiny_model(lr_scheduler=partial(ReduceLROnPlateau, patience=-1))
+    saved = {"lr_schedulers": [schedule("val/de-en/bleu")["scheduler"].state_dict()]}
+    assert changed_settings(saved, torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1),
+                            schedule("val/bleu")["scheduler"]) == []  # fmt: skip

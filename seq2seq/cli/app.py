@@ -427,6 +427,9 @@ def run_lightning_cli(args: Sequence[str] | None) -> Seq2SeqCLI:
         parser_kwargs={"allow_abbrev": False},  # --trainer.max_ep is a typo, not max_epochs
         save_config_kwargs={"overwrite": True},
         seed_everything_default=1,
+        # --model.optimizer / --model.lr_scheduler only: Lightning's top-level --optimizer and
+        # --lr_scheduler would replace configure_optimizers, past the module's resume checks.
+        auto_configure_optimizers=False,
     )
 
 
