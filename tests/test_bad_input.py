@@ -475,6 +475,7 @@ def test_resume_with_another_schedule_is_refused(trained, tmp_path):
         cli_main(
             ["fit", "--config", str(config), "--ckpt_path", ckpt, "--model.lr_scheduler", plateau]
         )
+    assert not (tmp_path / "cache").exists()  # refused before any data is prepared
     with pytest.raises(ValueError, match=r"optimizer torch\.optim\.adamw\.AdamW, this run's is "):
         cli_main(
             ["fit", "--config", str(config), "--ckpt_path", ckpt, "--model.optimizer",

@@ -5,6 +5,7 @@ before any data is read, each checkpoint file read once per command."""
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import inspect
 import os
 import sys
@@ -46,6 +47,7 @@ from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.data.vocabulary import load_tokenizer
 from seq2seq.files import check_output_file
 from seq2seq.nn import TransformerConfig
+from seq2seq.optim import check_resumed_optimizer, check_resumed_schedule
 
 
 class CheckpointReader:
@@ -159,6 +161,20 @@ def resolve_ckpt_arguments(
     return step
 
 
+def _configured_class(value: Any) -> str | None | bool:
+    """:func:`~seq2seq.optim.class_name` of a ``model.optimizer`` or ``model.lr_scheduler``
+    value (``None``: null); ``False`` where the value names no class (the default)."""
+    if value is None:
+        return None
+    path = value.get("class_path") if hasattr(value, "get") else None
+    module, _, name = path.rpartition(".") if isinstance(path, str) else ("", "", "")
+    try:
+        cls = getattr(importlib.import_module(module), name) if module else None
+    except (ImportError, AttributeError):
+        return False
+    return f"{cls.__module__}.{cls.__qualname__}" if inspect.isclass(cls) else False
+
+
 def _refuse_unresumable(path: str, checkpoint: dict) -> None:
     """Raises CheckpointError for a checkpoint that holds no training state to resume:
     written by ``seq2seq import`` or weights only (``seq2seq average``)."""
@@ -211,6 +227,12 @@ def _check_resumable(
                 f"{what} (start a new run, in another --checkpoint_dir, for {others})"
                 f"{other_run}"
             )
+    if hasattr(config.get("model"), "get"):  # before any data is prepared, as the module would
+        checks = (("optimizer", check_resumed_optimizer), ("lr_scheduler", check_resumed_schedule))
+        for key, check in checks:
+            name = _configured_class(config["model"].get(key))
+            if name is not False and key in (checkpoint.get(CHECKPOINT_KEY) or {}):
+                check(checkpoint, name)
     data_state = checkpoint.get(TranslationDataModule.__qualname__)
     if data_state and hasattr(config.get("data"), "get"):
         # Before SentencePiece and the data cache are built for settings that the data
