@@ -51,10 +51,12 @@ class InverseSqrtLR(LambdaLR):
 
 
 def class_name(instance: object | None) -> str | None:
-    """``module.QualifiedName`` of a schedule's or optimizer's class, ``None`` for none."""
+    """``module.QualifiedName`` of a schedule's or optimizer's class (or of a class given
+    itself), ``None`` for none."""
     if instance is None:
         return None
-    return f"{type(instance).__module__}.{type(instance).__qualname__}"
+    cls = instance if isinstance(instance, type) else type(instance)
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def lightning_schedule(scheduler: object, metrics: Iterable[str]) -> dict[str, Any]:

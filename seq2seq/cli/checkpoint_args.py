@@ -47,7 +47,7 @@ from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.data.vocabulary import load_tokenizer
 from seq2seq.files import check_output_file
 from seq2seq.nn import TransformerConfig
-from seq2seq.optim import check_resumed_optimizer, check_resumed_schedule
+from seq2seq.optim import check_resumed_optimizer, check_resumed_schedule, class_name
 
 
 class CheckpointReader:
@@ -172,7 +172,7 @@ def _configured_class(value: Any) -> str | None | bool:
         cls = getattr(importlib.import_module(module), name) if module else None
     except (ImportError, AttributeError):
         return False
-    return f"{cls.__module__}.{cls.__qualname__}" if inspect.isclass(cls) else False
+    return class_name(cls) if inspect.isclass(cls) else False
 
 
 def _refuse_unresumable(path: str, checkpoint: dict) -> None:
