@@ -258,12 +258,25 @@ def test_validate_and_test_take_the_checkpoints_pairs(models, capsys):
         "data": {"src_lang": "de", "tgt_lang": "en", "pairs": ["en-de"]},
         "model": {},
     }
-    apply_checkpoint_architecture("test", config, lambda path: checkpoint)
+    apply_checkpoint_architecture("predict", config, lambda path: checkpoint)
     assert capsys.readouterr().err.splitlines() == [
         f"seq2seq: warning: {models['tagged']} was trained on the pairs en-de, en-fr "
-        "(data.pairs), not en-de as configured; test uses the checkpoint's languages"
+        "(data.pairs), not en-de as configured; predict uses the checkpoint's languages"
     ]
     assert config["data"]["pairs"] == TAGGED
+    # validate and test score a subset named in data.pairs, not one of the defaults
+    config["data"] = {"src_lang": "de", "tgt_lang": "en", "pairs": ["en-de"]}
+    subset = apply_checkpoint_architecture("test", config, lambda path: checkpoint)
+    assert subset == (("en", "de"),) and capsys.readouterr().err.splitlines() == [
+        f"seq2seq: note: {models['tagged']} was trained on the pairs en-de, en-fr; test "
+        "scores en-de (data.pairs)"
+    ]
+    assert [config["data"][k] for k in ("src_lang", "tgt_lang", "pairs")] == ["en", "de", None]
+    config["data"] = {"src_lang": "en", "tgt_lang": "de", "pairs": None}
+    assert apply_checkpoint_architecture("validate", config, lambda path: checkpoint) is None
+    assert config["data"]["pairs"] == TAGGED and "checkpoint's languages; to score" in (
+        capsys.readouterr().err
+    )
     assert other_languages(checkpoint, {"pairs": ["en-fr", "en-de"]}) is None  # a set
     bilingual = load_checkpoint(models["bilingual"])
     assert other_languages(bilingual, {"src_lang": "en", "tgt_lang": "de", "pairs": None}) == (
@@ -355,7 +368,8 @@ def test_a_trained_multilingual_checkpoint_translates_tests_and_grows(
     assert code in (0, None), err
     assert (
         f"seq2seq: warning: {trained.ckpt} was trained on the pairs en-de, en-fr (data.pairs), "
-        "not de-en as configured; test uses the checkpoint's languages"
+        "not de-en as configured; test uses the checkpoint's languages; to score some of its "
+        "pairs, list them in data.pairs"
     ) in err
     # validate prints the mean of the pairs' scores, which picks the best checkpoint
     code, out, err = run_main(
@@ -397,3 +411,55 @@ def test_a_trained_multilingual_checkpoint_translates_tests_and_grows(
     notes = [line for line in err if f"--init_from {trained.ckpt}" in line]
     assert len(notes) == 1 and "pieces learnt from it:" in notes[0], err
     assert "(it 0.0% of pieces unknown in 200 training sentences)" in notes[0]
+
+
+def _test_scores(out: str) -> dict[str, str]:
+    """``{key: "BLEU = ..."}`` of the score lines ``test`` prints (``test/<pair>/<set>: BLEU =
+    ...``), the BLEU, chrF2 and TER lines of a set joined."""
+    scores: dict[str, str] = {}
+    for line in out.splitlines():
+        key, sep, text = line.partition(": ")
+        if sep and key.startswith("test/") and " = " in text:
+            scores[key] = f"{scores.get(key, '')}{text}; "
+    return scores
+
+
+def test_test_and_validate_score_a_subset_of_the_checkpoints_pairs(
+    trained, in_tmp, monkeypatch, capsys
+):
+    """``--data.pairs`` naming some of a checkpoint's pairs scores those alone, as a test of
+    all its pairs scores each (one pair left: still with the tag before each source, and
+    named by the pair: its hypotheses file is not another pair's); a pair it lacks still
+    gives its pairs, with the hint."""
+    ckpt, pairs = str(trained.ckpt), "[en-de, en-fr]"
+    code, out, err = run_main(
+        monkeypatch, capsys, "test", *trained.flags, "--ckpt_path", ckpt, "--data.pairs", pairs
+    )
+    assert code in (0, None), err
+    every = _test_scores(out)
+    assert list(every) == ["test/en-de/test_2016_flickr", "test/en-fr/test_2016_flickr"]
+    assert "DataLoader 1" not in out  # Lightning's table, which repeats every set's scores
+    for pair in ("en-fr", "en-de"):
+        code, out, err = run_main(monkeypatch, capsys, "test", *trained.flags,
+                                  "--ckpt_path", ckpt, "--data.pairs", f"[{pair}]")  # fmt: skip
+        assert code in (0, None), err
+        assert err[0] == (
+            f"seq2seq: note: {ckpt} was trained on the pairs en-de, en-fr; test scores {pair} "
+            "(data.pairs)"
+        )
+        key = f"test/{pair}/test_2016_flickr"
+        assert _test_scores(out) == {key: every[key]}
+        assert (in_tmp / "hypotheses" / f"test.{pair}.test_2016_flickr.step3.txt").is_file()
+    code, out, err = run_main(monkeypatch, capsys, "validate", *trained.flags,
+                              "--ckpt_path", ckpt, "--data.pairs", "[en-fr]")  # fmt: skip
+    assert code in (0, None), err
+    assert "val/en-fr: BLEU = " in out and "val/en-de" not in out
+    code, out, err = run_main(monkeypatch, capsys, "test", *trained.flags,
+                              "--ckpt_path", ckpt, "--data.pairs", "[en-de, de-en]")  # fmt: skip
+    assert code in (0, None), err
+    assert err[0] == (
+        f"seq2seq: warning: {ckpt} was trained on the pairs en-de, en-fr (data.pairs), not "
+        "en-de, de-en as configured; test uses the checkpoint's languages; to score some of "
+        "its pairs, list them in data.pairs"
+    )
+    assert list(_test_scores(out)) == list(every)

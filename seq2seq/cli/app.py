@@ -98,6 +98,7 @@ class Seq2SeqCLI(compat.SkipCheckpointHparams, LightningCLI):
         self._read = CheckpointReader()
         self._resumed_step: int | None = None
         self._init_from: str | None = None
+        self._scored_subset: tuple[tuple[str, str], ...] | None = None
         self._folder_locks: list[FolderLock] = []
         self._new_folders: list = []
         try:
@@ -187,7 +188,7 @@ class Seq2SeqCLI(compat.SkipCheckpointHparams, LightningCLI):
             decoding = config["model"].get("decoding")
             if decoding is not None:  # DecodingConfig's own refusal, naming the config key
                 as_config(decoding.as_dict(), lambda name: f"model.decoding.{name}")
-            apply_checkpoint_architecture(self.subcommand, config, self._read)
+            self._scored_subset = apply_checkpoint_architecture(self.subcommand, config, self._read)
 
     def after_instantiate_classes(self) -> None:
         """The checkpoint's SentencePiece model (and with ``--init_from`` its weights) into the
@@ -207,7 +208,9 @@ class Seq2SeqCLI(compat.SkipCheckpointHparams, LightningCLI):
         call = self.config_init[subcommand]
         if subcommand in USES and str(call.get("ckpt_path")) == UNTRAINED:
             call["ckpt_path"] = None  # Lightning: the model's current (fresh) weights
-        if subcommand == "test" and len(getattr(self.datamodule, "test_set_names", [])) > 1:
+        if self._scored_subset and hasattr(self.datamodule, "heldout_by_pair"):
+            self.datamodule.heldout_by_pair = True  # named as in the checkpoint's run
+        if subcommand == "test" and _test_loaders(self.datamodule) > 1:
             # Lightning's table repeats every set's metrics under every set's column; the
             # module prints one row per set instead.
             call["verbose"] = False
@@ -452,3 +455,9 @@ def _checkpoint_summary(trainer) -> str | None:
     if folder.is_relative_to(Path.cwd()):
         folder = folder.relative_to(Path.cwd())
     return f"checkpoints: {folder}: {', '.join(parts)}"
+
+
+def _test_loaders(datamodule) -> int:
+    """The test loaders of a data module: one per pair and test set."""
+    keys = getattr(datamodule, "heldout_keys", None)
+    return len(keys("test")) if keys else len(getattr(datamodule, "test_set_names", []))

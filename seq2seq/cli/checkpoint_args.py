@@ -30,6 +30,8 @@ from seq2seq.checkpoint.format import (
     INIT_FROM,
     ORIGIN,
     differing_settings,
+    language_pairs,
+    pair_names,
     weights_name,
 )
 from seq2seq.checkpoint.restore import tokenizer_from_checkpoint
@@ -40,6 +42,7 @@ from seq2seq.cli.checkpoint_languages import (
     other_languages,
     report_new_languages,
     saved_pair_setting,
+    scored_subset,
 )
 from seq2seq.cli.messages import UNTRAINED, USES, cli_value
 from seq2seq.cli.run_folder import refuse_earlier_checkpoints
@@ -331,22 +334,43 @@ def _take_model_settings(saved: dict, config) -> None:
             config["data"][key] = saved[key]
 
 
-def apply_checkpoint_architecture(subcommand: str, config, read: CheckpointReader) -> None:
+def apply_checkpoint_architecture(
+    subcommand: str, config, read: CheckpointReader
+) -> tuple[tuple[str, str], ...] | None:
     """``validate``/``test``/``predict``: the model architecture and the language pair (or
-    ``data.pairs``) of ``--ckpt_path``, warning where the config differs. Decoding settings
-    (``beam_size``, ``length_penalty``, ...) are not saved as architecture: the config's
-    apply."""
+    ``data.pairs``) of ``--ckpt_path``, warning where the config differs; ``validate`` and
+    ``test`` score a subset of its pairs named in ``data.pairs`` (:func:`scored_subset`),
+    with a note. Decoding settings (``beam_size``, ``length_penalty``, ...) are not saved as
+    architecture: the config's apply.
+
+    Returns:
+        the subset of the checkpoint's pairs scored, else ``None``.
+    """
     ckpt_path = config.get("ckpt_path")
     if subcommand == "fit" or untrained_or_none(ckpt_path) or not Path(ckpt_path).is_file():
-        return
+        return None
     checkpoint = read(ckpt_path)  # settings only
     data = config["data"]
-    other = other_languages(checkpoint, data)
+    subset = scored_subset(checkpoint, data) if subcommand in ("validate", "test") else None
+    other = None if subset else other_languages(checkpoint, data)
+    if subset and rank_zero_only.rank == 0:
+        print(
+            f"seq2seq: note: {ckpt_path} was trained on the pairs "
+            f"{pair_names(language_pairs(checkpoint))}; {subcommand} scores "
+            f"{pair_names(subset)} (data.pairs)",
+            file=sys.stderr,
+        )
+    if subset and len(subset) == 1:  # a bilingual data module; a tagged model's tokenizer
+        data["pairs"] = None  # still puts the target's tag before each source
+        data["src_lang"], data["tgt_lang"] = subset[0]
+        config["model"]["tgt_lang"] = subset[0][1]  # sacreBLEU's tokenizer choice
     if other:
+        several = len(language_pairs(checkpoint) or ()) > 1
+        hint = "; to score some of its pairs, list them in data.pairs" if several else ""
         if rank_zero_only.rank == 0:
             print(
                 f"seq2seq: warning: {ckpt_path} was trained {other}; {subcommand} uses the "
-                "checkpoint's languages",
+                f"checkpoint's languages{hint if subcommand != 'predict' else ''}",
                 file=sys.stderr,
             )
         if "pairs" in data:  # the data module's setting (None: bilingual)
@@ -360,6 +384,7 @@ def apply_checkpoint_architecture(subcommand: str, config, read: CheckpointReade
         if not _settings_from_a_checkpoint(checkpoint):  # else the config names none
             warn_other_architecture(subcommand, ckpt_path, saved, config["model"])
         _take_model_settings(saved, config)
+    return subset
 
 
 def _settings_from_a_checkpoint(checkpoint: dict) -> bool:

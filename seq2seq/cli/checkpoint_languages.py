@@ -2,7 +2,8 @@
 the ``data.pairs`` of a multilingual run, compared for ``validate``/``test``/``predict`` and
 resume (:func:`other_languages`), and checked when ``fit --init_from`` starts a run on
 pairs the checkpoint was not trained on (:func:`check_target_tags`,
-:func:`report_new_languages`)."""
+:func:`report_new_languages`); some of a checkpoint's pairs scored alone
+(:func:`scored_subset`)."""
 
 from __future__ import annotations
 
@@ -61,6 +62,18 @@ def other_languages(checkpoint: dict, data: dict | Namespace) -> str | None:
             f"{my_src}->{my_tgt} as configured"
         )
     return f"on the pairs {pair_names(saved)} (data.pairs), not {pair_names(mine)} as configured"
+
+
+def scored_subset(checkpoint: dict, data: dict | Namespace) -> Pairs | None:
+    """``validate``/``test``: the configured ``data.pairs`` where they are some, not all, of the
+    checkpoint's pairs (scored alone, as fairseq's ``generate`` scores one direction of a
+    multilingual model), else ``None``. Only ``data.pairs`` chooses: ``data.src_lang`` and
+    ``data.tgt_lang`` have defaults, which would pick a subset nobody asked for."""
+    saved = language_pairs(checkpoint)
+    if not saved or not hasattr(data, "get") or not data.get("pairs"):
+        return None
+    mine = configured_pairs(data)
+    return mine if mine and set(mine) < set(saved) else None
 
 
 def _imported(checkpoint: dict) -> bool:

@@ -515,7 +515,8 @@ class TranslationDataModule(PairsMixin, L.LightningDataModule):
         pairs one loader per pair, in :meth:`heldout_keys` order."""
         dataset = self._require(self.val_set, "validate")
         if not self.multilingual:
-            return self._loader(dataset, self._sampler(self.val_split, train=False))
+            (held,) = self._plan("validate")  # its name: the split's, or the pair's key
+            return self._loader(dataset, self._sampler(held.name, train=False))
         return [
             self._loader(self.val_sets[held.key], self._sampler(held.name, train=False))
             for held in self._plan("validate")

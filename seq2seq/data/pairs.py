@@ -113,7 +113,11 @@ class HeldOut(NamedTuple):
 
 
 def heldout_plan(
-    stage: str, pairs: Sequence[Pair], val_split: str, test_splits: Sequence[str]
+    stage: str,
+    pairs: Sequence[Pair],
+    val_split: str,
+    test_splits: Sequence[str],
+    by_pair: bool = False,
 ) -> list[HeldOut]:
     """The held-out sets of a stage, in dataloader order. Bilingual (one pair): ``val`` and
     ``test/<split>``; several pairs: ``val/<pair>`` and ``test/<pair>/<split>``, pair-major.
@@ -122,11 +126,12 @@ def heldout_plan(
         stage: ``"fit"`` or ``"validate"`` (validation sets), or ``"test"``.
         pairs: the run's pairs (one for a bilingual run).
         val_split, test_splits: the split names.
+        by_pair: name one pair's sets by the pair too.
 
     Raises:
         ValueError: for another stage.
     """
-    several = len(pairs) > 1
+    several = len(pairs) > 1 or by_pair
     if stage in ("fit", "validate"):
         keys = [f"val/{pair_name(p)}" if several else "val" for p in pairs]
         return [
@@ -206,6 +211,12 @@ class PairsMixin:
     tokenizer over them. It reads the data module's settings (``pairs``, ``src_lang``,
     ``data_dir``, ...), ``_pairs`` (the run's pairs, one for a bilingual run) and its sets."""
 
+    heldout_by_pair: bool = False
+    """Whether one pair's held-out sets go by the pair too (``val/de-en``,
+    ``test/de-en/<split>``), as a run of several pairs names them: set where ``validate`` or
+    ``test`` scores one of a multilingual checkpoint's pairs, so that its scores and files
+    are named as that run's are."""
+
     # ------------------------------------------------------------------ pairs and keys
     @property
     def multilingual(self) -> bool:
@@ -248,7 +259,9 @@ class PairsMixin:
         return self.val_sets.get(key)
 
     def _plan(self, stage: str) -> list[HeldOut]:
-        return heldout_plan(stage, self._pairs, self.val_split, self.test_set_names)
+        return heldout_plan(
+            stage, self._pairs, self.val_split, self.test_set_names, self.heldout_by_pair
+        )
 
     def _languages(self, pair: Pair, tokenizer: Tokenizer | None = None) -> dict[str, str]:
         """``tokenizer.encode``'s language keywords for the text of ``pair``."""
