@@ -1505,7 +1505,9 @@ def test_batch_counts_parse_as_integers_whatever_order_typing_cached():
 
 def test_a_resumed_fit_continues_its_tensorboard_folder(tiny_cache, multi30k_dir, in_tmp):
     """fit --ckpt_path last logs into the version folder of the run it resumes, its steps
-    continuing there (fairseq's TensorBoard folder continues too), not into version_1."""
+    continuing there (fairseq's TensorBoard folder continues too), not into version_1; the
+    run's config.yaml stays, the resume's goes beside it, and so does that of a test into the
+    folder (without a logger)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     argv = [
@@ -1520,6 +1522,17 @@ def test_a_resumed_fit_continues_its_tensorboard_folder(tiny_cache, multi30k_dir
     events.Reload()
     assert [e.step for e in events.Scalars("train/loss")] == [4, 9, 14, 19]
     assert [e.step for e in events.Scalars("val/bleu")] == [9, 19]
+    run = folder / "version_0"
+    cli_main(["test", *argv[1:], "--ckpt_path", "last", "--trainer.logger", "false",
+              "--trainer.default_root_dir", str(run)])  # fmt: skip
+    saved = {
+        path.name: yaml.safe_load(path.read_text("utf-8"))
+        for path in sorted(run.glob("config*.yaml"))
+    }
+    assert list(saved) == ["config.resumed-step10.yaml", "config.test.yaml", "config.yaml"]
+    assert saved["config.yaml"]["trainer"]["max_steps"] == 10
+    assert saved["config.resumed-step10.yaml"]["trainer"]["max_steps"] == 20
+    assert str(saved["config.test.yaml"]["ckpt_path"]).endswith("last.ckpt")
 
 
 def test_a_resume_under_another_logger_name_says_how_to_continue_the_runs_folder(capsys):

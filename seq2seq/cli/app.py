@@ -55,6 +55,7 @@ from seq2seq.cli.messages import (
 from seq2seq.cli.parser import Seq2SeqArgumentParser, batch_counts_parse_as_integers
 from seq2seq.cli.run_folder import (
     FolderLock,
+    RunConfig,
     check_writable,
     lock_checkpoint_folders,
     missing_folders,
@@ -241,6 +242,9 @@ class Seq2SeqCLI(compat.SkipCheckpointHparams, LightningCLI):
         if self.subcommand == "fit" and trainer.progress_bar_callback is None:
             if not stdout_is_terminal():  # no bar, also with enable_progress_bar: false
                 trainer.callbacks.append(TextProgress(trainer.log_every_n_steps))
+        for callback in trainer.callbacks:
+            if isinstance(callback, RunConfig) and self.subcommand == "fit":
+                callback.resumed_step = self._resumed_step
         if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
             trainer.strategy.checkpoint_io = AtomicCheckpointIO()
         return trainer
@@ -428,6 +432,7 @@ def run_lightning_cli(args: Sequence[str] | None) -> Seq2SeqCLI:
         args=args,
         parser_class=Seq2SeqArgumentParser,
         parser_kwargs={"allow_abbrev": False},  # --trainer.max_ep is a typo, not max_epochs
+        save_config_callback=RunConfig,  # config.yaml, or beside it that of a resume or test
         save_config_kwargs={"overwrite": True},
         seed_everything_default=1,
         # --model.optimizer / --model.lr_scheduler only: Lightning's top-level --optimizer and

@@ -1,6 +1,6 @@
 """A run's folders: writability, the lock of a checkpoint folder, the cleanup of folders a
-command created and left empty, and the refusal of a new run over an earlier run's
-checkpoints."""
+command created and left empty, the refusal of a new run over an earlier run's
+checkpoints, and the saved config of a command that shares a folder with another."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ from pathlib import Path
 
 import filelock
 import lightning as L
+from lightning.fabric.utilities.cloud_io import get_filesystem
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
@@ -55,6 +57,30 @@ def check_writable(trainer: L.Trainer, checkpoints: bool = True) -> None:
 #: and the side file beside it that names the holder's process id.
 LOCK_NAME = ".seq2seq.lock"
 PID_NAME = ".seq2seq.lock.pid"
+
+
+class RunConfig(SaveConfigCallback):
+    """Lightning's ``config.yaml`` of a command, not written over that of another command in
+    the same folder: a resumed ``fit`` that logs into the folder of the run it resumes writes
+    ``config.resumed-step<N>.yaml`` (``N``: the checkpoint's step) beside the run's
+    ``config.yaml``, and ``validate``/``test`` into a folder that holds one (without a logger,
+    ``trainer.default_root_dir``) write ``config.<command>.yaml``. A new ``fit`` writes
+    ``config.yaml``, as Lightning does."""
+
+    resumed_step: int | None = None
+    """The step of the checkpoint a ``fit`` resumes from (set by the command line)."""
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if not self.already_saved and self.save_to_log_dir:
+            log_dir = trainer.log_dir  # on every rank: it broadcasts
+            path = os.path.join(log_dir, self.config_filename)
+            command = trainer.state.fn.value if trainer.state.fn else str(stage)
+            if trainer.is_global_zero and get_filesystem(log_dir).isfile(path):
+                if command != "fit":
+                    self.config_filename = f"config.{command}.yaml"
+                elif self.resumed_step is not None:
+                    self.config_filename = f"config.resumed-step{self.resumed_step}.yaml"
+        super().setup(trainer, pl_module, stage)
 
 
 class FolderLock:
