@@ -142,16 +142,24 @@ def step_plateau_schedules(configs: Iterable[Any], logged: Mapping[str, float]) 
             config.scheduler.step(logged[config.monitor])
 
 
+#: Schedule classes whose state is another's: Lightning's plateau class is torch's with a
+#: ``monitor`` of its own.
+_SAME_STATE = {
+    "lightning.pytorch.cli.ReduceLROnPlateau": "torch.optim.lr_scheduler.ReduceLROnPlateau"
+}
+
+
 def check_resumed_schedule(checkpoint: Mapping[str, Any], name: str | None) -> None:
     """Raises ``ValueError`` if the run of ``checkpoint`` (a Lightning checkpoint that ``fit``
     resumes) trained with another schedule than the class ``name`` (:func:`class_name`):
     Lightning would load one schedule's state into the other, or give a new schedule none (its
-    warm-up would start again). For checkpoints written before the class was recorded, only
-    whether the run had a schedule is compared."""
+    warm-up would start again); torch's and Lightning's ``ReduceLROnPlateau`` count as one. For
+    checkpoints written before the class was recorded, only whether the run had a schedule is
+    compared."""
     recorded = checkpoint.get("seq2seq") or {}
     if SCHEDULE_KEY in recorded:
         saved = recorded[SCHEDULE_KEY]
-        if saved == name:
+        if _SAME_STATE.get(saved, saved) == _SAME_STATE.get(name, name):
             return
     else:
         had = bool(checkpoint.get("lr_schedulers"))

@@ -209,6 +209,14 @@ def test_resumed_schedule_check_of_checkpoints_with_and_without_the_record():
     inverse = "seq2seq.optim.InverseSqrtLR"
     check_resumed_schedule({"seq2seq": {"lr_scheduler": inverse}}, inverse)
     check_resumed_schedule({"seq2seq": {"lr_scheduler": None}}, None)
+    torch_plateau, lightning_plateau = (
+        "torch.optim.lr_scheduler.ReduceLROnPlateau",
+        "lightning.pytorch.cli.ReduceLROnPlateau",
+    )  # the same state; Lightning's has a monitor of its own
+    check_resumed_schedule({"seq2seq": {"lr_scheduler": torch_plateau}}, lightning_plateau)
+    check_resumed_schedule({"seq2seq": {"lr_scheduler": lightning_plateau}}, torch_plateau)
+    with pytest.raises(ValueError, match=r"trained with lr_scheduler torch.optim.lr_scheduler.Re"):
+        check_resumed_schedule({"seq2seq": {"lr_scheduler": torch_plateau}}, inverse)
     with pytest.raises(ValueError, match=r"trained with lr_scheduler null \(a constant rate\), "):
         check_resumed_schedule({"seq2seq": {"lr_scheduler": None}}, inverse)
     # written before the record: whether the run had a schedule at all
