@@ -184,6 +184,15 @@ def test_invalid_value_names_the_option_and_the_value(monkeypatch, capsys):
     ):  # fmt: skip
         code, out = _exit_of_main(monkeypatch, capsys, "fit", "--config", tiny, *extra)
         assert code == 2 and out.err.splitlines()[0] == f"seq2seq: error: invalid value {line}"
+    # a class given without an argument it requires (Lightning's plateau class, its monitor)
+    lightning_plateau = "lightning.pytorch.cli.ReduceLROnPlateau"
+    code, out = _exit_of_main(
+        monkeypatch, capsys, "fit", "--config", tiny, "--model.lr_scheduler", lightning_plateau
+    )
+    assert code == 2 and out.err.splitlines()[0] == (
+        f"seq2seq: error: --model.lr_scheduler {lightning_plateau} needs "
+        "--model.lr_scheduler.init_args.monitor"
+    )
     # SEQ2SEQ_TRACEBACK=1: jsonargparse's own report, usage and full message
     monkeypatch.setenv("SEQ2SEQ_TRACEBACK", "1")
     code, out = _exit_of_main(monkeypatch, capsys, *argv)

@@ -134,6 +134,12 @@ def _invalid_value_lines(key: str, inline: str, details: list[str]) -> list[str]
         if match:
             notes.append(f"{match[1]!r} is not a known class name or import path")
             continue
+        match = re.fullmatch(r".*callable class: the following arguments are required: (.+)", line)
+        if match:  # a class given without an argument it needs
+            given = re.search(r"class_path='([^']+)'", "\n".join(details))
+            needs = ", ".join(f"--{key}.init_args.{arg.strip()}" for arg in match[1].split(","))
+            of = f" {given[1]}" if given else ""
+            return [f"seq2seq: error: --{key}{of} needs {needs}"]
         match = re.fullmatch(r'.*: Parser key "([^"]+)":', line)
         if match and "." not in match[1]:  # an argument of the class given: the next line
             after = details[details.index(raw) + 1 :]
