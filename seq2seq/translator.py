@@ -219,13 +219,17 @@ class Translator:
         return self._encode(sentences)
 
     def _encode(
-        self, sentences: Sequence[str], tgt_lang: str | None = None, src_lang: str | None = None
+        self,
+        sentences: Sequence[str],
+        tgt_lang: str | None = None,
+        src_lang: str | None = None,
+        first_line: int = 1,
     ) -> list[list[int]]:
         """:meth:`encode`; its warning points at the code that called :meth:`encode` or
         :meth:`translate`. ``tgt_lang``: the target language a source tag selects;
         ``src_lang``: the source language (NLLB's source code)."""
         limit = self.model.max_positions
-        languages = {"tgt_lang": tgt_lang, "src_lang": src_lang}
+        languages = {"tgt_lang": tgt_lang, "src_lang": src_lang, "first_line": first_line}
         ids = source_ids(self.tokenizer, sentences, limit, stacklevel=4, **languages)
         return [row + [self.tokenizer.eos_id] for row in ids]
 
@@ -258,6 +262,7 @@ class Translator:
         prefixes: Sequence[str] | str | None = None,
         tgt_lang: str | None = None,
         src_lang: str | None = None,
+        first_line: int = 1,
         **decoding: Any,
     ) -> str | list[tuple[str, float]] | list[str] | list[list[tuple[str, float]]]:
         """Translate one sentence, or a list of sentences keeping their order.
@@ -272,6 +277,8 @@ class Translator:
             tgt_lang: the target language as the model's tokens name it (``"fr"`` for our
                 ``>>fr<<``, NLLB ``"fra_Latn"``); needed where there are several.
             src_lang: the source language (NLLB's code); outside :attr:`pairs`: a warning.
+            first_line: the line number of the first sentence in the warning that names
+                sentences cut to ``max_positions`` (a caller translating a file in parts).
             **decoding: this call's :class:`~seq2seq.nn.DecodingConfig` fields (``seed`` for
                 ``sampling_seed``), under :func:`~seq2seq.text_decoding.sampling_rules`; with
                 sampling, ``n_samples`` pairs per sentence above 1, in sample order.
@@ -316,7 +323,7 @@ class Translator:
         forced = self._encode_prefixes(prefixes, len(sentences), tgt_lang)
         if forced is None and language[1]:
             forced = [list(language[1]) for _ in sentences]
-        encoded = self._encode(sentences, tgt_lang, src_lang)
+        encoded = self._encode(sentences, tgt_lang, src_lang, first_line)
         order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
         results: list[Any] = [None] * len(encoded)
         start = 0

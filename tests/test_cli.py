@@ -1688,6 +1688,58 @@ def test_translate_samples_and_forces_prefixes_end_to_end(tiny_run, tmp_path, mo
     )
 
 
+def test_translate_reads_translates_and_writes_in_parts(tiny_run, tmp_path, monkeypatch, capsys):
+    """``--buffer_size N``: the input translated N lines at a time gives the output of all of
+    it at once (n-best indices and prefixes counted over the whole input, cut lines named by
+    their line in it); a prefix file of another length than stdin is refused as it is read."""
+    ckpt = str(tiny_run / "checkpoints/tiny/last.ckpt")
+    lines = ["Ein Hund läuft.", "", "Eine Frau singt.", "Zwei Männer spielen Fußball.", "Ja."]
+    lines.append(" ".join(["Ein sehr langer Satz"] * 20))  # over max_positions: cut
+    text = "".join(f"{line}\n" for line in lines).encode("utf-8")
+    prefixes = tmp_path / "prefix.en"
+    prefixes.write_text("A dog\n\n\nTwo men\n\nA\n", encoding="utf-8")
+    options = [
+        [],
+        ["--beam_size", "2", "--n_best", "2"],
+        ["--beam_size", "1", "--prefix_file", str(prefixes)],
+        ["--n_samples", "2", "--temperature", "1.5", "--seed", "3"],
+    ]
+    for extra in options:
+        outputs = []
+        for buffer in ([], ["--buffer_size", "2"]):
+            code, out, err = _translate_main(
+                monkeypatch, capsys, text, "--ckpt_path", ckpt, *extra, *buffer
+            )
+            assert code == 0, (extra, buffer, err)
+            assert any("input line 6 has " in line for line in err), err
+            outputs.append(out)
+        assert outputs[0] == outputs[1], extra
+        assert outputs[0].count("\n") == len(lines) * (2 if "2" in extra else 1)
+    nbest = [line.split("\t")[0] for line in outputs[0].splitlines()]
+    assert nbest == [str(i) for i in range(len(lines)) for _ in range(2)]
+    for written, count in (
+        (["A dog"] * 2, "2 lines but the input <stdin> has more than 2"),
+        (["A dog"] * 7, "more than 6 lines but the input <stdin> has 6"),
+    ):
+        prefixes.write_text("".join(f"{line}\n" for line in written), encoding="utf-8")
+        code, out, err = _translate_main(
+            monkeypatch,
+            capsys,
+            text,
+            "--ckpt_path",
+            ckpt,
+            "--prefix_file",
+            str(prefixes),
+            "--buffer_size",
+            "2",
+        )
+        assert code == 2, err
+        assert err[-1] == (
+            f"seq2seq translate: error: --prefix_file {prefixes} has {count}; give one prefix "
+            "per input line (an empty line for none)"
+        )  # fmt: skip
+
+
 def test_a_stop_mid_epoch_writes_no_checkpoint_named_with_an_older_score(
     tmp_path, multi30k_dir, tiny_cache, monkeypatch
 ):

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import sys
 import typing
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ import docstring_parser
 import torch
 
 from seq2seq.commands.parsing import Parser, check_output, plain
-from seq2seq.data.corpus import decode_lines, read_lines
+from seq2seq.data.formats import iter_lines, iter_stream_lines
 from seq2seq.files import atomic_write, stream_errors
 from seq2seq.machine import warn_emulated_bfloat16
 from seq2seq.nn import DecodingConfig
@@ -72,7 +73,9 @@ def translate(argv: Sequence[str]) -> None:
     any other line. The decoding options override the checkpoint's ``model.decoding``; a
     sampling option asks for sampling (:func:`seq2seq.text_decoding.sampling_rules`), whose
     ``--n_samples N > 1`` writes N ``index<TAB>score<TAB>text`` rows per line, as ``--n_best``.
-    ``--prefix_file`` forces the start of each translation. A model trained into several
+    ``--prefix_file`` forces the start of each translation. The input is translated
+    ``--buffer_size`` lines at a time (sorted by length within them into batches of
+    ``--max_tokens``), each part written once translated. A model trained into several
     target languages (``data.pairs``) needs ``--tgt_lang``; ``--src_lang`` outside its trained
     pairs translates zero-shot, with a warning.
     Several checkpoints decode as an ensemble: each step takes the mean of the
@@ -127,6 +130,13 @@ def translate(argv: Sequence[str]) -> None:
     parser.add_argument(
         "--max_tokens", type=int, default=4096, help="source tokens per batch (default: 4096)"
     )
+    parser.add_argument(
+        "--buffer_size",
+        type=int,
+        default=None,
+        help=f"input lines read, translated and written at a time (default: {BUFFER_SIZE:,}; 1 "
+        "where stdin is a terminal, so that each line typed is translated at once)",
+    )
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: auto)")
     parser.add_argument(
         "--dtype",
@@ -139,9 +149,9 @@ def translate(argv: Sequence[str]) -> None:
     args = parser.parse_args(list(argv))
     decoding = _decoding_flags(parser, args)
     sampling = bool(decoding.get("sampling"))
-    for name in ("n_best", "max_tokens"):
+    for name in ("n_best", "max_tokens", "buffer_size"):
         value = getattr(args, name)
-        if value < 1:
+        if value is not None and value < 1:
             parser.error(f"--{name} must be >= 1, got {value}")
     if args.beam_size is not None and args.n_best > args.beam_size:
         parser.error(f"--n_best {args.n_best} exceeds --beam_size {args.beam_size}")
@@ -203,43 +213,84 @@ def translate(argv: Sequence[str]) -> None:
             f"--n_best {args.n_best} exceeds the beam size {beam} (the checkpoint's); "
             f"pass --beam_size {args.n_best} or more"
         )
-    # Invalid UTF-8 is reported with the file (or <stdin>) and line; CRs of CRLF are removed.
-    if args.input == "-":
-        lines = decode_lines(sys.stdin.buffer.read(), "<stdin>")
-    else:
-        lines = read_lines(args.input)
-    prefixes = None
-    if prefix_source is not None:
-        prefixes = read_lines(prefix_source)
-        if len(prefixes) != len(lines):
-            where = "<stdin>" if args.input == "-" else args.input
-            parser.error(
-                f"--prefix_file {args.prefix_file} has {_lines(len(prefixes))} but the input "
-                f"{where} has {len(lines)}; give one prefix per input line (an empty line "
-                "for none)"
-            )
-    options = {"prefixes": prefixes} if prefixes is not None else {}
-    for name in ("tgt_lang", "src_lang"):
-        if getattr(args, name) is not None:
-            options[name] = getattr(args, name)
-    results = translator.translate(lines, n_best=args.n_best, return_scores=args.scores, **options)
+    where = "<stdin>" if args.input == "-" else args.input
+    if prefix_source is not None and args.input != "-":  # both counted before any work
+        counts = [sum(1 for _ in iter_lines(path)) for path in (prefix_source, args.input)]
+        if counts[0] != counts[1]:
+            _prefix_count_error(parser, args.prefix_file, where, *counts)
+    buffer = args.buffer_size
+    if buffer is None:
+        buffer = 1 if args.input == "-" and sys.stdin.isatty() else BUFFER_SIZE
     rows = args.n_best > 1 or (sampling and n_samples > 1)
-    if not rows and args.n_best == 1 and not args.scores:
-        out_lines = list(results)
-    elif not rows:
-        out_lines = [f"{hyps[0][1]:.4f}\t{hyps[0][0]}" for hyps in results]
-    else:
-        out_lines = [
-            f"{i}\t{score:.4f}\t{hyp}" for i, hyps in enumerate(results) for hyp, score in hyps
-        ]
-    body = "".join(line + "\n" for line in out_lines)
+    options = {name: getattr(args, name) for name in ("tgt_lang", "src_lang")}
+    options = {name: value for name, value in options.items() if value is not None}
+
+    def parts() -> Iterator[str]:
+        """The output, a part per ``buffer`` input lines, each once translated."""
+        # Invalid UTF-8 is reported with the file (or <stdin>) and line; CRs of CRLF removed.
+        if args.input == "-":
+            lines = iter_stream_lines(sys.stdin.buffer, "<stdin>")
+        else:
+            lines = iter_lines(args.input)
+        prefixes = iter_lines(prefix_source) if prefix_source is not None else None
+        first = 0
+        while window := list(itertools.islice(lines, buffer)):
+            extra = {}
+            if prefixes is not None:
+                extra["prefixes"] = list(itertools.islice(prefixes, len(window)))
+                if len(extra["prefixes"]) < len(window):  # stdin: found as it is read
+                    total = first + len(extra["prefixes"])
+                    _prefix_count_error(parser, args.prefix_file, where, total, None)
+            results = translator.translate(
+                window, n_best=args.n_best, return_scores=args.scores, first_line=first + 1,
+                **options, **extra,
+            )  # fmt: skip
+            yield "".join(line + "\n" for line in _output_lines(results, first, rows, args))
+            first += len(window)
+        if prefixes is not None and next(prefixes, None) is not None:
+            _prefix_count_error(parser, args.prefix_file, where, None, first)
+
     if args.output == "-":
         with stream_errors("standard output"):
-            sys.stdout.write(body)
-            sys.stdout.flush()
+            for part in parts():
+                sys.stdout.write(part)
+                sys.stdout.flush()
     else:
         with atomic_write(args.output, "w", encoding="utf-8") as f:
-            f.write(body)
+            for part in parts():
+                f.write(part)
+
+
+BUFFER_SIZE = 10_000
+"""Input lines that ``translate`` reads, translates and writes at a time by default."""
+
+
+def _output_lines(results: list, first: int, rows: bool, args: argparse.Namespace) -> list[str]:
+    """The output lines of the translations of input lines ``first`` (0-based) onwards."""
+    if not rows and not args.scores:
+        return list(results)
+    if not rows:
+        return [f"{hyps[0][1]:.4f}\t{hyps[0][0]}" for hyps in results]
+    return [
+        f"{first + i}\t{score:.4f}\t{hyp}" for i, hyps in enumerate(results) for hyp, score in hyps
+    ]
+
+
+def _prefix_count_error(
+    parser: argparse.ArgumentParser,
+    prefix_file: str,
+    where: str,
+    prefixes: int | None,
+    lines: int | None,
+) -> None:
+    """The error of a ``--prefix_file`` of another length than the input (``None``: a count
+    that reading stopped before knowing: more than the other)."""
+    has = _lines(prefixes) if prefixes is not None else f"more than {_lines(lines)}"
+    other = str(lines) if lines is not None else f"more than {prefixes}"
+    parser.error(
+        f"--prefix_file {prefix_file} has {has} but the input {where} has {other}; give one "
+        "prefix per input line (an empty line for none)"
+    )
 
 
 def _decoding_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, Any]:

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import io
 import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 _GZIP_MAGIC = b"\x1f\x8b"
 
@@ -122,28 +124,37 @@ def iter_lines(path: str | Path) -> Iterator[str]:
     path = Path(path)
     _check_readable(path)
     with open(path, "rb") as raw:
-        compressed = raw.peek(2)[:2] == _GZIP_MAGIC  # peek: a pipe cannot seek back
-        stream = gzip.GzipFile(fileobj=raw) if compressed else raw
-        try:
-            for number, line in enumerate(stream, start=1):
-                try:
-                    text = line.decode("utf-8")
-                except UnicodeDecodeError as err:
-                    raise ValueError(
-                        f"{path}, line {number}: invalid UTF-8 ({err.reason} at byte "
-                        f"{err.start + 1} of the line, counting from 1)."
-                    ) from err
-                if number == 1 and text.startswith("\ufeff"):
-                    text = text[1:]
-                    if not text:
-                        continue
-                if text.endswith("\n"):
-                    text = text[:-1]
-                yield text[:-1] if text.endswith("\r") else text
-        except (OSError, EOFError) as err:
-            if not compressed:
-                raise
-            raise ValueError(f"{path} is not a readable gzip file: {err}") from err
+        yield from iter_stream_lines(raw, str(path))
+
+
+def iter_stream_lines(raw: BinaryIO, name: str) -> Iterator[str]:
+    """:func:`iter_lines` of an open binary stream (``sys.stdin.buffer``), ``name`` naming it in
+    errors (``"<stdin>"``). A line is yielded as soon as it has been read whole, so a reader
+    at a terminal gets each line as it is typed."""
+    if not hasattr(raw, "peek"):  # e.g. io.BytesIO
+        raw = io.BufferedReader(raw)
+    compressed = raw.peek(2)[:2] == _GZIP_MAGIC  # peek: a pipe cannot seek back
+    stream = gzip.GzipFile(fileobj=raw) if compressed else raw
+    try:
+        for number, line in enumerate(stream, start=1):
+            try:
+                text = line.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise ValueError(
+                    f"{name}, line {number}: invalid UTF-8 ({err.reason} at byte "
+                    f"{err.start + 1} of the line, counting from 1)."
+                ) from err
+            if number == 1 and text.startswith("\ufeff"):
+                text = text[1:]
+                if not text:
+                    continue
+            if text.endswith("\n"):
+                text = text[:-1]
+            yield text[:-1] if text.endswith("\r") else text
+    except (OSError, EOFError) as err:
+        if not compressed:
+            raise
+        raise ValueError(f"{name} is not a readable gzip file: {err}") from err
 
 
 def _misaligned(src_path, tgt_path, n_src: int, n_tgt: int) -> ValueError:

@@ -515,10 +515,11 @@ def source_ids(
     stacklevel: int = 2,
     tgt_lang: str | None = None,
     src_lang: str | None = None,
+    first_line: int = 1,
 ) -> list[list[int]]:
     """Source sentences as ids without EOS, each cut to ``limit - 1`` tokens so that with EOS
-    it fits ``max_positions`` (``limit``); the cut lines (1-based) are named in one
-    ``UserWarning``.
+    it fits ``max_positions`` (``limit``); the cut lines (1-based, ``first_line`` the first
+    sentence's) are named in one ``UserWarning``.
 
     Args:
         tokenizer: the model's SentencePiece model.
@@ -562,7 +563,7 @@ def source_ids(
     languages = {key: value for key, value in given.items() if value is not None}
     for i, ids in enumerate(tokenizer.encode(sentences, **languages)):
         if len(ids) + 1 > limit:
-            cut.append((i + 1, len(ids) + 1))
+            cut.append((i + first_line, len(ids) + 1))
             ids = ids[: limit - 1]
         encoded.append(ids)
     if len(cut) == 1:

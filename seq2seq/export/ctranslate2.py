@@ -343,12 +343,16 @@ class CTranslate2Translator:
         return self._encode(sentences)
 
     def _encode(
-        self, sentences: Sequence[str], tgt_lang: str | None = None, src_lang: str | None = None
+        self,
+        sentences: Sequence[str],
+        tgt_lang: str | None = None,
+        src_lang: str | None = None,
+        first_line: int = 1,
     ) -> list[list[int]]:
         """:meth:`encode`; its warning points at the code that called :meth:`encode` or
         :meth:`translate`. A target-language tag goes first (``tgt_lang``)."""
         limit = self.model_config["max_positions"]
-        languages = {"tgt_lang": tgt_lang, "src_lang": src_lang}
+        languages = {"tgt_lang": tgt_lang, "src_lang": src_lang, "first_line": first_line}
         return source_ids(self.tokenizer, sentences, limit, stacklevel=4, **languages)
 
     def translate(
@@ -360,6 +364,7 @@ class CTranslate2Translator:
         prefixes: Sequence[str] | str | None = None,
         tgt_lang: str | None = None,
         src_lang: str | None = None,
+        first_line: int = 1,
         **decoding: Any,
     ):
         """Translate one sentence or a list of them, as
@@ -392,7 +397,7 @@ class CTranslate2Translator:
         single = isinstance(sentences, str)
         if single and isinstance(prefixes, str):
             prefixes = [prefixes]
-        encoded = self._encode([sentences] if single else sentences, tgt_lang, src_lang)
+        encoded = self._encode([sentences] if single else sentences, tgt_lang, src_lang, first_line)
         forced = _prefix_ids(self.tokenizer, prefixes, len(encoded), tgt_lang)
         if forced is None and language[1]:  # e.g. NLLB's target-language code
             forced = [list(language[1]) for _ in encoded]
