@@ -277,8 +277,7 @@ class Translator:
             tgt_lang: the target language as the model's tokens name it (``"fr"`` for our
                 ``>>fr<<``, NLLB ``"fra_Latn"``); needed where there are several.
             src_lang: the source language (NLLB's code); outside :attr:`pairs`: a warning.
-            first_line: the line number of the first sentence in the warning that names
-                sentences cut to ``max_positions`` (a caller translating a file in parts).
+            first_line: the first sentence's number in the warning on sentences cut.
             **decoding: this call's :class:`~seq2seq.nn.DecodingConfig` fields (``seed`` for
                 ``sampling_seed``), under :func:`~seq2seq.text_decoding.sampling_rules`; with
                 sampling, ``n_samples`` pairs per sentence above 1, in sample order.
