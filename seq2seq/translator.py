@@ -289,8 +289,7 @@ class Translator:
             TypeError: for bytes, no iterable, or an entry that is no string (its index).
             ValueError: naming the entry or the setting: a line break; a setting unknown, out
                 of range or against the sampling rules; ``n_best`` above the beam size;
-                ``prefixes`` not one per sentence; a missing or unknown ``tgt_lang``.
-        """
+                ``prefixes`` not one per sentence; a missing or unknown ``tgt_lang``."""
         tgt_lang = untagged_target(self.tokenizer, self.pairs, tgt_lang)
         language = language_prefixes(self.tokenizer, tgt_lang, src_lang)  # before any work
         zero_shot = zero_shot_warning(self.pairs, src_lang, tgt_lang)
