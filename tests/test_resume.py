@@ -566,17 +566,26 @@ def test_multi30k_early_stopping_allows_a_stop_before_the_first_validation(
 
 class InterruptValidation(Callback):
     """Sends SIGINT (Ctrl-C) to its own process inside the first validation of fit after
-    training step ``step`` (test helper)."""
+    training step ``step`` (test helper): in its first batch, or (``scoring``) once its
+    batches are done, before its scores."""
 
-    def __init__(self, step: int) -> None:
-        self.step = step
+    def __init__(self, step: int, scoring: bool = False) -> None:
+        self.step, self.scoring = step, scoring
 
     def setup(self, trainer, pl_module, stage: str) -> None:
         _hear_sigint()
 
-    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, *args) -> None:
+    def _interrupt(self, trainer) -> None:
         if not trainer.sanity_checking and trainer.global_step == self.step:
             os.kill(os.getpid(), signal.SIGINT)
+
+    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, *args) -> None:
+        if not self.scoring:
+            self._interrupt(trainer)
+
+    def on_validation_epoch_end(self, trainer, pl_module) -> None:
+        if self.scoring:
+            self._interrupt(trainer)
 
 
 @pytest.mark.slow  # 4 runs, one stopped by Ctrl-C; CI runs the slow tier too (.ci/run)
@@ -590,7 +599,7 @@ def test_validation_cut_short_by_ctrl_c_is_run_again_on_resume(tmp_path, multi30
         return _last_checkpoint_config(
             tmp_path, data, name, interrupt,
             checkpoint={"monitor": "val/bleu", "mode": "max", "save_top_k": -1},
-            helpers=[helper] if interrupt else [],
+            helpers=[helper] if interrupt else [], max_steps=10,
         )  # fmt: skip
 
     reference = _fit(config("reference"))
@@ -616,6 +625,45 @@ def test_validation_cut_short_by_ctrl_c_is_run_again_on_resume(tmp_path, multi30
     again = _fit(config("resumed"), "--ckpt_path", str(scored), "--trainer.max_steps", "11")
     assert again.returncode == 0, again.stderr[-3000:]
     assert not _logged(tmp_path / "resumed", "val/bleu", last_version=True)
+
+
+@pytest.mark.slow  # 3 runs, one stopped by Ctrl-C; CI runs the slow tier too (.ci/run)
+def test_the_last_validation_cut_short_is_run_on_a_resume_with_the_same_limit(
+    tmp_path, multi30k_dir
+):
+    """Ctrl-C during the validation at max_steps (before its scores), resumed with the same
+    flags: there is no batch left to train, where Lightning would run it again, but the
+    validation still runs, scored and checkpointed as the uninterrupted run's."""
+    data = _write_corpus(multi30k_dir, tmp_path / "data", {"train": 600, "val": 20})
+
+    def config(name: str, interrupt: bool = False) -> Path:
+        helper = {
+            "class_path": "test_resume.InterruptValidation",
+            "init_args": {"step": 10, "scoring": True},
+        }
+        return _last_checkpoint_config(
+            tmp_path, data, name, interrupt,
+            checkpoint={"monitor": "val/bleu", "mode": "max", "save_top_k": -1},
+            helpers=[helper] if interrupt else [],
+        )  # fmt: skip
+
+    reference = _fit(config("reference"))
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    first = _fit(config("resumed", interrupt=True))
+    assert first.returncode == 128 + signal.SIGINT, first.stderr[-3000:]
+    resumed = _fit(config("resumed"), "--ckpt_path", "last")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "nothing trained" not in resumed.stderr
+    reference_bleu = _logged(tmp_path / "reference", "val/bleu")
+    last = max(reference_bleu)  # the step-10 validation, logged at its batch's index
+    assert _logged(tmp_path / "resumed", "val/bleu") == {s: v for s, v in reference_bleu.items()}
+    assert _logged(tmp_path / "resumed", "val/bleu", last_version=True) == {
+        last: reference_bleu[last]
+    }
+    names = sorted(p.name for p in (tmp_path / "resumed" / "checkpoints").glob("epoch*.ckpt"))
+    assert names == sorted(
+        p.name for p in (tmp_path / "reference" / "checkpoints").glob("epoch*.ckpt")
+    )
 
 
 def test_last_checkpoint_message_tells_an_error_from_a_stop(monkeypatch, caplog):

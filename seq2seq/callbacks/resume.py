@@ -17,6 +17,7 @@ from seq2seq.checkpoint.training import (
     restore_rng_state,
     run_validation_again,
     settle_validation_progress,
+    validation_cut_short,
 )
 
 __all__ = ["ExactResume"]
@@ -45,6 +46,10 @@ class ExactResume(L.Callback):
         self._step_rng: dict[str, Any] | None = None  # at the start of the last training batch
         self._training_epoch: int | None = None  # the epoch under way in fit
         self._validation_open = False  # a validation of fit under way, not yet scored
+        self._validation_cut = False  # the loaded checkpoint's validation, to be run again
+        self.validated_at_start = False
+        """Whether this fit, resumed with no batch left to train, ran the validation that a
+        stop had cut short (:func:`run_cut_validation`)."""
 
     def validation_scored(self) -> None:
         """Called once a validation of ``fit`` is scored: a stop from then on need not run it
@@ -56,6 +61,10 @@ class ExactResume(L.Callback):
         # A run resumed mid-epoch continues its epoch without on_train_epoch_start.
         self._training_epoch = trainer.current_epoch
         self._validation_open = False
+        self.validated_at_start = self._validation_cut and _no_batch_left(trainer)
+        if self.validated_at_start:
+            run_cut_validation(trainer)
+        self._validation_cut = False
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._training_epoch = trainer.current_epoch
@@ -103,6 +112,27 @@ class ExactResume(L.Callback):
             )
         warn_other_precision(trainer, checkpoint.get(CHECKPOINT_KEY, {}).get("precision"))
         settle_validation_progress(checkpoint)  # before Lightning restores its loops from it
+        self._validation_cut = validation_cut_short(checkpoint)
+
+
+def _no_batch_left(trainer: L.Trainer) -> bool:
+    """Whether a resumed ``fit`` stops before its first batch: at ``max_steps`` or after
+    ``max_epochs`` (Lightning's fit loop then ends without the validation it would run
+    again)."""
+    if trainer.max_steps != -1 and trainer.global_step >= trainer.max_steps:
+        return True
+    epochs = trainer.fit_loop.epoch_progress.current.processed
+    return trainer.max_epochs not in (None, -1) and epochs >= trainer.max_epochs
+
+
+def run_cut_validation(trainer: L.Trainer) -> None:
+    """Runs the validation that a stop cut short, where the resumed ``fit`` has no batch left
+    to train (the run's last validation, stopped with Ctrl-C or SIGTERM): Lightning runs such
+    a validation again only after a training batch. Its score is logged and its checkpoints
+    are written as the uninterrupted run's were, as the training loop runs it."""
+    trainer.validating = True
+    trainer.fit_loop.epoch_loop.val_loop.run()
+    trainer.training = True
 
 
 def warn_other_precision(trainer: L.Trainer, saved: str | None) -> None:

@@ -22,6 +22,7 @@ __all__ = [
     "restore_rng_state",
     "run_validation_again",
     "settle_validation_progress",
+    "validation_cut_short",
 ]
 
 
@@ -173,6 +174,17 @@ def run_validation_again(checkpoint: dict[str, Any]) -> None:
     progress["is_last_batch"] = False
 
 
+def validation_cut_short(checkpoint: dict[str, Any]) -> bool:
+    """Whether ``checkpoint`` holds a validation of ``fit`` that a stop cut short (a batch of
+    it begun and not completed), which a resumed run runs again."""
+    fit_loop = checkpoint.get("loops", {}).get("fit_loop")
+    progress = fit_loop.get("epoch_loop.val_loop.batch_progress") if fit_loop else None
+    if not progress:
+        return False
+    current = progress["current"]
+    return current["started"] > current["completed"] or current["ready"] > current["completed"]
+
+
 def settle_validation_progress(checkpoint: dict[str, Any]) -> None:
     """Align the all-time counters of ``fit``'s validation batches in ``checkpoint`` with the
     batches completed, unless a validation is under way there (a batch of it begun and not
@@ -191,8 +203,8 @@ def settle_validation_progress(checkpoint: dict[str, Any]) -> None:
     progress = fit_loop.get("epoch_loop.val_loop.batch_progress") if fit_loop else None
     if not progress:
         return
-    current, total = progress["current"], progress["total"]
-    if current["started"] > current["completed"] or current["ready"] > current["completed"]:
-        return  # a validation cut short: Lightning runs it again on resume
+    if validation_cut_short(checkpoint):
+        return  # Lightning runs it again on resume
+    total = progress["total"]
     for key in ("ready", "started", "processed"):
         total[key] = total["completed"]

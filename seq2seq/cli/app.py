@@ -23,7 +23,7 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException, SI
 from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 
 from seq2seq import compat
-from seq2seq.callbacks import LastCheckpoint, TextProgress, TranslationWriter
+from seq2seq.callbacks import ExactResume, LastCheckpoint, TextProgress, TranslationWriter
 from seq2seq.checkpoint import AtomicCheckpointIO
 from seq2seq.cli.checkpoint_args import (
     CheckpointReader,
@@ -338,7 +338,9 @@ class Seq2SeqCLI(compat.SkipCheckpointHparams, LightningCLI):
         ``max_epochs``) was already reached: Lightning restores the run's progress and stops at
         once, with at most a line of its own."""
         trainer = self.trainer
-        if self._resumed_step is None or self._resumed_step != trainer.global_step:
+        resume = next((c for c in trainer.callbacks if isinstance(c, ExactResume)), None)
+        validated = resume is not None and resume.validated_at_start
+        if self._resumed_step is None or self._resumed_step != trainer.global_step or validated:
             summary = _checkpoint_summary(trainer)
             if summary and trainer.is_global_zero:
                 print(summary)
