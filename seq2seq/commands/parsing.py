@@ -46,21 +46,35 @@ class Parser(argparse.ArgumentParser):
             for given in getattr(self, "_given", []):
                 name = given.split("=", 1)[0]
                 if name.startswith("--") and name not in known:
-                    hint = _underscored(name, known) or did_you_mean(name, known)
+                    hint = _hint(name, known)
                     message += f"; {name} is not an option of this command{hint}"
                     break
         prefix = "unrecognized arguments: "
         unknown = [a for a in message.removeprefix(prefix).split() if a.startswith("-")]
         if message.startswith(prefix) and unknown:
             name = unknown[0].split("=", 1)[0]
-            hint = _underscored(name, known)
+            hint = _hint(name, known)
             if name in ("-c", "--config") and "--ckpt_path" in known:
                 hint = (
                     " (this command reads the model and its settings from --ckpt_path; a "
                     "config file is for fit, validate, test and predict)"
                 )
-            message = f"unrecognized option {name}" + (hint or did_you_mean(name, known))
+            message = f"unrecognized option {name}" + hint
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _hint(name: str, known: list[str]) -> str:
+    """The "did you mean" of the unknown option ``name`` among this command's ``known``."""
+    return _underscored(name, known) or _undotted(name, known) or did_you_mean(name, known)
+
+
+def _undotted(name: str, known: list[str]) -> str:
+    """`` (did you mean --beam_size?)`` for LightningCLI's ``--model.decoding.beam_size`` or
+    ``--model.beam_size`` where the last part is an option of this command, else ``""``."""
+    # did_you_mean matches last parts between dotted names only, and difflib misses long prefixes
+    if "." not in name:
+        return ""
+    return _underscored("--" + name.rsplit(".", 1)[-1], known)
 
 
 def _underscored(name: str, known: list[str]) -> str:

@@ -7,6 +7,7 @@ Its decoding flags are :class:`~seq2seq.nn.DecodingConfig`'s fields, their help 
 from __future__ import annotations
 
 import argparse
+import codecs
 import dataclasses
 import itertools
 import sys
@@ -147,6 +148,7 @@ def translate(argv: Sequence[str]) -> None:
         "CTranslate2 folder takes its type from seq2seq export --quantization)",
     )
     args = parser.parse_args(list(argv))
+    _check_text_after_checkpoint(parser, args.ckpt_path, args.input)
     decoding = _decoding_flags(parser, args)
     sampling = bool(decoding.get("sampling"))
     for name in ("n_best", "max_tokens", "buffer_size"):
@@ -291,6 +293,42 @@ def _prefix_count_error(
         f"--prefix_file {prefix_file} has {has} but the input {where} has {other}; give one "
         "prefix per input line (an empty line for none)"
     )
+
+
+def _check_text_after_checkpoint(
+    parser: argparse.ArgumentParser, paths: list[str], source: str
+) -> None:
+    """Refuse a text file among the ``--ckpt_path`` entries after the first, which is the input
+    of a user who forgot ``--input`` (``--ckpt_path main.ckpt in.de``: nargs="+" takes both),
+    before any checkpoint is read; a first entry keeps the loader's "not a checkpoint"."""
+    for path in paths[1:]:
+        if _is_text_file(Path(path)):
+            advice = (
+                f"to translate it, give --input {path}"
+                if source == "-"
+                else f"--input {source} is the text to translate"
+            )
+            parser.error(f"--ckpt_path {path} is a text file, not a checkpoint; {advice}")
+
+
+def _is_text_file(path: Path, size: int = 1 << 16) -> bool:
+    """Whether ``path`` is a non-empty regular file whose first ``size`` bytes are UTF-8 text:
+    neither a zip (torch.save's format, b"PK") nor a legacy pickle (its byte 0x80 is not UTF-8)
+    nor a binary file (NUL bytes)."""
+    if not path.is_file():  # a folder (a CTranslate2 export) or a missing file: checked later
+        return False
+    try:
+        with path.open("rb") as f:
+            head = f.read(size)
+    except OSError:  # unreadable: the loader names it
+        return False
+    if not head or head.startswith(b"PK") or b"\x00" in head:
+        return False
+    try:  # not final: the chunk may end inside a character
+        codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _decoding_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, Any]:
