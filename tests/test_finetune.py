@@ -83,6 +83,45 @@ def test_init_from_warns_only_of_the_model_settings_a_config_names(imported, cap
     err = capsys.readouterr().err
     assert "other model settings than the config: model.d_model " in err
     assert "(config 1024); fit --init_from uses the checkpoint's" in err
+    named = config(norm_first=False)
+    named["data"]["vocab_size"] = 16000  # a data.* setting the model follows
+    apply_init_from("fit", named, fail, read)
+    assert "data.vocab_size " in capsys.readouterr().err
+
+
+def test_evaluating_or_resuming_a_fine_tuned_model_checks_the_settings_a_config_names(
+    imported, reference, capsys
+):
+    """``test`` of an imported checkpoint, or of a run started from one, warns of the model
+    settings the config names against it (and of none that it leaves at their defaults); a
+    resume of such a run refuses them, as any resume does."""
+    from seq2seq.checkpoint import load_checkpoint as read
+    from seq2seq.cli.checkpoint_args import (
+        _DEFAULTS,
+        _check_resumable,
+        apply_checkpoint_architecture,
+    )
+
+    last = reference / "checkpoints" / "last.ckpt"
+
+    def config(ckpt, **model):
+        data = {"src_lang": "de", "tgt_lang": "en", "pairs": None, "vocab_size": 8000}
+        data["max_positions"] = 256
+        return {"ckpt_path": str(ckpt), "data": data, "model": {**_DEFAULTS, **model}}
+
+    for ckpt in (imported["marian"], last):
+        apply_checkpoint_architecture("test", config(ckpt), read)
+        assert capsys.readouterr().err == ""
+        apply_checkpoint_architecture("test", config(ckpt, d_model=1024), read)
+        err = capsys.readouterr().err
+        assert "other model settings than the config: model.d_model " in err, err
+        assert err.rstrip().endswith("(config 1024); test uses the checkpoint's")
+    checkpoint = read(last)
+    for key in ("optimizer", "lr_scheduler"):  # not configured here: their check left out
+        checkpoint["seq2seq"].pop(key)
+    _check_resumable(config(last), str(last), checkpoint, None)
+    with pytest.raises(ValueError, match=r"model.d_model \d+ \(config 1024\); training resumes"):
+        _check_resumable(config(last, d_model=1024), str(last), checkpoint, None)
 
 
 def test_imported_and_fine_tuned_models_test_and_translate(

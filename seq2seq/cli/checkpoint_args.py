@@ -206,17 +206,21 @@ def _check_resumable(
     _refuse_unresumable(path, checkpoint)
     saved = checkpoint.get(CHECKPOINT_KEY, {}).get("model_config", {})
     if saved and hasattr(config.get("model"), "get"):
+        named = config["model"]
         if _settings_from_a_checkpoint(checkpoint):
             # The run took its model settings from its --init_from checkpoint, not from the
-            # config (a fine-tuning config names none): its resume takes them from its own.
-            _take_model_settings(saved, config)
-        differing = other_architecture(saved, config["model"])
+            # config (a fine-tuning config names none): its resume takes them from its own,
+            # and refuses only those the config or the command line name.
+            named = _named_settings(config)
+        differing = other_architecture(saved, named)
         if differing:
             raise ValueError(
                 f"{path} was trained with other model settings than the config: "
                 f"{', '.join(differing)}; training resumes only with the checkpoint's (give "
                 f"the config it was trained with){other_run}"
             )
+        if named is not config["model"]:
+            _take_model_settings(saved, config)
     if hasattr(config.get("data"), "get"):
         other = other_languages(checkpoint, config["data"])
         if other:
@@ -280,13 +284,7 @@ def apply_init_from(
         raise CheckpointError(f"--init_from {path} holds no SentencePiece model")
     saved = checkpoint.get(CHECKPOINT_KEY, {}).get("model_config", {})
     if saved:
-        # A fine-tuning config names no model settings: their defaults are no contradiction.
-        named = {
-            key: value
-            for key, value in config["model"].items()
-            if key not in _DEFAULTS or value != _DEFAULTS[key]
-        }
-        warn_other_architecture("fit --init_from", path, saved, named)
+        warn_other_architecture("fit --init_from", path, saved, _named_settings(config))
         _take_model_settings(saved, config)
     other = other_languages(checkpoint, config["data"])
     if other:
@@ -381,10 +379,21 @@ def apply_checkpoint_architecture(
             config["model"]["tgt_lang"] = pair[1]  # sacreBLEU's tokenizer choice
     saved = checkpoint.get(CHECKPOINT_KEY, {}).get("model_config", {})
     if saved:
-        if not _settings_from_a_checkpoint(checkpoint):  # else the config names none
-            warn_other_architecture(subcommand, ckpt_path, saved, config["model"])
+        lineage = _settings_from_a_checkpoint(checkpoint)  # the config names none, or a few
+        named = _named_settings(config) if lineage else config["model"]
+        warn_other_architecture(subcommand, ckpt_path, saved, named)
         _take_model_settings(saved, config)
     return subset
+
+
+def _named_settings(config) -> dict:
+    """The model settings ``config`` names (:data:`DATA_LINKED` ones in ``data.*``): those not
+    at their defaults, which a fine-tuning config, naming none, leaves."""
+    data = config.get("data")
+    settings = {k: v for k, v in config["model"].items() if k not in DATA_LINKED}
+    if hasattr(data, "get"):
+        settings.update({key: data[key] for key in DATA_LINKED if key in data})
+    return {k: v for k, v in settings.items() if k not in _DEFAULTS or v != _DEFAULTS[k]}
 
 
 def _settings_from_a_checkpoint(checkpoint: dict) -> bool:
