@@ -696,6 +696,27 @@ def test_last_checkpoint_message_tells_an_error_from_a_stop(monkeypatch, caplog)
         assert caplog.text.rstrip().endswith(
             "resume with --ckpt_path last --checkpoint_dir ckpts/fr_en"
         ), caplog.text
+    # ... and with the logger's name where the command line gave it (its TensorBoard folder)
+    from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+
+    from seq2seq.cli.app import _logger_name_given
+
+    callback.logger_name = "tiny_term"
+    caplog.clear()
+    callback.on_exception(trainer, None, KeyboardInterrupt())
+    assert caplog.text.rstrip().endswith(
+        "--checkpoint_dir ckpts/fr_en --trainer.logger.init_args.name tiny_term"
+    ), caplog.text
+    board = SimpleNamespace(logger=TensorBoardLogger("logs", name="tiny_term"))
+    for argv, name in (
+        (["--trainer.logger.init_args.name", "tiny_term"], "tiny_term"),
+        (["--trainer.logger.init_args.name=tiny_term"], "tiny_term"),
+        (["--trainer.logger.name", "tiny_term"], "tiny_term"),
+        (["--config", "tiny.yaml"], None),  # the config's name: the config gives it again
+    ):
+        assert _logger_name_given(argv, board) == name, argv
+    csv = SimpleNamespace(logger=CSVLogger("logs", name="tiny_term"))  # a new version anyway
+    assert _logger_name_given(["--trainer.logger.init_args.name", "x"], csv) is None
 
 
 def test_resume_on_a_grown_corpus_keeps_the_checkpoints_tokenizer(tmp_path, multi30k_dir):

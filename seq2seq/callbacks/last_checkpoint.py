@@ -48,6 +48,8 @@ class LastCheckpoint(L.Callback):
         #: The run's ``--checkpoint_dir`` (set by the command line when given), named in the
         #: messages that say how to resume.
         self.checkpoint_dir: str | None = None
+        #: The TensorBoard logger's name where the command line gave it, named there too.
+        self.logger_name: str | None = None
         self._saved_step: int | None = None  # global step of the last state written
         self._start_step: int | None = None  # global step when this process started training
         self._in_batch = False  # inside a training batch (or an accumulation window)
@@ -110,8 +112,11 @@ class LastCheckpoint(L.Callback):
             rank_zero_info(
                 f"training ended at step {trainer.global_step} before its first validation: no "
                 f"checkpoint is scored by {checkpoint.monitor} yet (--ckpt_path best finds "
-                f"none); the training state is in {path}: use {resume_flags(self.checkpoint_dir)}"
+                f"none); the training state is in {path}: use {self._resume_flags()}"
             )
+
+    def _resume_flags(self) -> str:
+        return resume_flags(self.checkpoint_dir, self.logger_name)
 
     def _path(self, trainer: L.Trainer) -> Path | None:
         checkpoint = trainer.checkpoint_callback
@@ -181,13 +186,13 @@ class LastCheckpoint(L.Callback):
         if self.stopped_on_ctrl_c or isinstance(exception, KeyboardInterrupt | SIGTERMException):
             rank_zero_info(
                 f"{cause}: saved the training state at step "
-                f"{trainer.global_step} to {path}; resume with {resume_flags(self.checkpoint_dir)}"
+                f"{trainer.global_step} to {path}; resume with {self._resume_flags()}"
             )
         else:  # an error: resuming before its cause is mended meets it again
             rank_zero_info(
                 f"training stopped on an error ({cause}, below); the training state at step "
                 f"{trainer.global_step} is saved to {path}: once the cause is mended, resume "
-                f"with {resume_flags(self.checkpoint_dir)}"
+                f"with {self._resume_flags()}"
             )
 
     def _kept_after_write_error(self, trainer: L.Trainer, path: Path, save: bool) -> str:
@@ -200,7 +205,7 @@ class LastCheckpoint(L.Callback):
                 saved = True
             except WriteError:
                 pass  # still refused: the previous file is as it was
-        resume = resume_flags(self.checkpoint_dir)
+        resume = self._resume_flags()
         step = recorded_step(path)
         if step is None:
             return (

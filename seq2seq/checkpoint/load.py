@@ -149,10 +149,13 @@ def check_model_checkpoint(
         )
 
 
-def resume_flags(checkpoint_dir: str | Path | None = None) -> str:
+def resume_flags(checkpoint_dir: str | Path | None = None, logger_name: str | None = None) -> str:
     """The flags of ``seq2seq fit`` that resume a run: ``--ckpt_path last``, with the run's
-    ``--checkpoint_dir DIR`` when it was given one (without it, the config's folder is read)."""
-    return "--ckpt_path last" + (f" --checkpoint_dir {checkpoint_dir}" if checkpoint_dir else "")
+    ``--checkpoint_dir DIR`` when it was given one (without it, the config's folder is read),
+    and its ``--trainer.logger.init_args.name NAME`` when the command line gave one (the
+    resumed run continues that TensorBoard folder)."""
+    flags = "--ckpt_path last" + (f" --checkpoint_dir {checkpoint_dir}" if checkpoint_dir else "")
+    return flags + (f" --trainer.logger.init_args.name {logger_name}" if logger_name else "")
 
 
 def resolve_ckpt_path(

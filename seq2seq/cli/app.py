@@ -18,6 +18,7 @@ from pathlib import Path
 import lightning as L
 from lightning.pytorch.callbacks import ProgressBar, Timer
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities.exceptions import MisconfigurationException, SIGTERMException
 from lightning.pytorch.utilities.rank_zero import rank_zero_warn
@@ -100,6 +101,7 @@ class Seq2SeqCLI(compat.SkipCheckpointHparams, LightningCLI):
         self._resumed_step: int | None = None
         self._init_from: str | None = None
         self._scored_subset: tuple[tuple[str, str], ...] | None = None
+        self._argv: list[str] = []
         self._folder_locks: list[FolderLock] = []
         self._new_folders: list = []
         try:
@@ -166,6 +168,7 @@ class Seq2SeqCLI(compat.SkipCheckpointHparams, LightningCLI):
         )
 
     def parse_arguments(self, parser, args) -> None:
+        self._argv = list(sys.argv[1:] if args is None else args)
         super().parse_arguments(parser, args)
         subcommand = self.config.get("subcommand")
         if not subcommand:
@@ -219,6 +222,10 @@ class Seq2SeqCLI(compat.SkipCheckpointHparams, LightningCLI):
             for holder in (self.model, *self.trainer.callbacks):  # named in resume advice
                 if isinstance(holder, TranslationModule | LastCheckpoint):
                     holder.checkpoint_dir = str(config["checkpoint_dir"])
+        name = _logger_name_given(self._argv, self.trainer)
+        for callback in self.trainer.callbacks if subcommand == "fit" and name else ():
+            if isinstance(callback, LastCheckpoint):
+                callback.logger_name = name
         if self.trainer.is_global_zero:
             self._new_folders = missing_folders(self.trainer)
             warn_slow_bfloat16(self.trainer)
@@ -468,3 +475,11 @@ def _test_loaders(datamodule) -> int:
     """The test loaders of a data module: one per pair and test set."""
     keys = getattr(datamodule, "heldout_keys", None)
     return len(keys("test")) if keys else len(getattr(datamodule, "test_set_names", []))
+
+
+def _logger_name_given(argv: Sequence[str], trainer) -> str | None:
+    """The TensorBoard logger's name where the command line gave it
+    (``--trainer.logger.init_args.name``), which a resume needs again; else ``None``."""
+    given = any(re.match(r"--trainer\.logger\.(init_args\.)?name(=|$)", arg) for arg in argv)
+    logger = trainer.logger
+    return logger.name if given and isinstance(logger, TensorBoardLogger) else None
