@@ -93,8 +93,8 @@ def test_evaluating_or_resuming_a_fine_tuned_model_checks_the_settings_a_config_
     imported, reference, capsys
 ):
     """``test`` of an imported checkpoint, or of a run started from one, warns of the model
-    settings the config names against it (and of none that it leaves at their defaults); a
-    resume of such a run refuses them, as any resume does."""
+    settings the config names against it (and of none that it leaves at their defaults), as
+    does a resume of such a run, which, as its start, takes the checkpoint's."""
     from seq2seq.checkpoint import load_checkpoint as read
     from seq2seq.cli.checkpoint_args import (
         _DEFAULTS,
@@ -120,8 +120,14 @@ def test_evaluating_or_resuming_a_fine_tuned_model_checks_the_settings_a_config_
     for key in ("optimizer", "lr_scheduler"):  # not configured here: their check left out
         checkpoint["seq2seq"].pop(key)
     _check_resumable(config(last), str(last), checkpoint, None)
-    with pytest.raises(ValueError, match=r"model.d_model \d+ \(config 1024\); training resumes"):
-        _check_resumable(config(last, d_model=1024), str(last), checkpoint, None)
+    assert capsys.readouterr().err == ""
+    resumed = config(last, d_model=1024)
+    _check_resumable(resumed, str(last), checkpoint, None)  # as its start: the checkpoint's
+    err = capsys.readouterr().err
+    assert "model.d_model " in err and err.rstrip().endswith(
+        "fit --ckpt_path uses the checkpoint's"
+    )
+    assert resumed["model"]["d_model"] == read(last)["seq2seq"]["model_config"]["d_model"]
 
 
 def test_imported_and_fine_tuned_models_test_and_translate(
@@ -138,7 +144,10 @@ def test_imported_and_fine_tuned_models_test_and_translate(
             "--trainer.default_root_dir", str(imported["root"]),  # config.yaml, hypotheses/
         )  # fmt: skip
         assert code == 0, err[-20:]
-        assert not [line for line in err if "other model settings" in line]  # none configured
+        # tiny.yaml names model settings (n_heads 2, ...): named in one line, not taken
+        (named,) = [line for line in err if "other model settings" in line]
+        assert "model.n_heads 4 (config 2)" in named, named
+        assert named.endswith("; test uses the checkpoint's"), named
         assert "test/bleu" in out and "nrefs:1|case:mixed|eff:no|tok:13a" in out + "\n".join(err)
     sources = multi30k_lines("val", "de", 5)
     for ckpt, extra in ((last, []), (imported["nllb"], ["--tgt_lang", "fra_Latn"])):

@@ -24,6 +24,7 @@ from hf_folders import (
     m2m_folder,
     marian_folder,
     nllb_folder,
+    save,
 )
 
 transformers = pytest.importorskip("transformers")
@@ -62,6 +63,28 @@ def nllb(tmp_path_factory, spm_file):
     folder = nllb_folder(root / "hf", spm_file)
     translator = import_folder(folder, root / "nllb.ckpt", src_lang="deu_Latn", tgt_lang="eng_Latn")
     return folder, load_hf(folder), translator
+
+
+@pytest.fixture(scope="module")
+def tagged_marian(tmp_path_factory, marian):
+    """A multi-target OPUS-MT model: the Marian folder with ``>>fra<<`` and ``>>eng<<`` after
+    its pieces (vocab.json, the embeddings and ``final_logits_bias`` resized; the tags' rows
+    random), and tokenizer_config.json's ``target_lang "en"``, as ``MarianTokenizer`` writes it
+    from the model's name (no tag)."""
+    folder = tmp_path_factory.mktemp("tagged") / "hf"
+    shutil.copytree(marian[0], folder)
+    vocab = json.loads((folder / "vocab.json").read_text(encoding="utf-8"))
+    for tag in (">>fra<<", ">>eng<<"):
+        vocab[tag] = len(vocab)
+    (folder / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+    model = load_hf(folder)
+    model.resize_token_embeddings(len(vocab), mean_resizing=False)
+    g = torch.Generator().manual_seed(6)
+    with torch.no_grad():
+        model.get_input_embeddings().weight[-2:] = 0.25 * torch.randn(2, D_MODEL, generator=g)
+    save(model, folder)
+    assert json.loads((folder / "tokenizer_config.json").read_text())["target_lang"] == "en"
+    return folder, load_hf(folder)
 
 
 # ---------------------------------------------------------------------- helpers
@@ -249,6 +272,111 @@ def test_our_score_of_a_target_is_hugging_faces_log_probability(marian, nllb, li
         real = hf_labels != -100
         expected = log_probs[real].gather(1, hf_labels[real][:, None]).sum()
         torch.testing.assert_close(-nll, expected, atol=1e-4, rtol=1e-6)
+
+
+def _with_tokenizer_config(folder: Path, tmp_path: Path, **changes) -> Path:
+    """A copy of ``folder`` with ``tokenizer_config.json`` keys changed."""
+    copy = tmp_path / f"tokenizer{len(list(tmp_path.iterdir()))}"
+    shutil.copytree(folder, copy)
+    settings = json.loads((copy / "tokenizer_config.json").read_text())
+    (copy / "tokenizer_config.json").write_text(json.dumps(settings | changes))
+    return copy
+
+
+def test_multi_target_marian_takes_the_given_tgt_lang_over_tokenizer_configs(
+    tagged_marian, tmp_path, lines, monkeypatch, capsys
+):
+    """``--tgt_lang fra`` on a folder whose tokenizer_config.json says ``target_lang "en"`` (no
+    tag of the model) or ``"ROMANCE"`` (en-ROMANCE's group name): imported, ``>>fra<<`` the
+    default and first, and the translations into each tag ``generate``'s from that tag."""
+    from seq2seq.translator import Translator
+
+    folder, model = tagged_marian
+    for target_lang in ("en", "ROMANCE"):
+        copy = _with_tokenizer_config(folder, tmp_path, target_lang=target_lang)
+        output = tmp_path / f"{target_lang}.ckpt"
+        argv = ("import", "--input", str(copy), "--output", str(output), "--tgt_lang", "fra")
+        code, out, err = run_main(monkeypatch, capsys, *argv)
+        assert code == 0 and err == [], err
+        assert "tokenizer_config.json" not in out  # the given language is no note's subject
+        translator = Translator.from_checkpoint(output, device="cpu")
+        tok = translator.tokenizer
+        assert tok.languages == ("fra", "eng") and tok.tgt_lang == "fra"
+    monkeypatch.delenv("SEQ2SEQ_TRACEBACK", raising=False)
+    argv = ("import", "--input", str(folder), "--output", str(tmp_path / "fr.ckpt"))
+    code, _, err = run_main(monkeypatch, capsys, *argv, "--tgt_lang", "fr")
+    assert code == 1 and len(err) == 1, err
+    assert "tgt_lang 'fr' is not a language of the model (did you mean fra?)" in err[0]
+    sentences, limits = lines["de"][:40], {"max_len_a": 0.5, "max_len_b": 5}
+    translations = {}  # of the last import (ROMANCE)
+    for lang in ("fra", "eng", None):
+        sources = [ids + [tok.eos_id] for ids in tok.encode(sentences, tgt_lang=lang)]
+        assert {tuple(tok.id_to_piece(s[:1])) for s in sources} == {(f">>{lang or 'fra'}<<",)}
+        ours = translator.translate(sentences, beam_size=1, tgt_lang=lang, **limits)
+        assert ours == tok.decode(_hf_ids(translator, model, sources, 1, limits))
+        translations[lang] = ours
+    assert translations["fra"] == translations[None] != translations["eng"]
+    assert len(set(translations["fra"])) > 10
+
+
+def test_a_tokenizer_config_language_that_is_no_language_of_the_model_is_no_default(
+    tagged_marian, nllb, tmp_path, lines, monkeypatch, capsys
+):
+    """Without ``--tgt_lang``, tokenizer_config.json's ``target_lang`` that is no tag of the
+    model is imported as no default, in a note naming the file and the key (translate then
+    takes ``tgt_lang``); one that is a tag stays the default. NLLB's ``src_lang`` that is no
+    code of the model yields to ``--src_lang``, and is not blamed when both are missing."""
+    from seq2seq.translator import Translator
+
+    folder, _ = tagged_marian
+    sentences, limits = lines["de"][:20], {"beam_size": 1, "max_len_a": 0.5, "max_len_b": 5}
+    tagged = tmp_path / "tagged.ckpt"
+    import_folder(folder, tagged, tgt_lang="fra")
+    expected = Translator.from_checkpoint(tagged, device="cpu").translate(sentences, **limits)
+    for target_lang in ("en", "ROMANCE"):
+        copy = _with_tokenizer_config(folder, tmp_path, target_lang=target_lang)
+        output = tmp_path / f"{target_lang}.ckpt"
+        argv = ("import", "--input", str(copy), "--output", str(output))
+        code, out, err = run_main(monkeypatch, capsys, *argv)
+        assert code == 0 and err == [], err
+        note = (
+            f"tokenizer_config.json target_lang={target_lang!r} (names no language of the "
+            "model: fra, eng; no default: translate takes --tgt_lang)"
+        )
+        assert out.splitlines()[1].startswith("not carried: ") and note in out.splitlines()[1]
+        translator = Translator.from_checkpoint(output, device="cpu")
+        assert translator.tokenizer.tgt_lang is None and translator.tokenizer.src_lang == "de"
+        assert translator.translate(sentences, tgt_lang="fra", **limits) == expected
+        typed = translator.translate([f">>fra<< {s}" for s in sentences], **limits)
+        assert typed == expected  # a tag typed first selects, as in MarianTokenizer
+    copy = _with_tokenizer_config(folder, tmp_path, target_lang="fra")
+    code, out, err = run_main(
+        monkeypatch, capsys, "import", "--input", str(copy), "--output", str(tmp_path / "t.ckpt")
+    )
+    assert code == 0 and "tokenizer_config.json" not in out, (out, err)
+    translator = Translator.from_checkpoint(tmp_path / "t.ckpt", device="cpu")
+    assert translator.tokenizer.tgt_lang == "fra"
+    assert translator.translate(sentences, **limits) == expected
+
+    monkeypatch.delenv("SEQ2SEQ_TRACEBACK", raising=False)
+    broken = _with_tokenizer_config(folder, tmp_path, target_lang="en")
+    (broken / "target.spm").unlink()
+    argv = ("import", "--input", str(broken), "--output", str(tmp_path / "b.ckpt"))
+    code, _, err = run_main(monkeypatch, capsys, *argv)
+    assert code == 1 and len(err) == 1, err
+    assert f"{broken / 'target.spm'}: file not found" in err[0]  # the folder, not a copy of it
+    nllb_copy = _with_tokenizer_config(nllb[0], tmp_path, src_lang="eng", tgt_lang="French")
+    translator = import_folder(
+        nllb_copy, tmp_path / "nllb.ckpt", src_lang="deu_Latn", tgt_lang="eng_Latn"
+    )
+    assert (translator.tokenizer.src_lang, translator.tokenizer.tgt_lang) == (
+        "deu_Latn",
+        "eng_Latn",
+    )
+    argv = ("import", "--input", str(nllb_copy), "--output", str(tmp_path / "n.ckpt"))
+    code, out, err = run_main(monkeypatch, capsys, *argv, "--tgt_lang", "eng_Latn")
+    assert code == 1 and len(err) == 1, err
+    assert "multilingual M2M100ForConditionalGeneration: give --src_lang, codes of its 4 " in err[0]
 
 
 # ---------------------------------------------------------------------- round trips

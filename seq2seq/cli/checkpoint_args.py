@@ -206,21 +206,19 @@ def _check_resumable(
     _refuse_unresumable(path, checkpoint)
     saved = checkpoint.get(CHECKPOINT_KEY, {}).get("model_config", {})
     if saved and hasattr(config.get("model"), "get"):
-        named = config["model"]
         if _settings_from_a_checkpoint(checkpoint):
             # The run took its model settings from its --init_from checkpoint, not from the
             # config (a fine-tuning config names none): its resume takes them from its own,
-            # and refuses only those the config or the command line name.
-            named = _named_settings(config)
-        differing = other_architecture(saved, named)
+            # as its start did, naming those the config gives in a warning as its start did.
+            warn_other_architecture("fit --ckpt_path", path, saved, _named_settings(config))
+            _take_model_settings(saved, config)
+        differing = other_architecture(saved, config["model"])
         if differing:
             raise ValueError(
                 f"{path} was trained with other model settings than the config: "
                 f"{', '.join(differing)}; training resumes only with the checkpoint's (give "
                 f"the config it was trained with){other_run}"
             )
-        if named is not config["model"]:
-            _take_model_settings(saved, config)
     if hasattr(config.get("data"), "get"):
         other = other_languages(checkpoint, config["data"])
         if other:

@@ -57,8 +57,9 @@ def read_pretrained_tokenizer(
         folder: the folder (tokenizer files, tokenizer_config.json).
         config: its parsed config.json (``model_type``, ``vocab_size``, ``pad_token_id``,
             ``eos_token_id``, ``decoder_start_token_id``).
-        src_lang, tgt_lang: the language pair (default: tokenizer_config.json's; NLLB/M2M-100
-            sources default to transformers' ``eng_Latn`` / ``en`` where the model has it).
+        src_lang, tgt_lang: the language pair (default: tokenizer_config.json's where it is
+            one of the model's; NLLB/M2M-100 sources default to transformers' ``eng_Latn`` /
+            ``en`` where the model has it).
 
     Raises:
         ValueError: (one line naming the folder or file and the value) for a missing file or
@@ -94,9 +95,18 @@ def read_pretrained_tokenizer(
     special |= {hf for hf, _, is_special in added if is_special}
     if family != "marian":  # (Marian's tags are not special there; decode drops them anyway)
         special |= {hf for _, hf in languages}
+    codes = dict(languages)
+
+    def stated(keys: tuple[str, str], untagged: bool = False) -> str | None:
+        """tokenizer_config.json's language, a default where it is one of the model's (or
+        names no token: a bilingual Marian's, Marian sources): Marian folders hold the
+        model's name there, ``en`` beside ``>>eng<<``, en-ROMANCE's ``ROMANCE``."""
+        value = next((settings[key] for key in keys if settings.get(key)), None)
+        return value if untagged or not codes or value in codes else None
+
     default = {"m2m_100": "en", "nllb": "eng_Latn"}.get(family)
-    src = src_lang or settings.get("src_lang") or settings.get("source_lang")
-    src = src or (default if default in dict(languages) else None)
+    src = src_lang or stated(("src_lang", "source_lang"), untagged=family == "marian")
+    src = src or (default if default in codes else None)
     clean_up = bool(settings.get("clean_up_tokenization_spaces", False))
     if family == "nllb":  # transformers skips the clean-up for a BPE model unless forced
         clean_up &= bool(settings.get(f"clean_up_tokenization_spaces_{_FORCE}", False))
@@ -111,7 +121,7 @@ def read_pretrained_tokenizer(
         "special": sorted(special),
         "languages": [list(pair) for pair in languages],
         "src_lang": src,
-        "tgt_lang": tgt_lang or settings.get("tgt_lang") or settings.get("target_lang"),
+        "tgt_lang": tgt_lang or stated(("tgt_lang", "target_lang")),
         "clean_up": clean_up,
     }
     if len({header["pad"], header["unk"], header["eos"]}) < 3:

@@ -9,6 +9,7 @@ training state; and :data:`~seq2seq.checkpoint.format.IMPORTED_FROM`, which name
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -53,7 +54,8 @@ class ImportResult:
         config: the architecture.
         decoding: the decoding settings carried.
         languages: ``(src_lang, tgt_lang)``, or ``None``.
-        notes: the decoding keys of the folder that were not carried, and why.
+        notes: the keys of the folder that were not carried, and why: decoding settings, and
+            a tokenizer_config.json language that is none of the model's.
     """
 
     output: Path
@@ -119,6 +121,30 @@ def _tokenizer(
     )
 
 
+def _languages_left_out(
+    folder: Path, tokenizer: VocabularyTokenizer, given: dict[str, str | None]
+) -> list[str]:
+    """Notes on tokenizer_config.json's languages that the tokenizer did not take as defaults
+    (none of the model's: Marian folders hold the model's name there, ``en`` beside
+    ``>>eng<<``, en-ROMANCE's ``ROMANCE``), where none was given instead."""
+    path = folder / "tokenizer_config.json"
+    settings = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    notes = []
+    for key, names in (
+        ("src_lang", ("src_lang", "source_lang")),
+        ("tgt_lang", ("tgt_lang", "target_lang")),
+    ):
+        name = next((n for n in names if settings.get(n)), None)
+        if name and not given[key] and getattr(tokenizer, key) != settings[name]:
+            languages = list(tokenizer.languages)
+            shown = ", ".join(languages[:6]) + (", ..." if len(languages) > 6 else "")
+            notes.append(
+                f"{path.name} {name}={settings[name]!r} (names no language of the model: "
+                f"{shown}; no default: translate takes --{key})"
+            )
+    return notes
+
+
 def import_huggingface(
     folder: str | Path,
     output: str | Path,
@@ -172,6 +198,9 @@ def import_huggingface(
     pad_hf, unk_hf = tokenizer.hf_ids[tokenizer.pad_id], tokenizer.hf_ids[tokenizer.unk_id]
     decoding, notes = decoding_settings(
         source.generation, source.config, pad_hf, config.max_positions, unk_hf
+    )
+    notes += _languages_left_out(
+        source.path, tokenizer, {"src_lang": src_lang, "tgt_lang": tgt_lang}
     )
     languages = (src_lang, tgt_lang) if src_lang and tgt_lang else None
     # The model's codes (deu_Latn) are not the data files' names (de): no pair is recorded.
