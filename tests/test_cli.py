@@ -784,11 +784,18 @@ def test_bad_checkpoints_are_refused_before_any_data_is_read(
         [tiny_run / "checkpoints/tiny/last.ckpt"] * 2, tmp_path / "avg.ckpt"
     )
     config = ["--config", str(CONFIGS / "tiny.yaml"), "--data.data_dir", str(tmp_path / "nodata")]
+    hf = tmp_path / "opus-mt-de-en"  # a Hugging Face folder, not imported
+    hf.mkdir()
+    (hf / "config.json").write_text("{}")
     cases = [
         (["test", *config, "--ckpt_path", "nope.ckpt"], "checkpoint not found: nope.ckpt"),
         (["test", *config, "--ckpt_path", "bset"], "not found: bset (did you mean best?)"),
         (["test", *config, "--ckpt_path", "avg.ckp"], "avg.ckp (did you mean avg.ckpt?)"),
         (["test", *config, "--ckpt_path", str(tmp_path)], "is a folder, not a checkpoint file"),
+        (
+            ["fit", *config, "--init_from", str(hf)],
+            "a Hugging Face folder becomes one with seq2seq",
+        ),
         (["fit", *config, "--ckpt_path", str(averaged)], "holds model weights only"),
     ]
     for argv, expected in cases:

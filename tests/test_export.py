@@ -430,7 +430,7 @@ def test_export_replaces_only_its_own_output_folder(tiny_ckpt, tmp_path, monkeyp
 
     own = tmp_path / "own"
     for fmt in ("ctranslate2", "huggingface"):  # the second export replaces the first
-        code, out, _ = run_main(
+        code, out, err = run_main(
             monkeypatch,
             capsys,
             "export",
@@ -443,6 +443,9 @@ def test_export_replaces_only_its_own_output_folder(tiny_ckpt, tmp_path, monkeyp
         )
         assert code in (0, None) and f"({fmt})" in out
         assert (own / MARKER).is_file()
+    assert err[-1] == (
+        f"seq2seq: note: it replaces the ctranslate2 export of {tiny_ckpt} that {own} held"
+    )
     assert (own / "config.json").is_file() and not (own / "model.bin").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["foreign", "own"]
 

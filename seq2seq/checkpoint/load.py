@@ -83,7 +83,10 @@ def load_checkpoint(
     """
     path = Path(path)
     if path.is_dir():
-        raise IsADirectoryError(f"{path} is a folder, not a checkpoint file (.ckpt)")
+        hint = ""
+        if (path / "config.json").is_file():
+            hint = "; a Hugging Face folder becomes one with seq2seq import --input FOLDER"
+        raise IsADirectoryError(f"{path} is a folder, not a checkpoint file (.ckpt){hint}")
     if not path.is_file():
         raise FileNotFoundError(missing_checkpoint(path))
     if not zipfile.is_zipfile(path):

@@ -221,10 +221,11 @@ def silence_lightning_notices(subcommand: str | None = None) -> None:
     deprecation warning raised inside Lightning's own code on every command, no
     ``ModelCheckpoint`` "could not find the monitored key" before the first validation, nor
     its "dirpath has changed" when ``validate``/``test``/``predict`` read another folder's
-    checkpoint, nor the model summary's "precision not supported" for a mixed precision (whose
-    weights are float32, as its size estimate assumes), and under DDP no advice to log the
-    held-out scores with ``sync_dist=True`` (``TranslationModule`` sums them over the
-    processes itself, so every process logs the same values)."""
+    checkpoint (nor the advice to add the training callbacks there), nor the model summary's
+    "precision not supported" for a mixed precision (whose weights are float32, as its size
+    estimate assumes), and under DDP no advice to log the held-out scores with
+    ``sync_dist=True`` (``TranslationModule`` sums them over the processes itself, so every
+    process logs the same values)."""
     logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_DROP_ADVERTISEMENT)
     warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
     warnings.filterwarnings(
@@ -243,3 +244,6 @@ def silence_lightning_notices(subcommand: str | None = None) -> None:
         # Evaluating a checkpoint of another folder writes no checkpoint: which best_k_models
         # ModelCheckpoint reloads does not matter there.
         warnings.filterwarnings("ignore", message=r"The dirpath has changed from ")
+        # Nor the states of training callbacks (EMA, EarlyStopping, Timer): the weights to
+        # evaluate are the checkpoint's state_dict (the EMA's where it kept one).
+        warnings.filterwarnings("ignore", message=r"Be aware that when using `ckpt_path`")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from seq2seq.commands.parsing import Parser, plain
 
@@ -44,6 +45,12 @@ def export(argv: Sequence[str]) -> None:
         check_output_folder(args.output)
     except OSError as err:
         parser.error(str(err))
+    replaced = None  # an earlier export in --output, which this one replaces: said once done
+    if Path(args.output).is_dir() and any(Path(args.output).iterdir()):
+        from seq2seq.export.common import read_marker
+
+        earlier = read_marker(args.output)
+        replaced = f"{earlier.get('format')} export of {earlier.get('checkpoint')}"
     try:
         if args.format == "ctranslate2":
             from seq2seq.export.ctranslate2 import export_ctranslate2
@@ -66,6 +73,8 @@ def export(argv: Sequence[str]) -> None:
     which = weights_name(load_checkpoint(args.ckpt_path, mmap=True))  # EMA weights: which
     source = args.ckpt_path if which == "weights" else f"the {which} of {args.ckpt_path}"
     print(f"exported {source} to {written} ({kind})")
+    if replaced:
+        print(f"seq2seq: note: it replaces the {replaced} that {written} held", file=sys.stderr)
     from seq2seq.export.common import read_marker
 
     note = read_marker(written).get("note")
