@@ -666,6 +666,35 @@ def test_the_last_validation_cut_short_is_run_on_a_resume_with_the_same_limit(
     )
 
 
+@pytest.mark.slow  # 2 runs, one stopped by Ctrl-C; CI runs the slow tier too (.ci/run)
+def test_the_last_validation_of_the_tiny_config_cut_short_is_run_on_resume(tmp_path, multi30k_dir):
+    """The same with configs/tiny.yaml's callbacks (its ModelCheckpoint after validations only,
+    LastCheckpoint, samples, heatmaps): Lightning's fit loop there ends before its first batch
+    and its start hooks; the validation runs, its checkpoint is written and last.ckpt records
+    it scored."""
+    data = _write_corpus(multi30k_dir, tmp_path / "data", {"train": 600, "val": 20})
+    config = yaml.safe_load((CONFIGS / "tiny.yaml").read_text())
+    config["trainer"].update(max_steps=10, val_check_interval=5, limit_val_batches=2, logger=False)
+    config["trainer"]["callbacks"][0]["init_args"]["dirpath"] = str(tmp_path / "ck")
+    config["data"].update(data_dir=str(data), cache_dir=str(tmp_path / "cache"), test_splits=[])
+    path = tmp_path / "run.yaml"
+    interrupt = {"class_path": "test_resume.InterruptValidation", "init_args": {"step": 10}}
+    path.write_text(yaml.safe_dump({**config, "trainer": {**config["trainer"], "callbacks": [
+        *config["trainer"]["callbacks"], interrupt]}}))  # fmt: skip
+    first = _fit(path)
+    assert first.returncode == 128 + signal.SIGINT, first.stderr[-3000:]
+    assert not list((tmp_path / "ck").glob("*step=10*"))
+    path.write_text(yaml.safe_dump(config))
+    resumed = _fit(path, "--ckpt_path", "last")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "nothing trained" not in resumed.stderr
+    assert [p.name for p in (tmp_path / "ck").glob("*step=10*")] == ["epoch=0-step=10.ckpt"]
+    last = torch.load(tmp_path / "ck" / "last.ckpt", map_location="cpu", weights_only=False)
+    progress = last["loops"]["fit_loop"]["epoch_loop.val_loop.batch_progress"]["current"]
+    assert progress["completed"] == progress["ready"] > 0
+    assert (tmp_path / "hypotheses" / "val.step10.txt").is_file()
+
+
 def test_last_checkpoint_message_tells_an_error_from_a_stop(monkeypatch, caplog):
     """After Ctrl-C or SIGTERM the saved state is resumed as it is; after an error (e.g. a bad
     line met in a streamed corpus) the message says to mend the cause first."""

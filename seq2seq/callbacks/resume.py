@@ -61,10 +61,24 @@ class ExactResume(L.Callback):
         # A run resumed mid-epoch continues its epoch without on_train_epoch_start.
         self._training_epoch = trainer.current_epoch
         self._validation_open = False
-        self.validated_at_start = self._validation_cut and _no_batch_left(trainer)
-        if self.validated_at_start:
-            run_cut_validation(trainer)
+        self._run_cut_validation(trainer)
+
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # A fit loop with nothing to train returns before on_train_start and on_train_end.
+        if self._run_cut_validation(trainer):
+            for callback in trainer.callbacks:
+                if type(callback).__name__ == "LastCheckpoint":  # its end-of-training save
+                    callback.on_train_end(trainer, pl_module)
+
+    def _run_cut_validation(self, trainer: L.Trainer) -> bool:
+        """Runs the loaded checkpoint's validation that a stop cut short where this fit has
+        no batch to train (:func:`run_cut_validation`), once; whether it ran."""
+        ran = self._validation_cut and _no_batch_left(trainer)
         self._validation_cut = False
+        if ran:
+            self.validated_at_start = True
+            run_cut_validation(trainer)
+        return ran
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._training_epoch = trainer.current_epoch
