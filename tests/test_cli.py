@@ -1747,6 +1747,22 @@ def test_translate_reads_translates_and_writes_in_parts(tiny_run, tmp_path, monk
         )  # fmt: skip
 
 
+def test_translate_into_a_pipe_its_reader_leaves_ends_quietly(tiny_run, tmp_path):
+    """``translate --buffer_size 1 ... | head -1``: once the reader has gone, translate stops
+    with status 0 and no message, as with one part."""
+    ckpt = tiny_run / "checkpoints/tiny/last.ckpt"
+    source = tmp_path / "in.de"
+    source.write_text("Ein Hund.\n" * 2000, encoding="utf-8")
+    for buffer in ("1", "10000"):
+        command = (
+            f"{sys.executable} -m seq2seq.cli translate --ckpt_path {ckpt} --beam_size 1 "
+            f"--input {source} --buffer_size {buffer} | head -1; exit ${{PIPESTATUS[0]}}"
+        )
+        done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0 and done.stderr == "", (buffer, done.stderr[-2000:])
+        assert len(done.stdout.splitlines()) == 1
+
+
 def test_a_stop_mid_epoch_writes_no_checkpoint_named_with_an_older_score(
     tmp_path, multi30k_dir, tiny_cache, monkeypatch
 ):

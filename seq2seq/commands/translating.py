@@ -10,6 +10,7 @@ import argparse
 import codecs
 import dataclasses
 import itertools
+import os
 import sys
 import typing
 from collections.abc import Iterator, Sequence
@@ -253,10 +254,13 @@ def translate(argv: Sequence[str]) -> None:
             _prefix_count_error(parser, args.prefix_file, where, None, first)
 
     if args.output == "-":
-        with stream_errors("standard output"):
-            for part in parts():
-                sys.stdout.write(part)
-                sys.stdout.flush()
+        try:
+            with stream_errors("standard output"):
+                for part in parts():
+                    sys.stdout.write(part)
+                    sys.stdout.flush()
+        except BrokenPipeError:  # the reader left (| head): nothing more is wanted
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     else:
         with atomic_write(args.output, "w", encoding="utf-8") as f:
             for part in parts():
