@@ -1539,13 +1539,18 @@ def test_a_resumed_fit_continues_its_tensorboard_folder(tiny_cache, multi30k_dir
     assert [e.step for e in events.Scalars("train/loss")] == [4, 9, 14, 19]
     assert [e.step for e in events.Scalars("val/bleu")] == [9, 19]
     run = folder / "version_0"
-    cli_main(["test", *argv[1:], "--ckpt_path", "last", "--trainer.logger", "false",
-              "--trainer.default_root_dir", str(run)])  # fmt: skip
+    for _ in range(2):  # the second test's config beside the first's
+        cli_main(["test", *argv[1:], "--ckpt_path", "last", "--trainer.logger", "false",
+                  "--trainer.default_root_dir", str(run)])  # fmt: skip
     saved = {
         path.name: yaml.safe_load(path.read_text("utf-8"))
         for path in sorted(run.glob("config*.yaml"))
     }
-    assert list(saved) == ["config.resumed-step10.yaml", "config.test.yaml", "config.yaml"]
+    assert list(saved) == [
+        "config.resumed-step10.yaml", "config.test-2.yaml", "config.test.yaml", "config.yaml"
+    ]  # fmt: skip
+    first_line = (run / "config.resumed-step10.yaml").read_text("utf-8").splitlines()[0]
+    assert first_line.startswith("# the settings of fit --ckpt_path, resumed at step 10;")
     assert saved["config.yaml"]["trainer"]["max_steps"] == 10
     assert saved["config.resumed-step10.yaml"]["trainer"]["max_steps"] == 20
     assert str(saved["config.test.yaml"]["ckpt_path"]).endswith("last.ckpt")

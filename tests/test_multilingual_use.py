@@ -271,7 +271,7 @@ def test_validate_and_test_take_the_checkpoints_pairs(models, capsys):
         f"seq2seq: note: {models['tagged']} was trained on the pairs en-de, en-fr; test "
         "scores en-de (data.pairs)"
     ]
-    assert [config["data"][k] for k in ("src_lang", "tgt_lang", "pairs")] == ["en", "de", None]
+    assert [config["data"][k] for k in ("src_lang", "tgt_lang", "pairs")] == ["en", "de", ["en-de"]]
     config["data"] = {"src_lang": "en", "tgt_lang": "de", "pairs": None}
     assert apply_checkpoint_architecture("validate", config, lambda path: checkpoint) is None
     assert config["data"]["pairs"] == TAGGED and "checkpoint's languages; to score" in (

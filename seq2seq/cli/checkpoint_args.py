@@ -356,9 +356,8 @@ def apply_checkpoint_architecture(
             f"{pair_names(subset)} (data.pairs)",
             file=sys.stderr,
         )
-    if subset and len(subset) == 1:  # a bilingual data module; a tagged model's tokenizer
-        data["pairs"] = None  # still puts the target's tag before each source
-        data["src_lang"], data["tgt_lang"] = subset[0]
+    if subset and len(subset) == 1:  # a bilingual data module of the pair given (a tagged
+        data["src_lang"], data["tgt_lang"] = subset[0]  # model's tokenizer still tags)
         config["model"]["tgt_lang"] = subset[0][1]  # sacreBLEU's tokenizer choice
     if other:
         several = len(language_pairs(checkpoint) or ()) > 1

@@ -63,24 +63,40 @@ class RunConfig(SaveConfigCallback):
     """Lightning's ``config.yaml`` of a command, not written over that of another command in
     the same folder: a resumed ``fit`` that logs into the folder of the run it resumes writes
     ``config.resumed-step<N>.yaml`` (``N``: the checkpoint's step) beside the run's
-    ``config.yaml``, and ``validate``/``test`` into a folder that holds one (without a logger,
-    ``trainer.default_root_dir``) write ``config.<command>.yaml``. A new ``fit`` writes
-    ``config.yaml``, as Lightning does."""
+    ``config.yaml`` (with a first line saying that optimizer and schedule settings are the
+    checkpoint's), and ``validate``/``test`` into a folder that holds one (without a logger,
+    ``trainer.default_root_dir``) write ``config.<command>.yaml``; ``-2``, ``-3`` ... after a
+    name taken. A new ``fit`` writes ``config.yaml``, as Lightning does."""
 
     resumed_step: int | None = None
     """The step of the checkpoint a ``fit`` resumes from (set by the command line)."""
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        header = None
         if not self.already_saved and self.save_to_log_dir:
             log_dir = trainer.log_dir  # on every rank: it broadcasts
-            path = os.path.join(log_dir, self.config_filename)
+            fs = get_filesystem(log_dir)
             command = trainer.state.fn.value if trainer.state.fn else str(stage)
-            if trainer.is_global_zero and get_filesystem(log_dir).isfile(path):
+            if trainer.is_global_zero and fs.isfile(os.path.join(log_dir, self.config_filename)):
+                stem = None
                 if command != "fit":
-                    self.config_filename = f"config.{command}.yaml"
+                    stem = f"config.{command}"
                 elif self.resumed_step is not None:
-                    self.config_filename = f"config.resumed-step{self.resumed_step}.yaml"
+                    stem = f"config.resumed-step{self.resumed_step}"
+                    header = (
+                        f"# the settings of fit --ckpt_path, resumed at step {self.resumed_step};"
+                        " the run keeps the checkpoint's optimizer and lr_scheduler settings "
+                        "where these differ (it warned of them)\n"
+                    )
+                if stem is not None:  # never over an earlier one: a second resume or test
+                    names = (f"{stem}.yaml", *(f"{stem}-{i}.yaml" for i in range(2, 10_000)))
+                    self.config_filename = next(
+                        n for n in names if not fs.isfile(os.path.join(log_dir, n))
+                    )
         super().setup(trainer, pl_module, stage)
+        if header and trainer.is_global_zero:
+            path = Path(trainer.log_dir, self.config_filename)
+            path.write_text(header + path.read_text(encoding="utf-8"), encoding="utf-8")
 
 
 class FolderLock:
