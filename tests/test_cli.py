@@ -527,6 +527,22 @@ def test_translate_refuses_bad_input_and_settings_before_decoding(
     )
     assert code == 1 and out == ""
     assert len(err) == 1 and "<stdin>, line 2: invalid UTF-8" in err[0], err
+    assert "No translation is written." in err[0]
+    # ... met after parts were written: the message says how many lines they hold
+    bad = "Ein Hund.\nEine Katze.\nGrüße\nJa.\n".encode("latin-1")
+    code, out, err = _translate_main(monkeypatch, capsys, bad, "--ckpt_path", ckpt,
+                                     "--buffer_size", "1")  # fmt: skip
+    assert code == 1 and len(out.splitlines()) == 2
+    assert "<stdin>, line 3: invalid UTF-8" in err[0] and (
+        "The translations of the first 2 lines are written to standard output." in err[0]
+    ), err
+    source.write_bytes(bad)
+    code, out, err = _translate_main(monkeypatch, capsys, b"", "--ckpt_path", ckpt,
+                                     "--input", str(source), "--output", str(tmp_path / "o.en"),
+                                     "--buffer_size", "1")  # fmt: skip
+    assert code == 1 and f"Nothing is written to {tmp_path / 'o.en'}, which is" in err[0], err
+    assert not (tmp_path / "o.en").exists()
+    source.write_text("Ein Hund.\n", encoding="utf-8")
     # Lines with nothing the model knows (spaces, a zero-width space, a word joiner, which
     # SentencePiece turns into a word boundary and <unk>) give empty lines; the others a
     # translation.

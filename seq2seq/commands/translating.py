@@ -228,6 +228,8 @@ def translate(argv: Sequence[str]) -> None:
     options = {name: getattr(args, name) for name in ("tgt_lang", "src_lang")}
     options = {name: value for name, value in options.items() if value is not None}
 
+    done = [0]  # input lines translated: the lines of the parts yielded so far
+
     def parts() -> Iterator[str]:
         """The output, a part per ``buffer`` input lines, each once translated."""
         # Invalid UTF-8 is reported with the file (or <stdin>) and line; CRs of CRLF removed.
@@ -248,23 +250,42 @@ def translate(argv: Sequence[str]) -> None:
                 window, n_best=args.n_best, return_scores=args.scores, first_line=first + 1,
                 **options, **extra,
             )  # fmt: skip
-            yield "".join(line + "\n" for line in _output_lines(results, first, rows, args))
             first += len(window)
+            done[0] = first
+            yield "".join(
+                line + "\n" for line in _output_lines(results, first - len(window), rows, args)
+            )
         if prefixes is not None and next(prefixes, None) is not None:
             _prefix_count_error(parser, args.prefix_file, where, None, first)
 
-    if args.output == "-":
-        try:
-            with stream_errors("standard output"):
+    written = 0  # input lines whose translations are written
+    try:
+        if args.output == "-":
+            try:
+                with stream_errors("standard output"):
+                    for part in parts():
+                        sys.stdout.write(part)
+                        sys.stdout.flush()
+                        written = done[0]
+            except BrokenPipeError:  # the reader left (| head): nothing more is wanted
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        else:
+            with atomic_write(args.output, "w", encoding="utf-8") as f:
                 for part in parts():
-                    sys.stdout.write(part)
-                    sys.stdout.flush()
-        except BrokenPipeError:  # the reader left (| head): nothing more is wanted
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    else:
-        with atomic_write(args.output, "w", encoding="utf-8") as f:
-            for part in parts():
-                f.write(part)
+                    f.write(part)
+    except (KeyboardInterrupt, ValueError) as stop:  # Ctrl-C; bad input met on the way
+        kept = (
+            f"the translations of the first {_lines(written)} are written to standard output"
+            if args.output == "-" and written
+            else "no translation is written"
+            if args.output == "-"
+            else f"nothing is written to {args.output}, which is written whole or not at all "
+            "(standard output takes each part as it is translated)"
+        )
+        if isinstance(stop, ValueError):
+            raise ValueError(f"{stop} {kept[0].upper()}{kept[1:]}.") from stop
+        print(f"seq2seq: translate stopped: {kept}", file=sys.stderr)
+        raise
 
 
 BUFFER_SIZE = 10_000
