@@ -95,7 +95,8 @@ def test_resume_advice_names_the_checkpoint_dir_of_the_run(
     ended = [
         r.getMessage() for r in caplog.records if "before its first validation" in r.getMessage()
     ]
-    assert len(ended) == 1 and ended[0].endswith(f"ckpts/fr_en/last.ckpt: use {flags}"), ended
+    assert len(ended) == 1, ended
+    assert ended[0].endswith(f"ckpts/fr_en/last.ckpt: use {flags} added to the run's command")
 
     code, _, err = run_main(
         monkeypatch, capsys, "test", "--config", str(CONFIGS / "tiny.yaml"),

@@ -723,7 +723,7 @@ def test_last_checkpoint_message_tells_an_error_from_a_stop(monkeypatch, caplog)
         caplog.clear()
         callback.on_exception(trainer, None, stop)
         assert caplog.text.rstrip().endswith(
-            "resume with --ckpt_path last --checkpoint_dir ckpts/fr_en"
+            "resume with --ckpt_path last --checkpoint_dir ckpts/fr_en added to the run's command"
         ), caplog.text
     # ... and with the logger's name where the command line gave it (its TensorBoard folder)
     from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
@@ -734,7 +734,8 @@ def test_last_checkpoint_message_tells_an_error_from_a_stop(monkeypatch, caplog)
     caplog.clear()
     callback.on_exception(trainer, None, KeyboardInterrupt())
     assert caplog.text.rstrip().endswith(
-        "--checkpoint_dir ckpts/fr_en --trainer.logger.init_args.name tiny_term"
+        "--checkpoint_dir ckpts/fr_en --trainer.logger.init_args.name tiny_term added to the run's "
+        "command"
     ), caplog.text
     board = SimpleNamespace(logger=TensorBoardLogger("logs", name="tiny_term"))
     for argv, name in (

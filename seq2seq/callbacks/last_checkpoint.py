@@ -116,7 +116,7 @@ class LastCheckpoint(L.Callback):
             )
 
     def _resume_flags(self) -> str:
-        return resume_flags(self.checkpoint_dir, self.logger_name)
+        return f"{resume_flags(self.checkpoint_dir, self.logger_name)} added to the run's command"
 
     def _path(self, trainer: L.Trainer) -> Path | None:
         checkpoint = trainer.checkpoint_callback
