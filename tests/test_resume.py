@@ -588,26 +588,46 @@ class InterruptValidation(Callback):
             self._interrupt(trainer)
 
 
+def _validation_stop_configs(tmp_path: Path, multi30k_dir: Path, step: int, scoring: bool = False):
+    """``config(name, interrupt=False)``: :func:`_last_checkpoint_config`'s run ``name`` on 600
+    training lines, every validation's checkpoint kept, with ``interrupt`` Ctrl-C in the
+    validation after step ``step`` (:class:`InterruptValidation`)."""
+    data = _write_corpus(multi30k_dir, tmp_path / "data", {"train": 600, "val": 20})
+    helper = {
+        "class_path": "test_resume.InterruptValidation",
+        "init_args": {"step": step, "scoring": scoring},
+    }
+
+    def config(name: str, interrupt: bool = False) -> Path:
+        return _last_checkpoint_config(
+            tmp_path, data, name, interrupt,
+            checkpoint={"monitor": "val/bleu", "mode": "max", "save_top_k": -1},
+            helpers=[helper] if interrupt else [],
+        )  # fmt: skip
+
+    return config
+
+
+def _reference_stop_and_resume(config, max_steps: str | None = None):
+    """Fits ``reference`` whole, then ``resumed`` stopped by its Ctrl-C and resumed with
+    ``--ckpt_path last`` (the same flags: ``--trainer.max_steps`` too, where given); the resume's
+    completed process."""
+    flags = ["--trainer.max_steps", max_steps] if max_steps else []
+    reference = _fit(config("reference"), *flags)
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    first = _fit(config("resumed", interrupt=True), *flags)
+    assert first.returncode == 128 + signal.SIGINT, first.stderr[-3000:]
+    resumed = _fit(config("resumed"), *flags, "--ckpt_path", "last")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    return resumed
+
+
 @pytest.mark.slow  # 4 runs, one stopped by Ctrl-C; CI runs the slow tier too (.ci/run)
 def test_validation_cut_short_by_ctrl_c_is_run_again_on_resume(tmp_path, multi30k_dir):
     """Ctrl-C during a validation: the resumed run runs that validation again (its score is
     logged at the uninterrupted run's step), then trains on."""
-    data = _write_corpus(multi30k_dir, tmp_path / "data", {"train": 600, "val": 20})
-
-    def config(name: str, interrupt: bool = False) -> Path:
-        helper = {"class_path": "test_resume.InterruptValidation", "init_args": {"step": 5}}
-        return _last_checkpoint_config(
-            tmp_path, data, name, interrupt,
-            checkpoint={"monitor": "val/bleu", "mode": "max", "save_top_k": -1},
-            helpers=[helper] if interrupt else [], max_steps=10,
-        )  # fmt: skip
-
-    reference = _fit(config("reference"))
-    assert reference.returncode == 0, reference.stderr[-3000:]
-    first = _fit(config("resumed", interrupt=True))
-    assert first.returncode == 128 + signal.SIGINT, first.stderr[-3000:]
-    resumed = _fit(config("resumed"), "--ckpt_path", "last")
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    config = _validation_stop_configs(tmp_path, multi30k_dir, step=5)
+    _reference_stop_and_resume(config)
     expected = _logged(tmp_path / "reference", "val/bleu")
     got = _logged(tmp_path / "resumed", "val/bleu", last_version=True)
     assert got == expected
@@ -628,31 +648,15 @@ def test_validation_cut_short_by_ctrl_c_is_run_again_on_resume(tmp_path, multi30
 
 
 @pytest.mark.slow  # 3 runs, one stopped by Ctrl-C; CI runs the slow tier too (.ci/run)
+@pytest.mark.parametrize("scoring", [False, True], ids=["in_a_batch", "scoring"])
 def test_the_last_validation_cut_short_is_run_on_a_resume_with_the_same_limit(
-    tmp_path, multi30k_dir
+    tmp_path, multi30k_dir, scoring
 ):
-    """Ctrl-C during the validation at max_steps (before its scores), resumed with the same
-    flags: there is no batch left to train, where Lightning would run it again, but the
-    validation still runs, scored and checkpointed as the uninterrupted run's."""
-    data = _write_corpus(multi30k_dir, tmp_path / "data", {"train": 600, "val": 20})
-
-    def config(name: str, interrupt: bool = False) -> Path:
-        helper = {
-            "class_path": "test_resume.InterruptValidation",
-            "init_args": {"step": 10, "scoring": True},
-        }
-        return _last_checkpoint_config(
-            tmp_path, data, name, interrupt,
-            checkpoint={"monitor": "val/bleu", "mode": "max", "save_top_k": -1},
-            helpers=[helper] if interrupt else [],
-        )  # fmt: skip
-
-    reference = _fit(config("reference"))
-    assert reference.returncode == 0, reference.stderr[-3000:]
-    first = _fit(config("resumed", interrupt=True))
-    assert first.returncode == 128 + signal.SIGINT, first.stderr[-3000:]
-    resumed = _fit(config("resumed"), "--ckpt_path", "last")
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    """Ctrl-C during the validation at max_steps (in its batch, or while it is scored), resumed
+    with the same flags: there is no batch left to train, where Lightning would run it again,
+    but the validation still runs, scored and checkpointed as the uninterrupted run's."""
+    config = _validation_stop_configs(tmp_path, multi30k_dir, step=10, scoring=scoring)
+    resumed = _reference_stop_and_resume(config, max_steps="10")
     assert "nothing trained" not in resumed.stderr
     reference_bleu = _logged(tmp_path / "reference", "val/bleu")
     last = max(reference_bleu)  # the step-10 validation, logged at its batch's index
