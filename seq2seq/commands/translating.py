@@ -228,10 +228,9 @@ def translate(argv: Sequence[str]) -> None:
     options = {name: getattr(args, name) for name in ("tgt_lang", "src_lang")}
     options = {name: value for name, value in options.items() if value is not None}
 
-    done = [0]  # input lines translated: the lines of the parts yielded so far
-
-    def parts() -> Iterator[str]:
-        """The output, a part per ``buffer`` input lines, each once translated."""
+    def parts() -> Iterator[tuple[str, int]]:
+        """The output, a part per ``buffer`` input lines, each once translated, with the count
+        of input lines translated so far."""
         # Invalid UTF-8 is reported with the file (or <stdin>) and line; CRs of CRLF removed.
         if args.input == "-":
             lines = iter_stream_lines(sys.stdin.buffer, "<stdin>")
@@ -250,11 +249,9 @@ def translate(argv: Sequence[str]) -> None:
                 window, n_best=args.n_best, return_scores=args.scores, first_line=first + 1,
                 **options, **extra,
             )  # fmt: skip
+            output = "".join(line + "\n" for line in _output_lines(results, first, rows, args))
             first += len(window)
-            done[0] = first
-            yield "".join(
-                line + "\n" for line in _output_lines(results, first - len(window), rows, args)
-            )
+            yield output, first
         if prefixes is not None and next(prefixes, None) is not None:
             _prefix_count_error(parser, args.prefix_file, where, None, first)
 
@@ -263,15 +260,15 @@ def translate(argv: Sequence[str]) -> None:
         if args.output == "-":
             try:
                 with stream_errors("standard output"):
-                    for part in parts():
+                    for part, translated in parts():
                         sys.stdout.write(part)
                         sys.stdout.flush()
-                        written = done[0]
+                        written = translated
             except BrokenPipeError:  # the reader left (| head): nothing more is wanted
                 os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         else:
             with atomic_write(args.output, "w", encoding="utf-8") as f:
-                for part in parts():
+                for part, _ in parts():
                     f.write(part)
     except (KeyboardInterrupt, ValueError) as stop:  # Ctrl-C; bad input met on the way
         kept = (
