@@ -536,11 +536,14 @@ def test_translate_refuses_bad_input_and_settings_before_decoding(
     assert "<stdin>, line 3: invalid UTF-8" in err[0] and (
         "The translations of the first 2 lines are written to standard output." in err[0]
     ), err
+    # An --input file is read through first: its bad line stops translate before any part.
     source.write_bytes(bad)
-    code, out, err = _translate_main(monkeypatch, capsys, b"", "--ckpt_path", ckpt,
-                                     "--input", str(source), "--output", str(tmp_path / "o.en"),
-                                     "--buffer_size", "1")  # fmt: skip
-    assert code == 1 and f"Nothing is written to {tmp_path / 'o.en'}, which is" in err[0], err
+    for output in ("-", str(tmp_path / "o.en")):
+        code, out, err = _translate_main(monkeypatch, capsys, b"", "--ckpt_path", ckpt,
+                                         "--input", str(source), "--output", output,
+                                         "--buffer_size", "1")  # fmt: skip
+        assert code == 1 and out == "" and len(err) == 1, err
+        assert "in.de, line 3: invalid UTF-8" in err[0] and "Nothing is translated." in err[0]
     assert not (tmp_path / "o.en").exists()
     source.write_text("Ein Hund.\n", encoding="utf-8")
     # Lines with nothing the model knows (spaces, a zero-width space, a word joiner, which

@@ -217,9 +217,14 @@ def translate(argv: Sequence[str]) -> None:
             f"pass --beam_size {args.n_best} or more"
         )
     where = "<stdin>" if args.input == "-" else args.input
-    if prefix_source is not None and args.input != "-":  # both counted before any work
-        counts = [sum(1 for _ in iter_lines(path)) for path in (prefix_source, args.input)]
-        if counts[0] != counts[1]:
+    if args.input != "-":  # read through before any work: a bad line is found at once
+        try:
+            counts = [
+                sum(1 for _ in iter_lines(path)) for path in (prefix_source, args.input) if path
+            ]
+        except ValueError as err:
+            raise ValueError(f"{err} Nothing is translated.") from err
+        if len(counts) == 2 and counts[0] != counts[1]:
             _prefix_count_error(parser, args.prefix_file, where, *counts)
     buffer = args.buffer_size
     if buffer is None:
