@@ -173,6 +173,13 @@ def subcommand_names(parser: Any) -> list[str]:
     return [] if action is None else list(action.choices)
 
 
+def subcommand_parser(parser: Any, name: str) -> Any:
+    """The parser of subcommand ``name`` of a jsonargparse ``parser`` (from its private
+    ``_subcommands_action``), or ``None``."""
+    action = getattr(parser, "_subcommands_action", None)
+    return None if action is None else action.choices.get(name)
+
+
 def error_parser(ex: Exception | None, parser: Any) -> Any:
     """The parser whose arguments an error ``ex`` is about: jsonargparse attaches the
     subcommand's parser to the exception as ``subcommand_parser`` (undocumented) when the

@@ -112,7 +112,19 @@ def test_unknown_key_in_a_config_file_is_reported_briefly(monkeypatch, capsys, t
     err = out.err.splitlines()
     assert len(err) <= 3, err
     assert err[0] == (
-        "seq2seq: error: unknown config key 'modle.d_model' (did you mean model.d_model?)"
+        f"seq2seq: error: unknown config key 'modle.d_model' in {config} "
+        "(did you mean model.d_model?)"
+    )
+    # ... a key of a group, also with --print_config (whose error comes from the root parser)
+    config.write_text("trainer:\n  max_stepz: 3\n", encoding="utf-8")
+    code, out = _exit_of_main(
+        monkeypatch, capsys, "fit", "--config", str(CONFIGS / "tiny.yaml"),
+        f"--config={config}", "--print_config",
+    )  # fmt: skip
+    assert code == 2
+    assert out.err.splitlines()[0] == (
+        f"seq2seq: error: unknown config key 'trainer.max_stepz' in {config} "
+        "(did you mean trainer.max_steps or trainer.max_time?)"
     )
 
 
@@ -135,7 +147,7 @@ def test_a_decoding_setting_outside_model_decoding_points_there(monkeypatch, cap
     code, out = _exit_of_main(monkeypatch, capsys, "fit", "--config", tiny, "--config", str(config))
     assert code == 2
     assert out.err.splitlines()[0] == (
-        "seq2seq: error: unknown config key 'model.max_len_b' (did you mean "
+        f"seq2seq: error: unknown config key 'model.max_len_b' in {config} (did you mean "
         "model.decoding.max_len_b?)"
     )
 

@@ -60,10 +60,15 @@ def argument_error_lines(message: str, parser: ArgumentParser) -> list[str]:
     )
     if match:  # a key of a config file (or of a dict given on the command line)
         key = f"{match[1]}.{match[2]}" if match[1] else match[2]
+        # a config file's key is reported by the root parser: the subcommand's has the keys
+        names = [arg for arg in sys.argv[1:] if compat.subcommand_parser(parser, arg)]
+        parser = compat.subcommand_parser(parser, names[0]) if names else parser
         keys = [
             a.dest for a in compat.parser_actions(parser) if a.option_strings and a.dest != "help"
         ]
-        return [f"seq2seq: error: unknown config key '{key}'{did_you_mean(key, keys)}"]
+        files = [f" in {name}" for name in _config_files_with(key.split("."), sys.argv[1:])]
+        where = files[0] if len(files) == 1 else ""
+        return [f"seq2seq: error: unknown config key '{key}'{where}{did_you_mean(key, keys)}"]
     match = re.match(r'Parser key "([^"]+)":\s*(.*)', first)
     if match:
         return _invalid_value_lines(match[1], match[2], rest)
@@ -82,6 +87,28 @@ def argument_error_lines(message: str, parser: ArgumentParser) -> list[str]:
             f"the commands are {', '.join(commands)}"
         ]
     return [f"seq2seq: error: {line.strip()}" for line in [first, *rest][:6] if line.strip()]
+
+
+def _config_files_with(path: list[str], argv: Sequence[str]) -> list[str]:
+    """The ``--config`` files of ``argv`` whose YAML holds the key ``path`` (``init_args``
+    levels skipped), so an unknown key is reported with the file it is in."""
+    names = [value for option, value in zip(argv, argv[1:], strict=False) if option == "--config"]
+    names += [arg.split("=", 1)[1] for arg in argv if arg.startswith("--config=")]
+    found = []
+    for name in names:
+        try:
+            node = yaml.safe_load(Path(name).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            continue
+        for part in path:
+            if isinstance(node, dict) and part not in node and "init_args" in node:
+                node = node["init_args"]
+            if not isinstance(node, dict) or part not in node:
+                break
+            node = node[part]
+        else:
+            found.append(name)
+    return found
 
 
 def _unrecognized_lines(tokens: list[str], parser: ArgumentParser) -> list[str]:
