@@ -587,6 +587,16 @@ def test_what_cannot_be_imported_is_refused_in_one_line(marian, m2m, tmp_path, m
         assert code == 1 and out == "", (folder, err)
         assert len(err) == 1 and expected in err[0], (expected, err)
         assert not output.exists()
+    # owner/name whose owner is a folder here: a local folder was meant, not a Hub id
+    (tmp_path / "scratch").mkdir()
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_main(monkeypatch, capsys, "import", "--input", "scratch/x",
+                              "--output", "out.ckpt")  # fmt: skip
+    assert code == 1 and len(err) == 1 and "hf download" not in err[0], err
+    assert (
+        "--input scratch/x is not a folder (a save_pretrained folder); scratch holds no x"
+        in (err[0])
+    )
 
 
 def test_import_command_writes_and_replaces_only_its_own_output(

@@ -128,8 +128,11 @@ def read_folder(folder: str | Path) -> HuggingFaceFolder:
     """
     path = Path(folder)
     if not path.is_dir():
-        hub = str(folder).count("/") == 1 and not path.exists()  # owner/name: a Hub id
+        # owner/name is a Hub id, unless owner is a folder here (then a folder was meant)
+        hub = str(folder).count("/") == 1 and not path.exists() and not path.parent.is_dir()
         hint = f"; download a Hub model first: hf download {folder} --local-dir DIR" if hub else ""
+        if path.parent != Path(".") and path.parent.is_dir() and not path.exists():
+            hint = f"; {path.parent} holds no {path.name}"
         raise FileNotFoundError(f"--input {path} is not a folder (a save_pretrained folder){hint}")
     config = _read_json(path / "config.json", required=True)
     generation = _read_json(path / "generation_config.json", required=False)
