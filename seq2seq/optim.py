@@ -240,10 +240,20 @@ def check_resumed_training(
     stand-in parameter.
 
     Raises:
-        ValueError: for another class.
+        ValueError: for another class, or another ``ReduceLROnPlateau`` mode.
     """
     check_resumed_optimizer(checkpoint, class_name(optimizer))
     check_resumed_schedule(checkpoint, class_name(schedule))
+    saved_mode = ((checkpoint.get("lr_schedulers") or [{}])[0] or {}).get("mode")
+    if isinstance(schedule, ReduceLROnPlateau) and saved_mode not in (None, schedule.mode):
+        # The checkpoint's mode (and its best value) would be restored, while a monitor left
+        # to the mode would follow the configured one: the rate would fall as it improves.
+        raise ValueError(
+            f"the checkpoint's lr_scheduler ReduceLROnPlateau has mode {saved_mode}, this "
+            f"run's {schedule.mode}: a resumed run keeps the mode and best value of its "
+            f"schedule; resume with mode {saved_mode} (model.lr_scheduler.init_args.mode), or "
+            "start a new run from its weights (--init_from)"
+        )
     changes = changed_settings(checkpoint, optimizer, schedule)
     if changes:
         rank_zero_warn(

@@ -301,3 +301,27 @@ def test_plateau_checks_before_training():
     saved = {"lr_schedulers": [schedule("val/de-en/bleu")["scheduler"].state_dict()]}
     assert changed_settings(saved, torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1),
                             schedule("val/bleu")["scheduler"]) == []  # fmt: skip
+
+
+def test_resume_with_another_plateau_mode_is_refused():
+    """The checkpoint's plateau mode and best value would be restored while a monitor left to
+    the mode follows the configured one: a resume with another mode is refused, naming both."""
+    from torch.optim.lr_scheduler import ReduceLROnPlateau
+
+    from seq2seq.optim import check_resumed_training, class_name
+
+    optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=0.001)
+    saved = ReduceLROnPlateau(optimizer, mode="max").state_dict()
+    checkpoint = {
+        "seq2seq": {"optimizer": class_name(optimizer), "lr_scheduler": class_name(
+            ReduceLROnPlateau(optimizer))},
+        "optimizer_states": [optimizer.state_dict()],
+        "lr_schedulers": [saved],
+    }  # fmt: skip
+    check_resumed_training(checkpoint, optimizer, ReduceLROnPlateau(optimizer, mode="max"))
+    with pytest.raises(
+        ValueError,
+        match=r"ReduceLROnPlateau has mode max, this run's min: .* "
+        r"resume with mode max \(model\.lr_scheduler\.init_args\.mode\)",
+    ):
+        check_resumed_training(checkpoint, optimizer, ReduceLROnPlateau(optimizer, mode="min"))
