@@ -92,7 +92,9 @@ def argument_error_lines(message: str, parser: ArgumentParser) -> list[str]:
 def _config_files_with(path: list[str], argv: Sequence[str]) -> list[str]:
     """The ``--config`` files of ``argv`` whose YAML holds the key ``path`` (``init_args``
     levels skipped), so an unknown key is reported with the file it is in."""
-    names = [value for option, value in zip(argv, argv[1:], strict=False) if option == "--config"]
+    names = [
+        value for option, value in zip(argv, argv[1:], strict=False) if option in ("-c", "--config")
+    ]
     names += [arg.split("=", 1)[1] for arg in argv if arg.startswith("--config=")]
     found = []
     for name in names:
