@@ -280,6 +280,16 @@ def test_multi30k_download_fetches_every_language_of_the_pairs(tmp_path, monkeyp
     asked.clear()
     dm._download_missing(training=False, stage="test")
     assert asked == [f"test_2016_flickr.{lang}.gz" for lang in ("de", "en", "fr")]
+    # an empty folder: one download asks for every pair's files, so that a failure (no
+    # network) names them all at once
+    calls = []
+    monkeypatch.setattr(multi30k, "download_multi30k", lambda _, files: calls.append(files))
+    (tmp_path / "empty").mkdir()
+    dm = _dm(tmp_path / "empty", tmp_path / "cache2", download=True, pairs=["de-en", "fr-en"])
+    dm._download_missing(training=True, stage="fit")
+    assert len(calls) == 1 and sorted(calls[0]) == [
+        f"{split}.{lang}.gz" for split in ("train", "val") for lang in LANGS
+    ], calls
 
 
 def test_a_saved_dataset_serves_every_pair_with_its_fields(tmp_path):

@@ -150,15 +150,16 @@ def new_folder_hint(folder: Path) -> str:
 Locate = Callable[[str], CorpusSplit]
 
 
-def download_missing(
+def missing_files(
     data_dir: Path,
     splits: Sequence[str],
     train_split: str,
     locate: Locate,
     langs: tuple[str, str],
-) -> None:
-    """Downloads the Multi30k files of ``splits`` that cannot be found in ``data_dir``, where
-    ``data_dir`` is a Multi30k folder (see the module).
+) -> list[str]:
+    """The Multi30k files of ``splits`` that cannot be found in ``data_dir`` and that the
+    download would fetch, where ``data_dir`` is a Multi30k folder (see the module); ``[]``
+    for another corpus.
 
     Args:
         data_dir: the corpus folder.
@@ -181,10 +182,17 @@ def download_missing(
                 and not any((data_dir / f).is_file() for f in (name, name[:-3]))
             ]
     if wanted and is_multi30k_folder(train_split, locate, langs):  # hashes only then
-        rank_zero_info(
-            f"Downloading {', '.join(wanted)} into {data_dir}{new_folder_hint(data_dir)}"
-        )
-        download_multi30k(data_dir, files=wanted)
+        return wanted
+    return []
+
+
+def download_missing(data_dir: Path, files: Sequence[str]) -> None:
+    """Downloads ``files`` (:func:`missing_files`, of every language pair that reads
+    ``data_dir``, so that a failure names them all) into ``data_dir``."""
+    files = list(dict.fromkeys(files))
+    if files:
+        rank_zero_info(f"Downloading {', '.join(files)} into {data_dir}{new_folder_hint(data_dir)}")
+        download_multi30k(data_dir, files=files)
 
 
 def downloadable(split: str, train_split: str, locate: Locate, langs: tuple[str, str]) -> bool:

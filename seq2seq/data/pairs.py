@@ -22,7 +22,7 @@ from torch.utils.data import Dataset
 from seq2seq.data.batching import temperature_probs
 from seq2seq.data.corpus import CorpusSplit, locate_split, pair_folder
 from seq2seq.data.dataset import Lengths, TokenizedDataset
-from seq2seq.data.multi30k import download_missing, downloadable
+from seq2seq.data.multi30k import download_missing, downloadable, missing_files
 from seq2seq.data.spm_files import SentencePieceSettings, load_or_train, load_or_train_pairs
 from seq2seq.data.token_cache import ENCODE_CHUNK
 from seq2seq.data.tokenizer import Tokenizer
@@ -299,11 +299,15 @@ class PairsMixin:
             splits = [self.train_split, *splits]
         if not training:
             splits = [split for split in splits if split != self.train_split]
+        wanted: dict[Path, list[str]] = {}  # per folder: one download names every file
         for pair in self._pairs:
-            download_missing(
-                pair_folder(self.data_dir, *pair), list(dict.fromkeys(splits)), self.train_split,
+            folder = pair_folder(self.data_dir, *pair)
+            wanted.setdefault(folder, []).extend(missing_files(
+                folder, list(dict.fromkeys(splits)), self.train_split,
                 partial(self._locate, pair=pair), pair,
-            )  # fmt: skip
+            ))  # fmt: skip
+        for folder, files in wanted.items():
+            download_missing(folder, files)
 
     def _fetched(self, pair: Pair, split: str) -> bool:
         """Whether the Multi30k download fetches the missing ``split`` of ``pair`` when
