@@ -258,12 +258,29 @@ def test_validate_and_test_take_the_checkpoints_pairs(models, capsys):
         "data": {"src_lang": "de", "tgt_lang": "en", "pairs": ["en-de"]},
         "model": {},
     }
+    # predict translates the one direction configured where it is one of the checkpoint's
     apply_checkpoint_architecture("predict", config, lambda path: checkpoint)
     assert capsys.readouterr().err.splitlines() == [
-        f"seq2seq: warning: {models['tagged']} was trained on the pairs en-de, en-fr "
-        "(data.pairs), not en-de as configured; predict uses the checkpoint's languages"
+        f"seq2seq: note: {models['tagged']} was trained on the pairs en-de, en-fr; predict "
+        "translates en-de (data.pairs)"
     ]
-    assert config["data"]["pairs"] == TAGGED
+    assert [config["data"][k] for k in ("src_lang", "tgt_lang", "pairs")] == ["en", "de", ["en-de"]]
+    config["data"] = {"src_lang": "en", "tgt_lang": "fr", "pairs": None}
+    apply_checkpoint_architecture("predict", config, lambda path: checkpoint)
+    assert "predict translates en-fr (data.src_lang, data.tgt_lang)" in capsys.readouterr().err
+    assert config["data"]["pairs"] == ["en-fr"]
+    # ... and refuses a target language it does not translate into, naming how to choose
+    config["data"] = {"src_lang": "de", "tgt_lang": "en", "pairs": None}
+    with pytest.raises(
+        ValueError,
+        match=r"translates the pairs en-de, en-fr, not de-en as con"
+        r"figured; predict translates one direction: choose it with --data.pairs "
+        r"'\[en-de\]'",
+    ):
+        apply_checkpoint_architecture("predict", config, lambda path: checkpoint)
+    config["data"] = {"src_lang": "de", "tgt_lang": "en", "pairs": ["en-de", "en-fr"]}
+    apply_checkpoint_architecture("predict", config, lambda path: checkpoint)  # several: as before
+    assert config["data"]["pairs"] == TAGGED and not capsys.readouterr().err
     # validate and test score a subset named in data.pairs, not one of the defaults
     config["data"] = {"src_lang": "de", "tgt_lang": "en", "pairs": ["en-de"]}
     subset = apply_checkpoint_architecture("test", config, lambda path: checkpoint)
@@ -371,6 +388,18 @@ def test_a_trained_multilingual_checkpoint_translates_tests_and_grows(
         "not de-en as configured; test uses the checkpoint's languages; to score some of its "
         "pairs, list them in data.pairs"
     ) in err
+    # predict of one of its pairs: the tagged translations of translate --tgt_lang fr
+    source, output = in_tmp / "in.en", in_tmp / "out.fr"
+    write_lines(source, SENTENCES)
+    code, out, err = run_main(
+        monkeypatch, capsys, "predict", *trained.flags, "--ckpt_path", str(trained.ckpt),
+        "--data.pairs", "[en-fr]", "--data.predict_file", str(source),
+        "--prediction_writer.output_path", str(output),
+    )  # fmt: skip
+    assert code in (0, None), err
+    assert output.read_text(encoding="utf-8").splitlines() == translator.translate(
+        SENTENCES, tgt_lang="fr"
+    )
     # validate prints the mean of the pairs' scores, which picks the best checkpoint
     code, out, err = run_main(
         monkeypatch, capsys, "validate", *trained.flags, "--ckpt_path", str(trained.ckpt)

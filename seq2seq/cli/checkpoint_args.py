@@ -31,18 +31,18 @@ from seq2seq.checkpoint.format import (
     ORIGIN,
     differing_settings,
     language_pairs,
-    pair_names,
     weights_name,
 )
 from seq2seq.checkpoint.restore import tokenizer_from_checkpoint
 from seq2seq.cli.checkpoint_languages import (
     check_target_tags,
+    chosen_pairs,
     configured_pairs,
     new_languages,
     other_languages,
     report_new_languages,
     saved_pair_setting,
-    scored_subset,
+    use_chosen_pairs,
 )
 from seq2seq.cli.messages import UNTRAINED, USES, cli_value
 from seq2seq.cli.run_folder import refuse_earlier_checkpoints
@@ -335,9 +335,9 @@ def apply_checkpoint_architecture(
 ) -> tuple[tuple[str, str], ...] | None:
     """``validate``/``test``/``predict``: the model architecture and the language pair (or
     ``data.pairs``) of ``--ckpt_path``, warning where the config differs; ``validate`` and
-    ``test`` score a subset of its pairs named in ``data.pairs`` (:func:`scored_subset`),
-    with a note. Decoding settings (``beam_size``, ``length_penalty``, ...) are not saved as
-    architecture: the config's apply.
+    ``test`` score a subset of its pairs named in ``data.pairs``, ``predict`` translates one
+    (:func:`chosen_pairs`), with a note. Decoding settings (``beam_size``, ``length_penalty``,
+    ...) are not saved as architecture: the config's apply.
 
     Returns:
         the subset of the checkpoint's pairs scored, else ``None``.
@@ -347,18 +347,10 @@ def apply_checkpoint_architecture(
         return None
     checkpoint = read(ckpt_path)  # settings only
     data = config["data"]
-    subset = scored_subset(checkpoint, data) if subcommand in ("validate", "test") else None
+    subset = chosen_pairs(subcommand, ckpt_path, checkpoint, data)
     other = None if subset else other_languages(checkpoint, data)
-    if subset and rank_zero_only.rank == 0:
-        print(
-            f"seq2seq: note: {ckpt_path} was trained on the pairs "
-            f"{pair_names(language_pairs(checkpoint))}; {subcommand} scores "
-            f"{pair_names(subset)} (data.pairs)",
-            file=sys.stderr,
-        )
-    if subset and len(subset) == 1:  # a bilingual data module of the pair given (a tagged
-        data["src_lang"], data["tgt_lang"] = subset[0]  # model's tokenizer still tags)
-        config["model"]["tgt_lang"] = subset[0][1]  # sacreBLEU's tokenizer choice
+    if subset:
+        use_chosen_pairs(subcommand, ckpt_path, checkpoint, subset, config)
     if other:
         several = len(language_pairs(checkpoint) or ()) > 1
         hint = "; to score some of its pairs, list them in data.pairs" if several else ""

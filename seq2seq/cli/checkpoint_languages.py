@@ -3,7 +3,7 @@ the ``data.pairs`` of a multilingual run, compared for ``validate``/``test``/``p
 resume (:func:`other_languages`), and checked when ``fit --init_from`` starts a run on
 pairs the checkpoint was not trained on (:func:`check_target_tags`,
 :func:`report_new_languages`); some of a checkpoint's pairs scored alone
-(:func:`scored_subset`)."""
+(:func:`scored_subset`), or the one that ``predict`` translates (:func:`chosen_pairs`)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from jsonargparse import Namespace
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from seq2seq.checkpoint.format import (
     CHECKPOINT_KEY,
@@ -74,6 +75,55 @@ def scored_subset(checkpoint: dict, data: dict | Namespace) -> Pairs | None:
         return None
     mine = configured_pairs(data)
     return mine if mine and set(mine) < set(saved) else None
+
+
+def chosen_pairs(
+    subcommand: str, path: str, checkpoint: dict, data: dict | Namespace
+) -> Pairs | None:
+    """The pairs of a multilingual checkpoint that ``validate``/``test`` score
+    (:func:`scored_subset`) or ``predict`` translates: for ``predict`` the configured
+    direction (``data.pairs`` of one pair, else ``data.src_lang``/``data.tgt_lang``) where it
+    is one of the checkpoint's pairs; else ``None``.
+
+    Raises:
+        ValueError: ``predict`` into a language that the checkpoint does not translate into,
+            naming its pairs and ``data.pairs``.
+    """
+    if subcommand in ("validate", "test"):
+        return scored_subset(checkpoint, data)
+    saved, mine = language_pairs(checkpoint), configured_pairs(data)
+    if subcommand != "predict" or not saved or len(saved) < 2 or not mine or len(mine) != 1:
+        return None
+    if mine[0] in saved:
+        return mine
+    if mine[0][1] not in {tgt for _, tgt in saved}:
+        raise ValueError(
+            f"{path} translates the pairs {pair_names(saved)}, not {pair_names(mine)} as "
+            f"configured; predict translates one direction: choose it with --data.pairs "
+            f"'[{pair_names(saved[:1])}]' (or data.src_lang and data.tgt_lang)"
+        )
+    return None
+
+
+def use_chosen_pairs(subcommand: str, path: str, checkpoint: dict, subset: Pairs, config) -> None:
+    """Notes the pairs :func:`chosen_pairs` chose; the data module of one pair is bilingual
+    (a tagged model's tokenizer still tags), ``model.tgt_lang`` its target (sacreBLEU's
+    tokenizer choice)."""
+    data = config["data"]
+    if rank_zero_only.rank == 0:
+        does = "translates" if subcommand == "predict" else "scores"
+        given = "data.pairs" if data.get("pairs") else "data.src_lang, data.tgt_lang"
+        print(
+            f"seq2seq: note: {path} was trained on the pairs "
+            f"{pair_names(language_pairs(checkpoint))}; {subcommand} {does} "
+            f"{pair_names(subset)} ({given})",
+            file=sys.stderr,
+        )
+    if len(subset) == 1:
+        data["src_lang"], data["tgt_lang"] = subset[0]
+        if "pairs" in data:
+            data["pairs"] = [pair_names(subset)]
+        config["model"]["tgt_lang"] = subset[0][1]
 
 
 def _imported(checkpoint: dict) -> bool:
