@@ -214,7 +214,7 @@ class Seq2SeqCLI(compat.SkipCheckpointHparams, LightningCLI):
             call["ckpt_path"] = None  # Lightning: the model's current (fresh) weights
         if self._scored_subset and hasattr(self.datamodule, "heldout_by_pair"):
             self.datamodule.heldout_by_pair = True  # named as in the checkpoint's run
-        if subcommand == "test" and _test_loaders(self.datamodule) > 1:
+        if subcommand in ("validate", "test") and _heldout_loaders(self.datamodule, subcommand) > 1:
             # Lightning's table repeats every set's metrics under every set's column; the
             # module prints one row per set instead.
             call["verbose"] = False
@@ -471,10 +471,12 @@ def _checkpoint_summary(trainer) -> str | None:
     return f"checkpoints: {folder}: {', '.join(parts)}"
 
 
-def _test_loaders(datamodule) -> int:
-    """The test loaders of a data module: one per pair and test set."""
+def _heldout_loaders(datamodule, stage: str) -> int:
+    """The loaders of a data module's ``validate`` or ``test`` stage: one per pair and set."""
     keys = getattr(datamodule, "heldout_keys", None)
-    return len(keys("test")) if keys else len(getattr(datamodule, "test_set_names", []))
+    if keys:
+        return len(keys(stage))
+    return len(getattr(datamodule, "test_set_names", [])) if stage == "test" else 1
 
 
 def _logger_name_given(argv: Sequence[str], trainer) -> str | None:
