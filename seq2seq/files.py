@@ -26,6 +26,7 @@ Both read an output path as a shell redirection would:
 
 from __future__ import annotations
 
+import difflib
 import errno
 import os
 import re
@@ -392,3 +393,21 @@ def _fsync_dir(directory: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def new_folder_hint(folder: Path) -> str:
+    """``" (a new folder; did you mean /data/multi30k?)"`` for a ``folder`` that does not exist,
+    naming the folders beside it spelt alike (a mistyped ``--data.data_dir``); ``""`` for one
+    that exists."""
+    if folder.exists():
+        return ""
+    parent = next((p for p in folder.parents if p.is_dir()), None)
+    missing = folder.relative_to(parent).parts[0] if parent is not None else ""
+    try:
+        beside = [p.name for p in parent.iterdir() if p.is_dir()] if missing else []
+    except OSError:  # an unreadable parent: no hint
+        beside = []
+    lowered = {name.lower(): name for name in beside}
+    close = difflib.get_close_matches(missing.lower(), list(lowered), n=3, cutoff=0.8)
+    alike = [str(parent / lowered[name] / folder.relative_to(parent / missing)) for name in close]
+    return f" (a new folder; did you mean {' or '.join(alike)}?)" if alike else " (a new folder)"

@@ -288,10 +288,19 @@ def test_fit_fast_dev_run(in_tmp, multi30k_dir, tiny_cache, capsys):
     assert torch.isfinite(cli.trainer.callback_metrics["train/loss"])
     err = capsys.readouterr().err
     assert (
-        "seq2seq: warning: --ckpt_path last: no last.ckpt in checkpoints/tiny; training from "
-        "scratch"
+        "seq2seq: warning: --ckpt_path last: no last.ckpt in checkpoints/tiny (a new folder); "
+        "training from scratch"
     ) in err
     assert not (in_tmp / "checkpoints").exists()  # a smoke run writes no checkpoint, nor its folder
+    # a mistyped --checkpoint_dir: the folder spelt alike beside it is named
+    (in_tmp / "checkpoints" / "run_one").mkdir(parents=True)
+    cli_main(["fit", "--config", str(CONFIGS / "tiny.yaml"), "--data.data_dir", str(multi30k_dir),
+              "--data.cache_dir", str(tiny_cache), "--trainer.fast_dev_run", "true",
+              "--ckpt_path", "last", "--checkpoint_dir", "checkpoints/run_oen"])  # fmt: skip
+    assert (
+        "no last.ckpt in checkpoints/run_oen (a new folder; did you mean checkpoints/run_one?); "
+        "training from scratch"
+    ) in capsys.readouterr().err
 
 
 def test_tiny_run_outputs(tiny_run):

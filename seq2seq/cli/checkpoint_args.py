@@ -48,7 +48,7 @@ from seq2seq.cli.messages import UNTRAINED, USES, cli_value
 from seq2seq.cli.run_folder import refuse_earlier_checkpoints
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.data.vocabulary import load_tokenizer
-from seq2seq.files import check_output_file
+from seq2seq.files import check_output_file, new_folder_hint
 from seq2seq.nn import TransformerConfig
 from seq2seq.optim import check_resumed_optimizer, check_resumed_schedule, class_name
 
@@ -124,7 +124,9 @@ def resolve_ckpt_arguments(
             config["ckpt_path"] = None
             if not fast_dev_run:
                 refuse_earlier_checkpoints(dirs, checkpoint_dir=config.get("checkpoint_dir"))
-            where = ", ".join(str(d) for d in dirs) or "the configured checkpoint folder"
+            # a folder that is not there yet is named as new, with any spelt alike beside it
+            where = ", ".join(f"{d}{new_folder_hint(Path(d))}" for d in dirs)
+            where = where or "the configured checkpoint folder"
             if rank_zero_only.rank == 0:  # a mistyped folder would start over unseen
                 print(
                     f"seq2seq: warning: --ckpt_path last: no last.ckpt in {where}; "

@@ -8,7 +8,6 @@ split is never filled with Multi30k's: the missing split is reported.
 
 from __future__ import annotations
 
-import difflib
 import os
 import tempfile
 import urllib.error
@@ -20,6 +19,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 from seq2seq.data.corpus import CorpusSplit
 from seq2seq.data.formats import file_sha256
+from seq2seq.files import new_folder_hint
 from seq2seq.temporaries import remove_abandoned, temporary_prefix
 
 MULTI30K_URL = "https://github.com/multi30k/dataset/raw/master/data/task1/raw"
@@ -125,24 +125,6 @@ def download_multi30k(
             "false` to skip downloading)."
         )
     return downloaded
-
-
-def new_folder_hint(folder: Path) -> str:
-    """``" (a new folder; did you mean /data/multi30k?)"`` for a ``folder`` that does not exist,
-    naming the folders beside it spelt alike (a mistyped ``--data.data_dir``); ``""`` for one
-    that exists."""
-    if folder.exists():
-        return ""
-    parent = next((p for p in folder.parents if p.is_dir()), None)
-    missing = folder.relative_to(parent).parts[0] if parent is not None else ""
-    try:
-        beside = [p.name for p in parent.iterdir() if p.is_dir()] if missing else []
-    except OSError:  # an unreadable parent: no hint
-        beside = []
-    lowered = {name.lower(): name for name in beside}
-    close = difflib.get_close_matches(missing.lower(), list(lowered), n=3, cutoff=0.8)
-    alike = [str(parent / lowered[name] / folder.relative_to(parent / missing)) for name in close]
-    return f" (a new folder; did you mean {' or '.join(alike)}?)" if alike else " (a new folder)"
 
 
 # ---------------------------------------------------------------------- which files
