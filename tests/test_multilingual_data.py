@@ -111,7 +111,7 @@ def test_pairs_are_parsed_and_bad_ones_refused_naming_the_setting(tmp_path):
         ):
             _dm(tmp_path, tmp_path, pairs=["de-en", "fr-en"], pair_temperature=temperature)
     with pytest.raises(
-        ValueError, match=r"^data\.streaming is not supported yet with several data\.pairs"
+        ValueError, match=r"^data\.streaming takes one language pair, not several data\.pairs"
     ):
         _dm(tmp_path, tmp_path, pairs=["de-en", "fr-en"], streaming=True)
     with pytest.raises(ValueError, match=r"^data\.hf_config 'de-en' holds one language pair"):

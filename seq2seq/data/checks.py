@@ -74,8 +74,9 @@ def check_settings(
         raise ValueError(f"data.pair_temperature must be > 0, got {pair_temperature}.")
     if several and streaming:
         raise ValueError(
-            "data.streaming is not supported yet with several data.pairs: set "
-            "data.streaming false (the pairs are cached), or train on one pair."
+            "data.streaming takes one language pair, not several data.pairs: set "
+            "data.streaming false (the pairs are tokenised into the memory-mapped Arrow cache, "
+            "which needs disk, not memory, for a large corpus), or train on one pair."
         )
     if several and hf_config is not None and hf_config.count("-") == 1:
         raise ValueError(
