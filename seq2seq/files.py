@@ -395,12 +395,11 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def new_folder_hint(folder: Path) -> str:
-    """``" (a new folder; did you mean /data/multi30k?)"`` for a ``folder`` that does not exist,
-    naming the folders beside it spelt alike (a mistyped ``--data.data_dir``); ``""`` for one
-    that exists."""
+def folders_alike(folder: Path) -> list[str]:
+    """The folders spelt like ``folder`` (case aside) where it does not exist: the first missing
+    part of its path replaced by a folder beside it of a close spelling (a mistyped path)."""
     if folder.exists():
-        return ""
+        return []
     parent = next((p for p in folder.parents if p.is_dir()), None)
     missing = folder.relative_to(parent).parts[0] if parent is not None else ""
     try:
@@ -409,5 +408,14 @@ def new_folder_hint(folder: Path) -> str:
         beside = []
     lowered = {name.lower(): name for name in beside}
     close = difflib.get_close_matches(missing.lower(), list(lowered), n=3, cutoff=0.8)
-    alike = [str(parent / lowered[name] / folder.relative_to(parent / missing)) for name in close]
+    return [str(parent / lowered[name] / folder.relative_to(parent / missing)) for name in close]
+
+
+def new_folder_hint(folder: Path) -> str:
+    """``" (a new folder; did you mean /data/multi30k?)"`` for a ``folder`` that does not exist,
+    naming the folders beside it spelt alike (:func:`folders_alike`); ``""`` for one that
+    exists."""
+    if folder.exists():
+        return ""
+    alike = folders_alike(folder)
     return f" (a new folder; did you mean {' or '.join(alike)}?)" if alike else " (a new folder)"

@@ -593,6 +593,11 @@ def test_translate_refuses_bad_input_and_settings_before_decoding(
         )
         assert code == 2 and out == "", extra
         assert expected in err[-1], (extra, err)
+    # A checkpoint folder as --ckpt_path: a file of it is named
+    code, out, err = _translate_main(monkeypatch, capsys, b"Ein Hund.\n", "--ckpt_path",
+                                     str(Path(ckpt).parent))  # fmt: skip
+    assert code == 1 and out == "" and len(err) == 1, err
+    assert "is a folder of checkpoints (" in err[0] and f"e.g. {ckpt}" in err[0], err
     # Missing folders of --output are created, as predict and average create theirs.
     output = tmp_path / "new" / "sub" / "out.en"
     code, out, err = _translate_main(

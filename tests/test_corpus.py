@@ -472,3 +472,12 @@ def test_a_missing_split_of_a_corpus_folder_names_the_splits_it_holds(tmp_path):
         "test_2016_flickr?)."
     )
     assert "Point `data.data_dir`" not in str(info.value)
+    # language codes in upper case; a folder name spelt in another case
+    with pytest.raises(FileNotFoundError) as info:
+        locate_split(tmp_path, "train", "DE", "EN")
+    assert str(info.value).endswith(
+        f"{tmp_path} holds train in de-en, named in lower case (did you mean de-en?)."
+    )
+    (tmp_path / "Corpus").mkdir()
+    with pytest.raises(FileNotFoundError, match=r"corpus does not exist \(did you mean .*Corpus\?"):
+        locate_split(tmp_path / "corpus", "train", "de", "en")

@@ -121,6 +121,8 @@ def test_language_prefix(tagged, plain):
         tagged.language_prefix("fra")
     with pytest.raises(ValueError, match=r"'FR' is not a target language.*\(did you mean fr\?\)"):
         tagged.language_prefix("FR")
+    with pytest.raises(ValueError, match=r"'>>fr<<' is not a target .*\(did you mean fr\?\)"):
+        tagged.language_prefix(">>fr<<")  # the tag for its language code
     assert plain.language_prefix() == ([], []) == language_prefixes(plain)
     refusal = "tgt_lang='en': this model has no target-language tokens; it translates into"
     for choose in (plain.language_prefix, lambda lang: language_prefixes(plain, lang)):

@@ -47,6 +47,7 @@ from seq2seq.data.formats import (
     read_tsv,
     unzip_pairs,
 )
+from seq2seq.files import folders_alike
 from seq2seq.spelling import did_you_mean
 
 __all__ = [
@@ -390,7 +391,9 @@ def locate_split(
     if (root / split / "state.json").is_file():
         return found("hf_disk", root / split)
     if not root.is_dir():
+        alike = " or ".join(folders_alike(root))
         what = "is not a folder" if root.exists() else "does not exist"
+        what += f" (did you mean {alike}?)" if alike else ""
         raise FileNotFoundError(
             f"No {src_lang}-{tgt_lang} data for split {split!r}: data.data_dir {root} {what}. "
             "Point `data.data_dir` at the corpus folder or set `data.hf_dataset`."
@@ -398,7 +401,11 @@ def locate_split(
     looked = [*src_candidates, *tgt_candidates, *(p for c in single.values() for p in c)]
     looked += [root / "dataset_dict.json", root / split / "state.json"]
     others = splits_in(root, src_lang, tgt_lang)
-    if others:  # the folder is right, the split name is not
+    lower = (src_lang.lower(), tgt_lang.lower())  # codes are lower case: de, not DE
+    if lower != (src_lang, tgt_lang) and split in splits_in(root, *lower):
+        pair = f"{lower[0]}-{lower[1]}"
+        advice = f"{root} holds {split} in {pair}, named in lower case (did you mean {pair}?)"
+    elif others:  # the folder is right, the split name is not
         advice = f"{root} holds the splits {', '.join(others)}{did_you_mean(split, others)}"
     else:
         advice = "Point `data.data_dir` at the corpus folder or set `data.hf_dataset`"

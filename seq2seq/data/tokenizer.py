@@ -360,9 +360,11 @@ class Tokenizer:
                 "(tgt_lang / --tgt_lang)"
             )
         if tgt_lang not in self._tags:
+            code = tgt_lang.removeprefix(">>").removesuffix("<<")  # the tag given for its code
+            hint = f" (did you mean {code}?)" if code in self._tags else ""
             raise ValueError(
                 f"tgt_lang={tgt_lang!r} is not a target language of this model"
-                f"{did_you_mean(tgt_lang, self._tags)}; it translates into {have}"
+                f"{hint or did_you_mean(tgt_lang, self._tags)}; it translates into {have}"
             )
         return self._tags[tgt_lang]
 

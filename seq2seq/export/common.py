@@ -290,6 +290,14 @@ def read_marker(folder: str | Path) -> dict[str, Any]:
     """
     path = Path(folder) / MARKER
     if not path.is_file():
+        checkpoints = sorted(p.name for p in Path(folder).glob("*.ckpt"))
+        if checkpoints:  # a checkpoint folder: name a file of it
+            pick = "last.ckpt" if "last.ckpt" in checkpoints else checkpoints[-1]
+            raise FileNotFoundError(
+                f"{folder} is a folder of checkpoints ({', '.join(checkpoints[:4])}"
+                f"{', ...' if len(checkpoints) > 4 else ''}): give one of them, e.g. "
+                f"{Path(folder) / pick}"
+            )
         raise FileNotFoundError(
             f"{folder} is a folder without {MARKER}: not a model folder written by seq2seq "
             "export (give a .ckpt file or an exported CTranslate2 folder; a Hugging Face "
