@@ -175,6 +175,20 @@ def check_resumed_schedule(checkpoint: Mapping[str, Any], name: str | None) -> N
     )
 
 
+def check_resumed_plateau_mode(checkpoint: Mapping[str, Any], mode: str) -> None:
+    """Raises ``ValueError`` if the ``ReduceLROnPlateau`` of ``checkpoint``'s run had another
+    ``mode`` than ``mode``: the checkpoint's mode and best value would be restored while a
+    monitor left to the mode followed the configured one (the rate falling as it improves)."""
+    saved = ((checkpoint.get("lr_schedulers") or [{}])[0] or {}).get("mode")
+    if saved not in (None, mode):
+        raise ValueError(
+            f"the checkpoint's lr_scheduler ReduceLROnPlateau has mode {saved}, this run's "
+            f"{mode}: a resumed run keeps the mode and best value of its schedule; resume with "
+            f"mode {saved} (model.lr_scheduler.init_args.mode), or start a new run from its "
+            "weights (--init_from)"
+        )
+
+
 def check_resumed_optimizer(checkpoint: Mapping[str, Any], name: str) -> None:
     """Raises ``ValueError`` if the run of ``checkpoint`` trained with another optimizer class
     than ``name`` (:func:`class_name`), whose state this one cannot take."""
@@ -244,16 +258,8 @@ def check_resumed_training(
     """
     check_resumed_optimizer(checkpoint, class_name(optimizer))
     check_resumed_schedule(checkpoint, class_name(schedule))
-    saved_mode = ((checkpoint.get("lr_schedulers") or [{}])[0] or {}).get("mode")
-    if isinstance(schedule, ReduceLROnPlateau) and saved_mode not in (None, schedule.mode):
-        # The checkpoint's mode (and its best value) would be restored, while a monitor left
-        # to the mode would follow the configured one: the rate would fall as it improves.
-        raise ValueError(
-            f"the checkpoint's lr_scheduler ReduceLROnPlateau has mode {saved_mode}, this "
-            f"run's {schedule.mode}: a resumed run keeps the mode and best value of its "
-            f"schedule; resume with mode {saved_mode} (model.lr_scheduler.init_args.mode), or "
-            "start a new run from its weights (--init_from)"
-        )
+    if isinstance(schedule, ReduceLROnPlateau):
+        check_resumed_plateau_mode(checkpoint, schedule.mode)
     changes = changed_settings(checkpoint, optimizer, schedule)
     if changes:
         rank_zero_warn(

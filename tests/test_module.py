@@ -254,6 +254,18 @@ def test_fit_without_a_schedule_or_with_a_plateau_schedule(
         assert last["lr_schedulers"] == [] and last["seq2seq"]["lr_scheduler"] is None
     else:
         assert last["lr_schedulers"][0]["last_epoch"] == 2  # two validations
+        # a resume with another plateau mode: refused before any data is read or logged
+        code, out, err = run_main(
+            monkeypatch, capsys, "fit", "--config", str(CONFIGS / "tiny.yaml"),
+            "--data.data_dir", str(multi30k_dir), "--data.cache_dir", str(tiny_cache),
+            "--trainer.limit_train_batches", "2", "--trainer.max_epochs", "3",
+            "--trainer.max_steps", "-1", *scheduler, "--model.lr_scheduler.init_args.mode",
+            "max", "--ckpt_path", "last",
+        )  # fmt: skip
+        assert code == 1 and len(err) == 1, err
+        assert "ReduceLROnPlateau has mode min, this run's max" in err[0]
+        assert "Training pairs" not in out + "\n".join(err)
+        assert not list(tmp_path.glob("lightning_logs/**/config.resumed*"))
 
 
 def test_compile_compiles_twice_for_batches_of_varying_rows_and_lengths(monkeypatch):

@@ -286,8 +286,11 @@ def test_other_pairs_are_refused_in_one_line():
     no_position = {"batching": multilingual["batching"]}
     bilingual_run = {**run, "pairs": None}
     assert "--data.pairs=null: other pairs" in resume_refusal(no_position, bilingual_run)
-    assert "--data.pairs=[fr-en, de-en]" in resume_refusal(
-        multilingual, {**run, "pairs": PAIRS[::-1]}
+    assert resume_refusal(multilingual, {**run, "pairs": PAIRS[::-1]}) == (
+        "The checkpoint was written with --data.pairs=[de-en, fr-en], but this run has "
+        "--data.pairs=[fr-en, de-en]: the same pairs in another order, which numbers the "
+        "training examples otherwise, so the batches that follow would differ; resume with "
+        "--data.pairs=[de-en, fr-en]."
     )  # another order: other group indices, other batches
 
 

@@ -50,7 +50,12 @@ from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.data.vocabulary import load_tokenizer
 from seq2seq.files import check_output_file, new_folder_hint
 from seq2seq.nn import TransformerConfig
-from seq2seq.optim import check_resumed_optimizer, check_resumed_schedule, class_name
+from seq2seq.optim import (
+    check_resumed_optimizer,
+    check_resumed_plateau_mode,
+    check_resumed_schedule,
+    class_name,
+)
 
 
 class CheckpointReader:
@@ -124,8 +129,7 @@ def resolve_ckpt_arguments(
             config["ckpt_path"] = None
             if not fast_dev_run:
                 refuse_earlier_checkpoints(dirs, checkpoint_dir=config.get("checkpoint_dir"))
-            # a folder that is not there yet is named as new, with any spelt alike beside it
-            where = ", ".join(f"{d}{new_folder_hint(Path(d))}" for d in dirs)
+            where = ", ".join(f"{d}{new_folder_hint(Path(d))}" for d in dirs)  # new? misspelt?
             where = where or "the configured checkpoint folder"
             if rank_zero_only.rank == 0:  # a mistyped folder would start over unseen
                 print(
@@ -240,6 +244,10 @@ def _check_resumable(
             name = _configured_class(config["model"].get(key))
             if name is not False and key in (checkpoint.get(CHECKPOINT_KEY) or {}):
                 check(checkpoint, name)
+        schedule = config["model"].get("lr_scheduler")
+        if str(_configured_class(schedule)).endswith(".ReduceLROnPlateau"):
+            mode = (schedule.get("init_args") or {}).get("mode", "min")
+            check_resumed_plateau_mode(checkpoint, mode)
     data_state = checkpoint.get(TranslationDataModule.__qualname__)
     if data_state and hasattr(config.get("data"), "get"):
         # Before SentencePiece and the data cache are built for settings that the data

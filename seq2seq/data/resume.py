@@ -81,10 +81,17 @@ def resume_refusal(state_dict: dict[str, Any], settings: Mapping[str, Any]) -> s
     saved, position = saved_batching(state_dict, streaming)
     if "pairs" in settings and _pairs(settings["pairs"]) != _pairs(saved["pairs"]):
         mine, value = _value_text(settings["pairs"]), _value_text(saved["pairs"])
+        reordered = sorted(_pairs(settings["pairs"]) or []) == sorted(_pairs(saved["pairs"]) or [])
+        why = (
+            "the same pairs in another order, which numbers the training examples otherwise, "
+            "so the batches that follow would differ"
+            if reordered
+            else "other pairs are other training examples, another vocabulary and other "
+            "language tags"
+        )
         return (
             f"The checkpoint was written with --data.pairs={value}, but this run has "
-            f"--data.pairs={mine}: other pairs are other training examples, another "
-            f"vocabulary and other language tags; resume with --data.pairs={value}."
+            f"--data.pairs={mine}: {why}; resume with --data.pairs={value}."
         )
     if not position:
         return None
