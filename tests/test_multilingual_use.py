@@ -274,13 +274,22 @@ def test_validate_and_test_take_the_checkpoints_pairs(models, capsys):
     with pytest.raises(
         ValueError,
         match=r"translates the pairs en-de, en-fr, not de-en as con"
-        r"figured; predict translates one direction: choose it with --data.pairs "
-        r"'\[en-de\]'",
+        r"figured \(it does not translate into en\); predict translates one direction: "
+        r"choose it with --data.pairs '\[en-de\]'",
     ):
         apply_checkpoint_architecture("predict", config, lambda path: checkpoint)
     config["data"] = {"src_lang": "de", "tgt_lang": "en", "pairs": ["en-de", "en-fr"]}
-    apply_checkpoint_architecture("predict", config, lambda path: checkpoint)  # several: as before
-    assert config["data"]["pairs"] == TAGGED and not capsys.readouterr().err
+    with pytest.raises(ValueError, match=r"not en-de, en-fr as configured \(several pairs\); "
+                       r"predict translates one direction"):  # fmt: skip
+        apply_checkpoint_architecture("predict", config, lambda path: checkpoint)
+    # a direction into one of its targets that it was not trained on: zero-shot, warned
+    config["data"] = {"src_lang": "en", "tgt_lang": "en", "pairs": ["de-fr"]}
+    apply_checkpoint_architecture("predict", config, lambda path: checkpoint)
+    assert capsys.readouterr().err.splitlines() == [
+        f"seq2seq: warning: {models['tagged']} was trained on the pairs en-de, en-fr; predict "
+        "translates de-fr (data.pairs), zero-shot"
+    ]
+    assert [config["data"][k] for k in ("src_lang", "tgt_lang", "pairs")] == ["de", "fr", ["de-fr"]]
     # validate and test score a subset named in data.pairs, not one of the defaults
     config["data"] = {"src_lang": "de", "tgt_lang": "en", "pairs": ["en-de"]}
     subset = apply_checkpoint_architecture("test", config, lambda path: checkpoint)

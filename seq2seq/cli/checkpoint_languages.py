@@ -82,27 +82,26 @@ def chosen_pairs(
 ) -> Pairs | None:
     """The pairs of a multilingual checkpoint that ``validate``/``test`` score
     (:func:`scored_subset`) or ``predict`` translates: for ``predict`` the configured
-    direction (``data.pairs`` of one pair, else ``data.src_lang``/``data.tgt_lang``) where it
-    is one of the checkpoint's pairs; else ``None``.
+    direction (``data.pairs`` of one pair, else ``data.src_lang``/``data.tgt_lang``) into one
+    of the checkpoint's target languages (one of its pairs, or zero-shot); else ``None``.
 
     Raises:
-        ValueError: ``predict`` into a language that the checkpoint does not translate into,
-            naming its pairs and ``data.pairs``.
+        ValueError: ``predict`` of several pairs, or into a language that the checkpoint does
+            not translate into, naming its pairs and ``data.pairs``.
     """
     if subcommand in ("validate", "test"):
         return scored_subset(checkpoint, data)
     saved, mine = language_pairs(checkpoint), configured_pairs(data)
-    if subcommand != "predict" or not saved or len(saved) < 2 or not mine or len(mine) != 1:
+    if subcommand != "predict" or not saved or len(saved) < 2 or not mine:
         return None
-    if mine[0] in saved:
-        return mine
-    if mine[0][1] not in {tgt for _, tgt in saved}:
+    if len(mine) > 1 or mine[0][1] not in {tgt for _, tgt in saved}:
+        what = "several pairs" if len(mine) > 1 else f"it does not translate into {mine[0][1]}"
         raise ValueError(
             f"{path} translates the pairs {pair_names(saved)}, not {pair_names(mine)} as "
-            f"configured; predict translates one direction: choose it with --data.pairs "
-            f"'[{pair_names(saved[:1])}]' (or data.src_lang and data.tgt_lang)"
+            f"configured ({what}); predict translates one direction: choose it with "
+            f"--data.pairs '[{pair_names(saved[:1])}]' (or data.src_lang and data.tgt_lang)"
         )
-    return None
+    return mine  # one of its pairs, or a zero-shot direction into one of its targets
 
 
 def use_chosen_pairs(subcommand: str, path: str, checkpoint: dict, subset: Pairs, config) -> None:
@@ -113,10 +112,11 @@ def use_chosen_pairs(subcommand: str, path: str, checkpoint: dict, subset: Pairs
     if rank_zero_only.rank == 0:
         does = "translates" if subcommand == "predict" else "scores"
         given = "data.pairs" if data.get("pairs") else "data.src_lang, data.tgt_lang"
+        new = set(subset) - set(language_pairs(checkpoint) or ())
         print(
-            f"seq2seq: note: {path} was trained on the pairs "
+            f"seq2seq: {'warning' if new else 'note'}: {path} was trained on the pairs "
             f"{pair_names(language_pairs(checkpoint))}; {subcommand} {does} "
-            f"{pair_names(subset)} ({given})",
+            f"{pair_names(subset)} ({given}){', zero-shot' if new else ''}",
             file=sys.stderr,
         )
     if len(subset) == 1:
