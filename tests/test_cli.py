@@ -128,6 +128,32 @@ def test_unknown_key_in_a_config_file_is_reported_briefly(monkeypatch, capsys, t
     )
 
 
+def test_an_argument_a_class_does_not_take_gets_the_closest_it_takes(monkeypatch, capsys, tmp_path):
+    """A misspelt init_args key of an optimizer, a schedule or a callback in a config file:
+    one line naming the class, the closest argument it takes, and the file."""
+    monkeypatch.delenv("SEQ2SEQ_TRACEBACK", raising=False)
+    tiny = str(CONFIGS / "tiny.yaml")
+    code, out = _exit_of_main(monkeypatch, capsys, "fit", "--config", tiny,
+                              "--model.lr_scheduler.init_args.warmup", "10")  # fmt: skip
+    assert code == 2
+    assert out.err.splitlines()[0] == (
+        "seq2seq: error: --model.lr_scheduler.init_args.warmup: seq2seq.optim.InverseSqrtLR "
+        "takes no argument 'warmup' (did you mean warmup_steps?); it takes warmup_steps"
+    )
+    config = tmp_path / "callbacks.yaml"
+    config.write_text(
+        "trainer:\n  callbacks:\n    - class_path: lightning.pytorch.callbacks.EarlyStopping\n"
+        "      init_args:\n        monitor: val/bleu\n        patiense: 3\n",
+        encoding="utf-8",
+    )
+    code, out = _exit_of_main(monkeypatch, capsys, "fit", "--config", tiny, "--config", str(config))
+    assert code == 2
+    assert out.err.splitlines()[0].startswith(
+        f"seq2seq: error: trainer.callbacks in {config}: lightning.pytorch.callbacks."
+        "EarlyStopping takes no argument 'patiense' (did you mean patience?); it takes monitor, "
+    )
+
+
 def test_a_decoding_setting_outside_model_decoding_points_there(monkeypatch, capsys, tmp_path):
     """The decoding settings are keys of model.decoding: the flat spelling of earlier configs
     (--model.beam_size, model: beam_size:) is refused in one line that names the new one."""

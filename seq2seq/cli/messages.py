@@ -6,6 +6,8 @@ start without it.
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import os
 import re
 import sys
@@ -89,15 +91,28 @@ def argument_error_lines(message: str, parser: ArgumentParser) -> list[str]:
     return [f"seq2seq: error: {line.strip()}" for line in [first, *rest][:6] if line.strip()]
 
 
-def _config_files_with(path: list[str], argv: Sequence[str]) -> list[str]:
-    """The ``--config`` files of ``argv`` whose YAML holds the key ``path`` (``init_args``
-    levels skipped), so an unknown key is reported with the file it is in."""
+def _config_names(argv: Sequence[str]) -> list[str]:
+    """The ``--config`` (``-c``) files of ``argv``."""
     names = [
         value for option, value in zip(argv, argv[1:], strict=False) if option in ("-c", "--config")
     ]
-    names += [arg.split("=", 1)[1] for arg in argv if arg.startswith("--config=")]
+    return names + [arg.split("=", 1)[1] for arg in argv if arg.startswith("--config=")]
+
+
+def _holds_key(name: str, key: str) -> bool:
+    """Whether the YAML text of file ``name`` has a line that sets ``key``."""
+    try:
+        text = Path(name).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return False
+    return re.search(rf"^[\s-]*{re.escape(key)}\s*:", text, re.MULTILINE) is not None
+
+
+def _config_files_with(path: list[str], argv: Sequence[str]) -> list[str]:
+    """The ``--config`` files of ``argv`` whose YAML holds the key ``path`` (``init_args``
+    levels skipped), so an unknown key is reported with the file it is in."""
     found = []
-    for name in names:
+    for name in _config_names(argv):
         try:
             node = yaml.safe_load(Path(name).read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, yaml.YAMLError):
@@ -159,6 +174,11 @@ def _invalid_value_lines(key: str, inline: str, details: list[str]) -> list[str]
         if match:
             prefix = f"{match[1]}: "
             continue
+        unknown = re.fullmatch(r"Option '([^']+)' is not accepted", line)
+        if unknown and prefix:  # an argument of a class in a list (trainer.callbacks)
+            files = [name for name in _config_names(sys.argv[1:]) if _holds_key(name, unknown[1])]
+            where = f"{key} in {files[0]}" if len(files) == 1 else f"--{key}"
+            return [_unknown_argument_line(where, prefix[:-2], unknown[1])]
         match = re.fullmatch(r"Expected a dot import path string: (.*)", line)
         if match:
             notes.append(f"{match[1]!r} is not a known class name or import path")
@@ -169,6 +189,10 @@ def _invalid_value_lines(key: str, inline: str, details: list[str]) -> list[str]
             needs = ", ".join(f"--{key}.init_args.{arg.strip()}" for arg in match[1].split(","))
             of = f" {given[1]}" if given else ""
             return [f"seq2seq: error: --{key}{of} needs {needs}"]
+        match = re.fullmatch(r".*callable class: Option '([^']+)' is not accepted\..*", line)
+        given = re.search(r"class_path='([^']+)'", line)
+        if match and given:  # an argument the class given does not take
+            return [_unknown_argument_line(f"--{key}.init_args.{match[1]}", given[1], match[1])]
         match = re.fullmatch(r'.*: Parser key "([^"]+)":', line)
         if match and "." not in match[1]:  # an argument of the class given: the next line
             after = details[details.index(raw) + 1 :]
@@ -205,6 +229,22 @@ def _invalid_value_lines(key: str, inline: str, details: list[str]) -> list[str]
     if len(notes) > 4:
         notes[4:] = ["..."]
     return [summary, *(f"  {note}" for note in notes)]
+
+
+def _unknown_argument_line(where: str, class_path: str, name: str) -> str:
+    """The line for an argument ``name`` that the class ``class_path`` (given ``where``: an
+    option, a config file) does not take, with the closest of those it takes."""
+    module, _, attr = class_path.rpartition(".")
+    try:
+        params = list(inspect.signature(getattr(importlib.import_module(module), attr)).parameters)
+    except (ImportError, AttributeError, TypeError, ValueError):
+        params = []
+    params = [p for p in params if p not in ("self", "optimizer", "params", "args", "kwargs")]
+    takes = f"; it takes {', '.join(params)}" if params else ""
+    return (
+        f"seq2seq: error: {where}: {class_path} takes no argument {name!r}"
+        f"{did_you_mean(name, params)}{takes}"
+    )
 
 
 def _nested_argument_line(key: str, name: str, raw: str, details: list[str]) -> str | None:
