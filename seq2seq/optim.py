@@ -10,6 +10,8 @@ import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from torch.optim.lr_scheduler import LambdaLR, ReduceLROnPlateau
 
+from seq2seq.spelling import did_you_mean
+
 #: Key of ``checkpoint["seq2seq"]``: the class of the run's schedule (``None``: none), which a
 #: resume must configure again (:func:`check_resumed_schedule`).
 SCHEDULE_KEY = "lr_scheduler"
@@ -78,10 +80,11 @@ def lightning_schedule(scheduler: object, metrics: Iterable[str]) -> dict[str, A
     monitor = monitor or ("val/loss" if scheduler.mode == "min" else "val/bleu")
     logged = ("loss", "nll", "ppl", *metrics)
     if not (monitor.startswith("val/") and monitor.rsplit("/", 1)[-1] in logged):
+        known = [f"val/{name}" for name in logged]
         raise ValueError(
-            f"lr_scheduler {type(scheduler).__name__} monitors {monitor!r}, which the "
-            f"validation does not log; it logs val/<name> for {', '.join(logged)} "
-            "(model.metrics)"
+            f"lr_scheduler {type(scheduler).__name__} monitors {monitor!r}"
+            f"{did_you_mean(monitor, known)}, which the validation does not log; it logs "
+            f"val/<name> for {', '.join(logged)} (model.metrics)"
         )
     for name in ("patience", "cooldown"):  # torch takes a negative one
         if getattr(scheduler, name, 0) < 0:

@@ -199,6 +199,8 @@ def test_lr_scheduler_none_is_a_constant_rate_and_a_plateau_schedule_is_the_modu
     assert named.configure_optimizers()["lr_scheduler"]["monitor"] == "val/de-en/chrf"
     with pytest.raises(ValueError, match=r"monitors 'val/accuracy', which the validation does"):
         tiny_model(lr_scheduler=partial(Named, monitor="val/accuracy", mode="max"))
+    with pytest.raises(ValueError, match=r"monitors 'val/blue' \(did you mean val/bleu\?\), wh"):
+        tiny_model(lr_scheduler=partial(Named, monitor="val/blue", mode="max"))
     with pytest.raises(ValueError, match=r"monitors 'val/bleu'.* for loss, nll, ppl, chrf "):
         tiny_model(lr_scheduler=partial(ReduceLROnPlateau, mode="max"), metrics=["chrf"])
 
