@@ -568,6 +568,12 @@ def test_resume_with_other_sentencepiece_model_of_same_size(trained, tmp_path, p
                 str(other),
             ]
         )
+    # a path that does not exist: refused before a SentencePiece model is trained there
+    typo = tmp_path / "otehr.model"
+    with pytest.raises(ValueError, match=r"--data\.tokenizer_path .*otehr\.model does not exi"):
+        cli_main(["fit", "--config", str(config), "--ckpt_path", ckpt, "--data.tokenizer_path",
+                  str(typo)])  # fmt: skip
+    assert not typo.exists()
 
 
 def test_manual_load_with_other_model_sizes(trained):

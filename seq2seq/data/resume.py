@@ -18,6 +18,7 @@ checked before any is read). A state saved before ``pairs`` existed counts as bi
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -64,19 +65,27 @@ def saved_batching(state_dict: dict[str, Any], streaming: bool) -> tuple[dict, d
 
 def resume_refusal(state_dict: dict[str, Any], settings: Mapping[str, Any]) -> str | None:
     """Why a run with these ``data.*`` settings cannot resume from this saved state, or
-    ``None``: the run needs the checkpoint's ``pairs``, and a saved training position the
-    ``seed`` (and, streaming, ``stream_pool_size``) it was written with. Needs no data, so a
+    ``None``: the run needs a ``tokenizer_path`` that exists where one is named, the
+    checkpoint's ``pairs``, and a saved training position the ``seed`` (and, streaming,
+    ``stream_pool_size``) it was written with. Needs no data, so a
     command line can be checked before any is read (``seq2seq fit --ckpt_path``).
 
     Args:
         state_dict: the data module's state from a checkpoint (:meth:`state_dict`).
-        settings: the run's ``data.*`` values by name (``streaming``, ``pairs``, ``seed``,
-            ``stream_pool_size``, ``num_workers`` — a streamed position mid-epoch is kept
-            per worker, 0 counting as 1; others are ignored).
+        settings: the run's ``data.*`` values by name (``tokenizer_path``, ``streaming``,
+            ``pairs``, ``seed``, ``stream_pool_size``, ``num_workers`` — a streamed position
+            mid-epoch is kept per worker, 0 counting as 1; others are ignored).
 
     Returns:
         A message naming the option and both values, or ``None``.
     """
+    tokenizer = settings.get("tokenizer_path")
+    if tokenizer and not Path(tokenizer).is_file():  # a typo would train a new model there
+        return (
+            f"--data.tokenizer_path {tokenizer} does not exist: a resumed run tokenises with "
+            "the checkpoint's SentencePiece model (leave data.tokenizer_path out), or with the "
+            "same model saved as a file that data.tokenizer_path names."
+        )
     streaming = bool(settings.get("streaming"))
     saved, position = saved_batching(state_dict, streaming)
     if "pairs" in settings and _pairs(settings["pairs"]) != _pairs(saved["pairs"]):
