@@ -296,6 +296,11 @@ def test_huggingface_generate_is_our_search(ours, hf_dir):
                 model, tokenizer, lines, beam, length_penalty=1.0, **settings
             )
             assert got == expected
+        # without limits: the checkpoint's, from the folder's seq2seq_export.json
+        assert (ours.decoding.max_len_a, ours.decoding.max_len_b) != (1.2, 10)  # not defaults
+        assert generate_translations(model, tokenizer, lines, 1, length_penalty=1.0) == (
+            ours.translate(lines, beam_size=1, length_penalty=1.0)
+        )
     assert model.generation_config.num_beams == ours.decoding.beam_size
     assert model.generation_config.decoder_start_token_id == ours.module.tokenizer.bos_id
 

@@ -397,8 +397,8 @@ def generate_translations(
     sentences: list[str],
     beam_size: int | None = None,
     length_penalty: float | None = None,
-    max_len_a: float = 1.2,
-    max_len_b: int = 10,
+    max_len_a: float | None = None,
+    max_len_b: int | None = None,
     min_len: int | None = None,
     max_tokens: int = 4096,
     repetition_penalty: float | None = None,
@@ -419,15 +419,24 @@ def generate_translations(
             the fields of :class:`seq2seq.nn.DecodingConfig` (see the module docstring for the
             difference of ``repetition_penalty`` in beam search); ``None``: the model's
             generation config's, which the export wrote from the checkpoint.
-        max_len_a, max_len_b: as the fields (the generation config has no such limit, so a
-            checkpoint's other values are given here).
+        max_len_a, max_len_b: as the fields (the generation config has no such limit);
+            ``None``: the checkpoint's, from the ``seq2seq_export.json`` of the folder the
+            model was loaded from, else the fields' defaults.
         max_tokens: padded source tokens per batch.
 
     Returns:
         One translation per sentence, in input order.
     """
-    from seq2seq.export.common import max_len
+    from seq2seq.export.common import MARKER, max_len
+    from seq2seq.nn import DecodingConfig
 
+    folder = Path(getattr(model, "name_or_path", "") or ".")
+    saved = {}
+    if (folder / MARKER).is_file():  # the limits the export carried from the checkpoint
+        saved = json.loads((folder / MARKER).read_text()).get("decoding", {})
+    defaults = DecodingConfig()
+    max_len_a = saved.get("max_len_a", defaults.max_len_a) if max_len_a is None else max_len_a
+    max_len_b = saved.get("max_len_b", defaults.max_len_b) if max_len_b is None else max_len_b
     given = {
         "num_beams": beam_size,
         "length_penalty": length_penalty,
