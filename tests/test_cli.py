@@ -487,6 +487,27 @@ def _predict_argv(source: Path, ckpt: Path, output: Path) -> list[str]:
     ]  # fmt: skip
 
 
+def test_predict_stopped_by_ctrl_c_says_that_nothing_is_written(
+    tiny_run, monkeypatch, tmp_path, capsys
+):
+    from seq2seq.module import TranslationModule
+
+    def interrupted(self, batch, batch_idx, dataloader_idx=0):
+        raise KeyboardInterrupt
+
+    monkeypatch.chdir(tiny_run)
+    monkeypatch.setattr(TranslationModule, "predict_step", interrupted)
+    source, output = tmp_path / "input.de", tmp_path / "output.en"
+    source.write_text("Ein Mann fährt Fahrrad.\n", encoding="utf-8")
+    argv = _predict_argv(source, tiny_run / "checkpoints/tiny/last.ckpt", output)
+    code, _, err = run_main(monkeypatch, capsys, *argv)
+    assert code != 0 and not output.exists()
+    assert (
+        f"seq2seq: predict stopped: nothing is written to {output}, which is written whole "
+        "once every line is translated"
+    ) in err, err
+
+
 def test_predict_writes_one_line_per_input(tiny_run, monkeypatch, tmp_path):
     monkeypatch.chdir(tiny_run)
     source = tmp_path / "input.de"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,16 @@ class TranslationWriter(BasePredictionWriter):
 
     def on_predict_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         pl_module.n_best = self.n_best  # TranslationModule.n_best: what predict_step returns
+
+    def on_exception(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
+    ) -> None:
+        if trainer.state.fn == "predict" and trainer.is_global_zero:  # Ctrl-C or an error
+            print(
+                f"seq2seq: predict stopped: nothing is written to {self.output_path}, which is "
+                "written whole once every line is translated",
+                file=sys.stderr,
+            )
 
     def write_on_epoch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, predictions: Any, batch_indices
