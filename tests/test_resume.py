@@ -371,6 +371,7 @@ def test_failed_write_keeps_previous_checkpoint(tmp_path, monkeypatch):
     assert [p.name for p in path.parent.iterdir()] == ["last.ckpt"]
 
 
+@pytest.mark.slow  # 3 runs of 3 processes each; CI runs the slow tier too (.ci/run)
 @pytest.mark.parametrize("stop", ["max_steps", "should_stop", "should_stop+last"])
 def test_run_stopped_mid_epoch_resumes_that_epoch(tmp_path, multi30k_dir, stop):
     """A run that max_steps or max_time (a stop request mid-epoch) ended before the end of an
