@@ -91,41 +91,40 @@ def argument_error_lines(message: str, parser: ArgumentParser) -> list[str]:
     return [f"seq2seq: error: {line.strip()}" for line in [first, *rest][:6] if line.strip()]
 
 
-def _config_names(argv: Sequence[str]) -> list[str]:
-    """The ``--config`` (``-c``) files of ``argv``."""
+def _config_files(argv: Sequence[str]) -> list[tuple[str, Any]]:
+    """``(name, parsed YAML)`` of the ``--config`` (``-c``) files of ``argv`` that parse."""
     names = [
         value for option, value in zip(argv, argv[1:], strict=False) if option in ("-c", "--config")
     ]
-    return names + [arg.split("=", 1)[1] for arg in argv if arg.startswith("--config=")]
+    names += [arg.split("=", 1)[1] for arg in argv if arg.startswith("--config=")]
+    files = []
+    for name in names:
+        try:
+            files.append((name, yaml.safe_load(Path(name).read_text(encoding="utf-8"))))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            continue
+    return files
 
 
-def _holds_key(name: str, key: str) -> bool:
-    """Whether the YAML text of file ``name`` has a line that sets ``key``."""
-    try:
-        text = Path(name).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return False
-    return re.search(rf"^[\s-]*{re.escape(key)}\s*:", text, re.MULTILINE) is not None
+def _holds(node: Any, path: list[str]) -> bool:
+    """Whether YAML ``node`` holds the key ``path`` (``init_args`` levels skipped); a path of
+    one key is looked for at any depth (an argument of a class in a list, trainer.callbacks)."""
+    if len(path) == 1 and isinstance(node, list | dict):
+        values = node.values() if isinstance(node, dict) else node
+        return (isinstance(node, dict) and path[0] in node) or any(_holds(v, path) for v in values)
+    for part in path:
+        if isinstance(node, dict) and part not in node and "init_args" in node:
+            node = node["init_args"]
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
 
 
 def _config_files_with(path: list[str], argv: Sequence[str]) -> list[str]:
-    """The ``--config`` files of ``argv`` whose YAML holds the key ``path`` (``init_args``
-    levels skipped), so an unknown key is reported with the file it is in."""
-    found = []
-    for name in _config_names(argv):
-        try:
-            node = yaml.safe_load(Path(name).read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, yaml.YAMLError):
-            continue
-        for part in path:
-            if isinstance(node, dict) and part not in node and "init_args" in node:
-                node = node["init_args"]
-            if not isinstance(node, dict) or part not in node:
-                break
-            node = node[part]
-        else:
-            found.append(name)
-    return found
+    """The ``--config`` files of ``argv`` that hold the key ``path`` (see :func:`_holds`), so
+    an unknown key is reported with the file it is in."""
+    return [name for name, node in _config_files(argv) if _holds(node, path)]
 
 
 def _unrecognized_lines(tokens: list[str], parser: ArgumentParser) -> list[str]:
@@ -176,7 +175,7 @@ def _invalid_value_lines(key: str, inline: str, details: list[str]) -> list[str]
             continue
         unknown = re.fullmatch(r"Option '([^']+)' is not accepted", line)
         if unknown and prefix:  # an argument of a class in a list (trainer.callbacks)
-            files = [name for name in _config_names(sys.argv[1:]) if _holds_key(name, unknown[1])]
+            files = _config_files_with([unknown[1]], sys.argv[1:])
             where = f"{key} in {files[0]}" if len(files) == 1 else f"--{key}"
             return [_unknown_argument_line(where, prefix[:-2], unknown[1])]
         match = re.fullmatch(r"Expected a dot import path string: (.*)", line)

@@ -427,13 +427,13 @@ def generate_translations(
     Returns:
         One translation per sentence, in input order.
     """
-    from seq2seq.export.common import MARKER, max_len
+    from seq2seq.export.common import MARKER, max_len, read_marker
     from seq2seq.nn import DecodingConfig
 
-    folder = Path(getattr(model, "name_or_path", "") or ".")
+    folder = getattr(model, "name_or_path", "")  # the folder from_pretrained read, if any
     saved = {}
-    if (folder / MARKER).is_file():  # the limits the export carried from the checkpoint
-        saved = json.loads((folder / MARKER).read_text()).get("decoding", {})
+    if folder and (Path(folder) / MARKER).is_file():  # the limits the export carried
+        saved = read_marker(folder).get("decoding", {})
     defaults = DecodingConfig()
     max_len_a = saved.get("max_len_a", defaults.max_len_a) if max_len_a is None else max_len_a
     max_len_b = saved.get("max_len_b", defaults.max_len_b) if max_len_b is None else max_len_b
