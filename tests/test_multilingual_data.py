@@ -110,10 +110,6 @@ def test_pairs_are_parsed_and_bad_ones_refused_naming_the_setting(tmp_path):
             ValueError, match=rf"^data\.pair_temperature must be > 0, got {temperature}"
         ):
             _dm(tmp_path, tmp_path, pairs=["de-en", "fr-en"], pair_temperature=temperature)
-    with pytest.raises(
-        ValueError, match=r"^data\.streaming takes one language pair, not several data\.pairs"
-    ):
-        _dm(tmp_path, tmp_path, pairs=["de-en", "fr-en"], streaming=True)
     with pytest.raises(ValueError, match=r"^data\.hf_config 'de-en' holds one language pair"):
         _dm(tmp_path, tmp_path, pairs=["de-en", "fr-en"], hf_dataset="x", hf_config="de-en")
     # One pair is a bilingual run, its languages taken from the pair; streaming allowed.
@@ -394,13 +390,18 @@ def test_state_dict_mid_epoch_resumes_the_remaining_batches(one_to_many, paralle
 # ---------------------------------------------------------------------- training
 @pytest.mark.slow  # three runs of a tiny model, one killed: ~20 s each on one core
 @pytest.mark.parametrize(
-    ("pairs", "validate"),
-    # Both validate every pair: a tagged model (one-to-many) and an untagged one (many-to-one).
-    [(["en-de", "en-fr"], True), (["de-en", "fr-en"], True)],
-    ids=["one-to-many", "many-to-one"],
+    ("pairs", "validate", "streaming"),
+    # All validate every pair: a tagged model (one-to-many), an untagged one (many-to-one),
+    # and a tagged one whose pairs are streamed.
+    [
+        (["en-de", "en-fr"], True, False),
+        (["de-en", "fr-en"], True, False),
+        (["en-de", "en-fr"], True, True),
+    ],  # fmt: skip
+    ids=["one-to-many", "many-to-one", "streamed"],
 )
 def test_sigkill_mid_epoch_then_resume_matches_uninterrupted_multilingual_run(
-    tmp_path, pairs, validate
+    tmp_path, pairs, validate, streaming
 ):
     from test_resume import CKPT_EVERY, KILL_AT, MAX_STEPS, _config, _fit, _logged
 
@@ -411,7 +412,9 @@ def test_sigkill_mid_epoch_then_resume_matches_uninterrupted_multilingual_run(
     def config(name: str, kill_at: int | None = None) -> Path:
         path = _config(tmp_path, data, name, kill_at=kill_at)
         settings = yaml.safe_load(path.read_text())
-        settings["data"].update(pairs=pairs, pair_temperature=2.0)
+        settings["data"].update(pairs=pairs, pair_temperature=2.0, streaming=streaming)
+        if streaming:  # pools of 100: several pools per epoch, resumed mid-pool
+            settings["data"]["stream_pool_size"] = 100
         settings["trainer"]["limit_val_batches"] = 1 if validate else 0
         path.write_text(yaml.safe_dump(settings))
         return path

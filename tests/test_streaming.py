@@ -481,7 +481,7 @@ def test_ctrl_c_while_the_next_batch_is_fetched_loses_no_batch(
     from the 8th on."""
     from seq2seq.data import streaming
 
-    record = streaming._Pass.record
+    record = streaming.Pass.record
     calls = []
 
     def interrupted_record(plan, tag):
@@ -496,7 +496,7 @@ def test_ctrl_c_while_the_next_batch_is_fetched_loses_no_batch(
     checkpoints = tmp_path / "checkpoints"
     reference = uninterrupted[num_workers]
     with monkeypatch.context() as patch:
-        patch.setattr(streaming._Pass, "record", interrupted_record)
+        patch.setattr(streaming.Pass, "record", interrupted_record)
         stopped = _fit_translation(
             corpora["text"], cache, spm_file, checkpoints, 12, exits=True, **settings
         )

@@ -27,7 +27,6 @@ def check_settings(
     stream_pool_size: int,
     pairs: Sequence[str] | None = None,
     pair_temperature: float = 1.0,
-    streaming: bool = False,
     hf_config: str | None = None,
 ) -> None:
     """Raises ``ValueError`` for the first ``data.*`` setting out of its range, naming it
@@ -36,8 +35,8 @@ def check_settings(
     below 5, ``max_positions`` below 2, ``max_length_ratio`` below 1, ``num_workers`` or
     ``seed`` below 0, ``character_coverage`` outside [0.98, 1], ``pairs`` as
     :func:`~seq2seq.data.pairs.parse_pairs` refuses them, ``pair_temperature`` not above 0;
-    with several pairs also ``streaming`` (not supported yet) and an ``hf_config`` naming
-    one pair (``"de-en"``: every pair reads the same dataset)."""
+    with several pairs also an ``hf_config`` naming one pair (``"de-en"``: every pair reads
+    the same dataset)."""
     for name, value in (("max_tokens", max_tokens), ("eval_max_tokens", eval_max_tokens)):
         if value is not None and value < 1:
             raise ValueError(f"data.{name} must be >= 1, got {value}.")
@@ -72,12 +71,6 @@ def check_settings(
     several = len(parse_pairs(pairs)) > 1
     if not pair_temperature > 0:
         raise ValueError(f"data.pair_temperature must be > 0, got {pair_temperature}.")
-    if several and streaming:
-        raise ValueError(
-            "data.streaming takes one language pair, not several data.pairs: set "
-            "data.streaming false (the pairs are tokenised into the memory-mapped Arrow cache, "
-            "which needs disk, not memory, for a large corpus), or train on one pair."
-        )
     if several and hf_config is not None and hf_config.count("-") == 1:
         raise ValueError(
             f"data.hf_config {hf_config!r} holds one language pair, but data.pairs has several: "

@@ -237,6 +237,23 @@ class CorpusSplit:
                 batch = dataset[row : row + size]
                 yield pairs_of_batch(batch, self.src_lang, self.tgt_lang, name, row)
 
+    def count(self, chunk_size: int = 10_000) -> int:
+        """The number of sentence pairs, read from the metadata of Parquet files, saved
+        datasets and Hub datasets that record it, else by reading the pairs through (as
+        :meth:`iter_chunks` with ``streaming=True``, so bad lines raise as there)."""
+        if self.format == "parquet":
+            import pyarrow.parquet as pq
+
+            return pq.ParquetFile(self.paths[0]).metadata.num_rows
+        if self.format == "hf_disk":
+            return len(self._hf_dataset())
+        if self.format == "hf_hub":
+            splits = self._hf_dataset(streaming=True).info.splits or {}
+            known = splits.get(self.split)
+            if known is not None and known.num_examples:
+                return int(known.num_examples)
+        return sum(len(src) for src, _ in self.iter_chunks(chunk_size, streaming=True))
+
     def _parquet_chunks(self, size: int, start: int) -> Iterator[tuple[list[str], list[str]]]:
         import pyarrow.parquet as pq
 

@@ -66,7 +66,9 @@ class TranslationDataModule(PairsMixin, L.LightningDataModule):
     training split is read as a stream, never cached, in pools of ``stream_pool_size`` pairs
     (pools, ranks and workers: :mod:`seq2seq.data.streaming`). An epoch ends when the stream
     does, so the training loader has no length (use step-based schedules and an integer
-    ``val_check_interval``). Held-out sets are cached as without streaming.
+    ``val_check_interval``). Held-out sets are cached as without streaming. Several pairs
+    stream as one, each item's pair drawn with ``pair_temperature`` (an epoch: as many items
+    as the pairs hold together; :mod:`seq2seq.data.mixed_stream`).
 
     Resuming (either way) mid-epoch continues with exactly the batches not yet trained on;
     the rules for other batching settings than the checkpoint's: :mod:`seq2seq.data.resume`.
@@ -95,7 +97,6 @@ class TranslationDataModule(PairsMixin, L.LightningDataModule):
         pairs: Language pairs ``"<src>-<tgt>"`` of a multilingual run (e.g. ``[de-en,
             fr-en]``), in this order; null: the bilingual run ``src_lang``-``tgt_lang``. One
             pair is a bilingual run (``src_lang`` and ``tgt_lang`` are taken from it).
-            Streaming supports one pair only.
         pair_temperature: Temperature of the sampling over pairs (> 0): a pair's share of
             each epoch is proportional to its size^(1/T); 1: to its size, larger: flatter
             (fairseq uses 5).
@@ -230,7 +231,6 @@ class TranslationDataModule(PairsMixin, L.LightningDataModule):
             stream_pool_size=stream_pool_size,
             pairs=pairs,
             pair_temperature=pair_temperature,
-            streaming=streaming,
             hf_config=hf_config,
         )
         self.pad_to_multiple_of = pad_to_multiple_of
@@ -348,11 +348,10 @@ class TranslationDataModule(PairsMixin, L.LightningDataModule):
             self._setup_predict()
 
     def _setup_train(self) -> None:
-        corpus = self._locate(self.train_split)
         if self.streaming:
             world_size, rank = self._replicas()
             self.train_set = StreamingPairs(
-                corpus,
+                self._training_stream(),
                 self.tokenizer,
                 max_tokens=self.max_tokens,
                 max_positions=self.max_positions,
@@ -365,6 +364,7 @@ class TranslationDataModule(PairsMixin, L.LightningDataModule):
                 subword_alpha=self.subword_alpha,
                 pad_to_multiple_of=self.pad_to_multiple_of,
                 chunk_size=ENCODE_CHUNK,
+                languages=[self._languages(pair) for pair in self._pairs],
             )
             if self._pending_stream_state is not None:
                 self.train_set.load_state_dict(self._pending_stream_state)

@@ -5,7 +5,8 @@ One model learns every pair. Where the pairs have more than one target language,
 starts with the tag ``>>t<<`` of its target language ``t`` (Johnson et al. 2017; the OPUS-MT
 convention), a user-defined piece of the joint SentencePiece model; a many-to-one run
 (``[de-en, fr-en]``) needs no tag. Training draws each epoch's examples over the pairs with
-temperature sampling (:func:`~seq2seq.data.batching.temperature_probs`).
+temperature sampling (:func:`~seq2seq.data.batching.temperature_probs`); streamed, each item's
+pair is drawn so (:mod:`seq2seq.data.mixed_stream`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from torch.utils.data import Dataset
 from seq2seq.data.batching import temperature_probs
 from seq2seq.data.corpus import CorpusSplit, locate_split, pair_folder
 from seq2seq.data.dataset import Lengths, TokenizedDataset
+from seq2seq.data.mixed_stream import MixedStream
 from seq2seq.data.multi30k import download_missing, downloadable, missing_files
 from seq2seq.data.spm_files import SentencePieceSettings, load_or_train, load_or_train_pairs
 from seq2seq.data.token_cache import ENCODE_CHUNK
@@ -205,6 +207,26 @@ def pairs_training_set(
     return PairsDataset([dataset for dataset, _ in parts], probs), lengths
 
 
+def mixed_training_stream(
+    corpora: Sequence[CorpusSplit], pairs: Sequence[Pair], temperature: float, seed: int
+) -> MixedStream:
+    """Every pair's training split as one stream sampled at ``temperature`` (see
+    :mod:`seq2seq.data.mixed_stream`); each pair's sentence pairs are counted first (read
+    through where no metadata records them) and logged in one line with their probability."""
+    rank_zero_info("Counting the training pairs of every pair (streaming samples them by size).")
+    sizes = [corpus.count(ENCODE_CHUNK) for corpus in corpora]
+    probs = temperature_probs(sizes, temperature)
+    shares = ", ".join(
+        f"{pair_name(pair)} {n} pairs (p={q:.3f})"
+        for pair, n, q in zip(pairs, sizes, probs, strict=True)
+    )
+    rank_zero_info(
+        f"Streaming training pairs with data.pair_temperature={temperature}: {shares}; "
+        f"{sum(sizes)} drawn per epoch."
+    )
+    return MixedStream(corpora, [pair_name(pair) for pair in pairs], sizes, probs, seed)
+
+
 class PairsMixin:
     """The language pairs of a :class:`~seq2seq.data.datamodule.TranslationDataModule`: their
     held-out sets and keys, where their splits are, the Multi30k files they miss, and the
@@ -318,6 +340,13 @@ class PairsMixin:
             and self.hf_dataset is None
             and downloadable(split, self.train_split, locate, pair)
         )
+
+    def _training_stream(self) -> CorpusSplit | MixedStream:
+        """The training split to stream: one pair's, or every pair's as a mixed stream."""
+        corpora = [self._locate(self.train_split, pair) for pair in self._pairs]
+        if not self.multilingual:
+            return corpora[0]
+        return mixed_training_stream(corpora, self._pairs, self.pair_temperature, self.seed)
 
     # ------------------------------------------------------------------ tokenizer
     def _prepare_tokenizer(self) -> Tokenizer:

@@ -30,9 +30,7 @@ order.
 
 from __future__ import annotations
 
-import multiprocessing
-from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,14 +50,13 @@ from seq2seq.data.batching import (
     training_budget_advice,
 )
 from seq2seq.data.corpus import CorpusSplit
+from seq2seq.data.mixed_stream import MixedStream, encode_by_pair, read_chunks
+from seq2seq.data.stream_pass import Pass
 from seq2seq.data.tokenizer import EOS_ID, PAD_ID, Tokenizer, flatten_ids, id_dtype
 
 POSITION_KEY = "stream_position"
 """Key of the position tag that :class:`StreamingPairs` adds to each batch and
 :class:`StreamingLoader` removes before handing the batch out."""
-
-_COUNTS = ("pairs", "kept", "empty", "too_long", "skewed")
-_HISTORY = 256  # positions remembered by a pass (Lightning and workers prefetch a few batches)
 
 
 @dataclass
@@ -72,91 +69,7 @@ class _Pool:
     tgt: tuple[np.ndarray, np.ndarray]
     kept: np.ndarray  # pool-local positions of the pairs that passed the filter
     text: tuple[list[str], list[str]] | None  # raw lines, for subword sampling
-
-
-class _Pass:
-    """Book-keeping of one pass over the stream (one epoch, or its rest after a resume).
-
-    Created in the main process before DataLoader workers start, so the workers get a copy
-    of its starting positions and share its counters (a ``multiprocessing`` array).
-    """
-
-    def __init__(
-        self,
-        epoch: int,
-        num_workers: int,
-        positions: list[tuple[int, int] | None],
-        next_class: int,
-        batches: int,
-        resumed: bool,
-    ) -> None:
-        self.epoch = epoch
-        self.num_workers = num_workers
-        self.start_positions = list(positions)
-        self.positions = list(positions)
-        self.start_class = next_class
-        self.next_class = next_class
-        self.batches = batches
-        self.start_batches = batches
-        self.trained_base: int | None = None  # a trainer's processed count at the start
-        self.resumed = resumed
-        self.started = False
-        self.ended = False
-        self.counts = multiprocessing.RawArray("q", len(_COUNTS) * num_workers)
-        # Per class: kept pairs above the token budget on their own, and the largest cost.
-        self.over_budget = multiprocessing.RawArray("q", 2 * num_workers)
-        self.history: deque[tuple[int, tuple, int]] = deque(maxlen=_HISTORY)
-        self.history.append((batches, tuple(positions), next_class))
-
-    def record(self, tag: dict[str, int]) -> None:
-        """Notes that the batch tagged ``tag`` was handed out."""
-        self.positions[tag["class"]] = (tag["pool"], tag["batch"])
-        self.next_class = (tag["class"] + 1) % self.num_workers
-        self.batches += 1
-        self.history.append((self.batches, tuple(self.positions), self.next_class))
-
-    def trained(self, processed: int) -> int | None:
-        """Batches of the epoch trained (in this pass's numbering) once a trainer has
-        processed ``processed`` training batches in all, or None when the pass did not note
-        the trainer's count at its start (see :class:`StreamingLoader`).
-
-        Counting the trainer's processed batches, rather than those the loader handed out
-        less those it still holds, stays right whatever happens between the two: a batch the
-        trainer took from its prefetch buffer, or one the loader had just handed over, when
-        Ctrl-C stopped the fetching of the next one is not trained and not counted.
-        """
-        if self.trained_base is None:
-            return None
-        return self.start_batches + processed - self.trained_base
-
-    def add_counts(self, cls: int, counts: dict[str, int]) -> None:
-        for k, key in enumerate(_COUNTS):
-            self.counts[cls * len(_COUNTS) + k] += counts[key]
-
-    def add_over_budget(self, cls: int, count: int, longest: int) -> None:
-        """Adds ``count`` pairs above the token budget, the largest costing ``longest``."""
-        self.over_budget[2 * cls] += count
-        self.over_budget[2 * cls + 1] = max(self.over_budget[2 * cls + 1], longest)
-
-    def total_over_budget(self) -> tuple[int, int]:
-        """``(count, longest)`` of the pairs above the token budget in the pools read so far."""
-        counts, longest = self.over_budget[0::2], self.over_budget[1::2]
-        return sum(counts), max(longest, default=0)
-
-    def total_counts(self) -> dict[str, int]:
-        n = len(_COUNTS)
-        return {
-            key: sum(self.counts[c * n + k] for c in range(self.num_workers))
-            for k, key in enumerate(_COUNTS)
-        }
-
-    def position(self, batches: int) -> tuple[int, tuple, int]:
-        """``(n, positions, next_class)`` after ``n`` batches of the epoch: ``n == batches``
-        if remembered, else the closest earlier position remembered (or the oldest)."""
-        for n, positions, next_class in reversed(self.history):
-            if n <= batches:
-                return n, positions, next_class
-        return self.history[0]
+    pair: np.ndarray | None  # each item's language pair, from a MixedStream
 
 
 class StreamingPairs(IterableDataset):
@@ -170,7 +83,8 @@ class StreamingPairs(IterableDataset):
     Args:
         corpus: The training split (see :func:`~seq2seq.data.corpus.locate_split`), read
             with :meth:`~seq2seq.data.corpus.CorpusSplit.iter_chunks` (Hub datasets with
-            ``streaming=True``).
+            ``streaming=True``), or several pairs' as a
+            :class:`~seq2seq.data.mixed_stream.MixedStream` (whose batches carry ``"pair"``).
         tokenizer: Tokenizer of the source and target sides.
         max_tokens: Token budget of a batch (sentences x longest sequence, padded positions).
             A pair that needs more on its own forms a batch of its own, over the budget; the
@@ -190,6 +104,8 @@ class StreamingPairs(IterableDataset):
             regularisation); batching uses the deterministic lengths.
         pad_to_multiple_of: Round padded lengths up to a multiple of this.
         chunk_size: Pairs read and tokenised at a time.
+        languages: ``tokenizer.encode``'s language keywords of each pair (one entry for one
+            pair; :func:`~seq2seq.data.pairs.encode_languages`); None: none.
 
     Raises:
         ValueError: If ``pool_size`` or ``chunk_size`` is below 1.
@@ -197,7 +113,7 @@ class StreamingPairs(IterableDataset):
 
     def __init__(
         self,
-        corpus: CorpusSplit,
+        corpus: CorpusSplit | MixedStream,
         tokenizer: Tokenizer,
         max_tokens: int,
         max_positions: int,
@@ -210,6 +126,7 @@ class StreamingPairs(IterableDataset):
         subword_alpha: float = 0.0,
         pad_to_multiple_of: int = 1,
         chunk_size: int = 10_000,
+        languages: Sequence[Mapping[str, str]] | None = None,
     ) -> None:
         if pool_size < 1:
             raise ValueError(f"pool_size must be >= 1, got {pool_size}.")
@@ -217,6 +134,7 @@ class StreamingPairs(IterableDataset):
             raise ValueError(f"chunk_size must be >= 1, got {chunk_size}.")
         self.corpus = corpus
         self.tokenizer = tokenizer
+        self.languages = list(languages) if languages else [{}]
         self.max_tokens = max_tokens
         self.max_positions = max_positions
         self.max_length_ratio = max_length_ratio
@@ -232,7 +150,7 @@ class StreamingPairs(IterableDataset):
         self.last_counts: dict[str, int] | None = None
         """Filtering counts of the last complete pass (``pairs``, ``kept``, ``empty``,
         ``too_long``, ``skewed``); a resumed pass counts only the pools it read."""
-        self._pass: _Pass | None = None
+        self._pass: Pass | None = None
         self._resume: dict[str, Any] | None = None
         self._over_budget_warned = False  # see warn_over_budget
 
@@ -247,7 +165,7 @@ class StreamingPairs(IterableDataset):
         Args:
             batches: Batches of the epoch consumed so far (e.g. a trainer's processed count,
                 which lags behind what the loader has handed out, counted from the start of
-                the epoch also when it was resumed, see :meth:`_Pass.trained`); None: all
+                the epoch also when it was resumed, see :meth:`Pass.trained`); None: all
                 handed out.
             epoch: The epoch being trained (a trainer's current epoch), if known: when the
                 current pass has ended and belongs to another one, the next epoch has not
@@ -285,7 +203,12 @@ class StreamingPairs(IterableDataset):
             "seed": self.seed,
             "num_replicas": self.num_replicas,
             "pool_size": self.pool_size,
+            **self._mixture(),
         }
+
+    def _mixture(self) -> dict[str, Any]:
+        is_mixed = isinstance(self.corpus, MixedStream)
+        return {"mixture": self.corpus.state()} if is_mixed else {}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Makes the next pass continue from a position saved by :meth:`state_dict`.
@@ -304,15 +227,22 @@ class StreamingPairs(IterableDataset):
                     f"Stream state was saved with {key}={state[key]}, but this run has "
                     f"{key}={getattr(self, key)}; the remaining batches cannot be reproduced."
                 )
+        saved, mine = state.get("mixture"), self._mixture().get("mixture")
+        if saved and mine and saved["sizes"] != mine["sizes"]:
+            rank_zero_warn(
+                f"The training splits held {saved['sizes']} sentence pairs when the stream "
+                f"position was saved and hold {mine['sizes']} now ({', '.join(mine['pairs'])}): "
+                "the pairs drawn from here on differ from the interrupted run's."
+            )
         self._resume = dict(state)
         self.epoch = int(state["epoch"])
 
     @property
-    def current_pass(self) -> _Pass | None:
+    def current_pass(self) -> Pass | None:
         """The latest pass started (by :class:`StreamingLoader`), or None before the first."""
         return self._pass
 
-    def start_pass(self, num_workers: int, epoch: int | None = None) -> _Pass:
+    def start_pass(self, num_workers: int, epoch: int | None = None) -> Pass:
         """Prepares a pass over the stream; called by :class:`StreamingLoader`.
 
         Args:
@@ -333,9 +263,9 @@ class StreamingPairs(IterableDataset):
         if resume is not None and resume.get("complete"):
             # Numbered on from the finished epoch's count, as such a trainer counts them.
             start = [None] * num_workers
-            plan = _Pass(epoch + 1, num_workers, start, 0, resume["batches"], resumed=False)
+            plan = Pass(epoch + 1, num_workers, start, 0, resume["batches"], resumed=False)
         elif resume is None:
-            plan = _Pass(epoch, num_workers, [None] * num_workers, 0, 0, resumed=False)
+            plan = Pass(epoch, num_workers, [None] * num_workers, 0, 0, resumed=False)
         else:
             if resume["num_workers"] != num_workers:
                 raise ValueError(
@@ -344,14 +274,14 @@ class StreamingPairs(IterableDataset):
                     f"{resume['num_workers']} (0 counts as 1) to resume mid-epoch."
                 )
             positions = [tuple(p) if p is not None else None for p in resume["positions"]]
-            plan = _Pass(
+            plan = Pass(
                 epoch, num_workers, positions, resume["next_class"], resume["batches"], True
             )
         self.epoch = plan.epoch
         self._pass = plan
         return plan
 
-    def end_pass(self, plan: _Pass) -> None:
+    def end_pass(self, plan: Pass) -> None:
         """Logs the filtering counts of a complete pass (and how many kept pairs exceed
         ``max_tokens`` on their own, if any) and moves on to the next epoch.
 
@@ -396,8 +326,8 @@ class StreamingPairs(IterableDataset):
             )
         cls = (worker + plan.start_class) % num_workers
         first_pool, done = plan.start_positions[cls] or (cls, 0)
-        for index, src, tgt in self._read_pools(first_pool, num_workers):
-            pool, counts = self._tokenize(index, src, tgt)
+        for index, src, tgt, pairs in self._read_pools(first_pool, num_workers, plan.epoch):
+            pool, counts = self._tokenize(index, src, tgt, pairs)
             plan.add_counts(cls, counts)
             plan.add_over_budget(cls, *over_budget(self._costs(pool)[0], self.max_tokens))
             if info is None:  # in this process; StreamingLoader warns for its workers
@@ -408,15 +338,18 @@ class StreamingPairs(IterableDataset):
                 batch[POSITION_KEY] = {"class": cls, "pool": index, "batch": k + 1}
                 yield batch
 
-    def _read_pools(self, first_pool: int, step: int) -> Iterator[tuple[int, list, list]]:
-        """``(pool, src_lines, tgt_lines)`` of pools ``first_pool``, ``first_pool + step``, ...
+    def _read_pools(
+        self, first_pool: int, step: int, epoch: int
+    ) -> Iterator[tuple[int, list, list, np.ndarray | None]]:
+        """``(pool, src_lines, tgt_lines, pairs)`` of pools ``first_pool``, ``first_pool +
+        step``, ... of ``epoch`` (``pairs``: each item's pair, None for one pair's split).
 
         Pairs of the pools in between are read but neither kept nor tokenised.
         """
         size = self.pool_size
-        pool, filled, src_buf, tgt_buf = first_pool, 0, [], []
-        chunks = self.corpus.iter_chunks(self.chunk_size, start=first_pool * size, streaming=True)
-        for src, tgt in chunks:
+        pool, filled, src_buf, tgt_buf, pair_buf = first_pool, 0, [], [], []
+        chunks = read_chunks(self.corpus, self.chunk_size, first_pool * size, epoch)
+        for src, tgt, pairs in chunks:
             i = 0
             while i < len(src):
                 take = min(size - filled, len(src) - i)
@@ -424,37 +357,45 @@ class StreamingPairs(IterableDataset):
                 if mine:
                     src_buf += src[i : i + take]
                     tgt_buf += tgt[i : i + take]
+                    pair_buf += [] if pairs is None else [pairs[i : i + take]]
                 filled += take
                 i += take
                 if filled == size:
                     if mine:
-                        yield pool, src_buf, tgt_buf
-                    pool, filled, src_buf, tgt_buf = pool + 1, 0, [], []
+                        yield pool, src_buf, tgt_buf, _joined(pair_buf)
+                    pool, filled, src_buf, tgt_buf, pair_buf = pool + 1, 0, [], [], []
         if filled and (pool - first_pool) % step == 0:
-            yield pool, src_buf, tgt_buf
+            yield pool, src_buf, tgt_buf, _joined(pair_buf)
 
-    def _encode(self, texts: list[str], side: str = "source") -> tuple[np.ndarray, np.ndarray]:
-        """Flat ids and offsets of ``texts`` (``side``'s text, see ``Tokenizer.encode``),
-        tokenised ``chunk_size`` lines at a time."""
+    def _encode(
+        self, texts: list[str], pairs: np.ndarray | None, side: str = "source"
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Flat ids and offsets of ``texts`` (``side``'s text, see ``Tokenizer.encode``,
+        with each text's pair's languages), tokenised ``chunk_size`` lines at a time."""
         dtype = id_dtype(self.tokenizer.vocab_size)
         values, offsets, base = [], [np.zeros(1, dtype=np.int64)], 0
         for start in range(0, len(texts), self.chunk_size):
             chunk = texts[start : start + self.chunk_size]
-            v, o = flatten_ids(self.tokenizer.encode(chunk, side=side), dtype)
+            chunk_pairs = None if pairs is None else pairs[start : start + self.chunk_size]
+            ids = encode_by_pair(self.tokenizer, chunk, chunk_pairs, self.languages, side=side)
+            v, o = flatten_ids(ids, dtype)
             values.append(v)
             offsets.append(o[1:] + base)
             base += int(o[-1])
         return np.concatenate(values or [np.zeros(0, dtype)]), np.concatenate(offsets)
 
-    def _tokenize(self, index: int, src: list[str], tgt: list[str]) -> tuple[_Pool, dict]:
+    def _tokenize(
+        self, index: int, src: list[str], tgt: list[str], pairs: np.ndarray | None
+    ) -> tuple[_Pool, dict]:
         """The pool's ids and kept pairs, and the filtering counts."""
-        src_ids, tgt_ids = self._encode(src), self._encode(tgt, side="target")
+        src_ids, tgt_ids = self._encode(src, pairs), self._encode(tgt, pairs, side="target")
         keep, counts = filter_training_pairs(
             np.diff(src_ids[1]), np.diff(tgt_ids[1]), self.max_positions, self.max_length_ratio
         )
         text = (src, tgt) if self.subword_alpha > 0 else None
         first = index * self.pool_size
-        return _Pool(index, first, src_ids, tgt_ids, np.flatnonzero(keep), text), counts
+        kept = np.flatnonzero(keep)
+        return _Pool(index, first, src_ids, tgt_ids, kept, text, pairs), counts
 
     def _costs(self, pool: _Pool) -> tuple[np.ndarray, np.ndarray]:
         """``(cost, tie_breaker)`` of the pool's kept pairs, each (K,): the padded positions a
@@ -463,7 +404,7 @@ class StreamingPairs(IterableDataset):
         t = np.diff(pool.tgt[1])[pool.kept] + 1  # with BOS (input) or EOS (output)
         return np.maximum(s, t), t * (self.max_positions + 1) + s
 
-    def warn_over_budget(self, plan: _Pass) -> None:
+    def warn_over_budget(self, plan: Pass) -> None:
         """Warns, the first time it happens, that pairs read so far need more than
         ``max_tokens`` on their own (each becomes a batch of its own); called in the main
         process, by :class:`StreamingLoader` for its workers."""
@@ -509,14 +450,23 @@ class StreamingPairs(IterableDataset):
             src = [src_values[src_offsets[i] : src_offsets[i + 1]] for i in positions]
             tgt = [tgt_values[tgt_offsets[i] : tgt_offsets[i + 1]] for i in positions]
         else:
-            limit, alpha = self.max_positions - 1, self.subword_alpha
+            limit, pairs = (
+                self.max_positions - 1,
+                None if pool.pair is None else pool.pair[positions],
+            )
             src_text, tgt_text = ([text[i] for i in positions] for text in pool.text)
-            src = [ids[:limit] for ids in self.tokenizer.encode(src_text, True, alpha)]
-            tgt = [ids[:limit] for ids in self.tokenizer.encode(tgt_text, True, alpha, "target")]
+            options = {"sample": True, "alpha": self.subword_alpha}
+            src = encode_by_pair(self.tokenizer, src_text, pairs, self.languages, **options)
+            tgt = encode_by_pair(self.tokenizer, tgt_text, pairs, self.languages,
+                                 side="target", **options)  # fmt: skip
+            src, tgt = [ids[:limit] for ids in src], [ids[:limit] for ids in tgt]
         examples = [
             {"index": pool.first + i, "src": np.append(s, EOS_ID).astype(np.int64), "tgt": t}
             for i, s, t in zip(positions, src, tgt, strict=True)
         ]
+        if pool.pair is not None:
+            for example, i in zip(examples, positions, strict=True):
+                example["pair"] = int(pool.pair[i])
         return collate(
             examples,
             pad_id=PAD_ID,
@@ -527,6 +477,10 @@ class StreamingPairs(IterableDataset):
 
 def _as_is(batch: dict[str, Any]) -> dict[str, Any]:
     return batch
+
+
+def _joined(parts: list[np.ndarray]) -> np.ndarray | None:
+    return np.concatenate(parts) if parts else None
 
 
 class StreamingLoader(DataLoader):
@@ -545,7 +499,7 @@ class StreamingLoader(DataLoader):
         epoch_source: Returns the epoch of the next pass (e.g. a trainer's current epoch), or
             None to use the dataset's own, which advances after every complete pass.
         processed_source: Returns the number of training batches a trainer has processed in
-            all (or None), noted when a pass starts: see :meth:`_Pass.trained`.
+            all (or None), noted when a pass starts: see :meth:`Pass.trained`.
         **kwargs: Other DataLoader arguments (e.g. ``prefetch_factor``).
     """
 
