@@ -128,6 +128,48 @@ def test_unknown_key_in_a_config_file_is_reported_briefly(monkeypatch, capsys, t
     )
 
 
+def test_every_unknown_key_of_a_config_file_is_named_in_one_run(monkeypatch, capsys, tmp_path):
+    """jsonargparse stops at the first unknown key: the file's others are named with it, and
+    a whole config (a shipped one, or one --print_config writes) adds none of its own."""
+    monkeypatch.delenv("SEQ2SEQ_TRACEBACK", raising=False)
+    tiny = str(CONFIGS / "tiny.yaml")
+    config = tmp_path / "typos.yaml"
+    config.write_text(
+        "modle:\n  n_heads: 2\nmodel:\n  d_modle: 64\n  decoding:\n    beam_szie: 3\n"
+        "data:\n  max_token: 500\n  max_positions: 64\ntrainer:\n  max_steps: 3\n"
+        "  callbacks:\n    - class_path: lightning.pytorch.callbacks.EarlyStopping\n"
+        "      init_args:\n        monitor: val/bleu\n",
+        encoding="utf-8",
+    )
+    code, out = _exit_of_main(monkeypatch, capsys, "fit", "--config", tiny, "--config", str(config))
+    assert code == 2
+    assert out.err.splitlines()[:-1] == [
+        f"seq2seq: error: unknown config key '{key}' in {config} (did you mean {meant}?)"
+        for key, meant in (
+            ("modle.n_heads", "model.n_heads"),
+            ("model.d_modle", "model.d_model"),
+            ("model.decoding.beam_szie", "model.decoding.beam_size"),
+            ("data.max_token", "data.max_tokens"),
+        )
+    ]
+    code, out = _exit_of_main(monkeypatch, capsys, "fit", "--config", tiny, "--print_config")
+    assert code == 0
+    printed = yaml.safe_load(out.out)
+    wholes = {"printed": printed}
+    for name in ("multi30k_de_en", "multi30k_multi", "finetune_opus_mt"):
+        wholes[name] = yaml.safe_load((CONFIGS / f"{name}.yaml").read_text(encoding="utf-8"))
+    for name, whole in wholes.items():
+        whole.setdefault("data", {})["max_token"] = 500
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(whole), encoding="utf-8")
+        code, out = _exit_of_main(monkeypatch, capsys, "fit", "--config", str(path))
+        assert code == 2
+        assert out.err.splitlines()[:-1] == [
+            f"seq2seq: error: unknown config key 'data.max_token' in {path} (did you mean "
+            "data.max_tokens?)"
+        ], name
+
+
 def test_an_argument_a_class_does_not_take_gets_the_closest_it_takes(monkeypatch, capsys, tmp_path):
     """A misspelt init_args key of an optimizer, a schedule or a callback in a config file:
     one line naming the class, the closest argument it takes, and the file."""

@@ -68,9 +68,15 @@ def argument_error_lines(message: str, parser: ArgumentParser) -> list[str]:
         keys = [
             a.dest for a in compat.parser_actions(parser) if a.option_strings and a.dest != "help"
         ]
-        files = [f" in {name}" for name in _config_files_with(key.split("."), sys.argv[1:])]
-        where = files[0] if len(files) == 1 else ""
-        return [f"seq2seq: error: unknown config key '{key}'{where}{did_you_mean(key, keys)}"]
+        files = _config_files_with(key.split("."), sys.argv[1:])
+        if len(files) != 1:
+            return [f"seq2seq: error: unknown config key '{key}'{did_you_mean(key, keys)}"]
+        # jsonargparse stops at the first: the file's others are named in the same run
+        others = _unknown_keys(dict(_config_files(sys.argv[1:]))[files[0]], set(keys))
+        return [
+            f"seq2seq: error: unknown config key '{name}' in {files[0]}{did_you_mean(name, keys)}"
+            for name in (others if key in others else [key])
+        ]
     match = re.match(r'Parser key "([^"]+)":\s*(.*)', first)
     if match:
         return _invalid_value_lines(match[1], match[2], rest)
@@ -119,6 +125,23 @@ def _holds(node: Any, path: list[str]) -> bool:
             return False
         node = node[part]
     return True
+
+
+def _unknown_keys(node: Any, keys: set[str], prefix: str = "") -> list[str]:
+    """The dotted keys of YAML ``node`` that are neither in ``keys`` (a parser's option
+    names) nor the start of one, in file order. A group (``model``, itself an option that
+    takes a file) is looked into; a class with its arguments (``class_path``) is not."""
+    unknown = []
+    for name, value in node.items() if isinstance(node, dict) else ():
+        path = f"{prefix}{name}"
+        group = isinstance(value, dict) and "class_path" not in value
+        if group and any(key.startswith(f"{path}.") for key in keys):
+            unknown += _unknown_keys(value, keys, f"{path}.")
+        elif group and path not in keys:  # a misspelt group: its keys, as jsonargparse names them
+            unknown += _unknown_keys(value, set(), f"{path}.") or [path]
+        elif path not in keys:
+            unknown.append(path)
+    return unknown
 
 
 def _config_files_with(path: list[str], argv: Sequence[str]) -> list[str]:
