@@ -350,6 +350,30 @@ def ddp_env(tests_dir: Path) -> dict[str, str]:
     return env
 
 
+def run_ddp_cli(args: list[str], cwd: Path, timeout: float = 300) -> str:
+    """Runs ``python -m seq2seq.cli ARGS`` in ``cwd`` (created) with :func:`ddp_env`; fails the
+    test if it exits non-zero or hangs past ``timeout`` seconds (its whole process group is
+    killed then), and returns its output."""
+    import signal
+    import subprocess
+
+    cwd.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "seq2seq.cli", *args], cwd=cwd,
+        env=ddp_env(Path(__file__).parent), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        output, _ = proc.communicate()
+        pytest.fail(f"seq2seq {args[0]} hung (> {timeout} s):\n{output[-4000:]}")
+    if proc.returncode != 0:
+        pytest.fail(f"seq2seq {args[0]} failed ({proc.returncode}):\n{output[-4000:]}")
+    return output
+
+
 def multi30k_lines(split: str, lang: str, n: int | None = None, folder: Path = MULTI30K):
     """The first ``n`` lines (all for ``None``) of Multi30k's ``split.lang.gz``, without
     their newlines."""

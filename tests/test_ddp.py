@@ -18,15 +18,12 @@ from __future__ import annotations
 import copy
 import json
 import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import lightning as L
 import pytest
 import torch
-from conftest import ddp_env, multi30k_slice
+from conftest import multi30k_slice, run_ddp_cli
 from torch.utils.data import DataLoader
 
 from seq2seq.checkpoint import load_checkpoint
@@ -89,25 +86,7 @@ class Recorder(L.Callback):
 
 # ---------------------------------------------------------------------- helpers
 def _seq2seq(args: list[str], cwd: Path) -> None:
-    """Run ``python -m seq2seq.cli ARGS`` in ``cwd``; kill its whole process group on timeout."""
-    cwd.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "seq2seq.cli", *args],
-        cwd=cwd,
-        env=ddp_env(Path(__file__).parent),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        output, _ = proc.communicate(timeout=TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        output, _ = proc.communicate()
-        pytest.fail(f"seq2seq {args[0]} hung (> {TIMEOUT_S} s):\n{output[-4000:]}")
-    if proc.returncode != 0:
-        pytest.fail(f"seq2seq {args[0]} failed ({proc.returncode}):\n{output[-4000:]}")
+    run_ddp_cli(args, cwd, TIMEOUT_S)
 
 
 def _seq2seq_in_process(args: list[str], cwd: Path) -> None:

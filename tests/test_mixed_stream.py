@@ -222,19 +222,15 @@ def test_ddp_ranks_share_the_mixed_epochs_and_finish_together(parallel, tmp_path
     """Every rank draws the same items and keeps a disjoint share; the shares cover the
     epoch that one process streams, in both epochs (each drawn anew)."""
     import json
-    import os
-    import signal
-    import subprocess
-    import sys
 
-    from conftest import ddp_env
+    from conftest import run_ddp_cli
     from test_streaming import CONFIGS
 
     whole = _streamed(parallel, tmp_path / "cache", num_workers=0)
     epochs = [sorted(i for b in _batches(whole) for i in b["index"].tolist()) for _ in range(2)]
     assert epochs[0] != epochs[1]
     args = [
-        sys.executable, "-m", "seq2seq.cli", "fit",
+        "fit",
         "--config", str(CONFIGS / "tiny.yaml"),
         "--data.data_dir", str(parallel),
         "--data.cache_dir", str(tmp_path / "cache"),
@@ -252,17 +248,7 @@ def test_ddp_ranks_share_the_mixed_epochs_and_finish_together(parallel, tmp_path
         "--trainer.limit_val_batches", "0",
         "--trainer.callbacks+=test_streaming.StreamRecorder",
     ]  # fmt: skip
-    proc = subprocess.Popen(
-        args, cwd=tmp_path, env=ddp_env(Path(__file__).parent), stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True, start_new_session=True,
-    )  # fmt: skip
-    try:
-        output, _ = proc.communicate(timeout=300)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        output, _ = proc.communicate()
-        pytest.fail(f"the DDP run hung:\n{output[-4000:]}")
-    assert proc.returncode == 0, output[-4000:]
+    run_ddp_cli(args, tmp_path)
     seen = [json.loads((tmp_path / f"seen{rank}.json").read_text()) for rank in range(2)]
     assert len(seen[0]) == len(seen[1])
     for epoch in (0, 1):

@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import signal
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 from types import SimpleNamespace
@@ -19,10 +16,10 @@ import numpy as np
 import pytest
 import torch
 from conftest import (
-    ddp_env,
     multi30k_lines,
     other_batching_warning,
     quiet_cpu_trainer,
+    run_ddp_cli,
     write_corpus,
 )
 from test_datamodule import _Recorder
@@ -615,9 +612,8 @@ class StreamRecorder(L.Callback):
 @pytest.mark.slow
 def test_ddp_ranks_share_each_epoch_and_finish_together(corpora, spm_file, kept, tmp_path):
     """Two CPU processes (gloo) stream two whole epochs: no hang, disjoint complete shares."""
-    env = ddp_env(Path(__file__).parent)
     args = [
-        sys.executable, "-m", "seq2seq.cli", "fit",
+        "fit",
         "--config", str(CONFIGS / "tiny.yaml"),
         "--data.data_dir", str(corpora["text"]),
         "--data.tokenizer_path", str(spm_file),
@@ -634,17 +630,7 @@ def test_ddp_ranks_share_each_epoch_and_finish_together(corpora, spm_file, kept,
         "--trainer.limit_val_batches", "0",
         "--trainer.callbacks+=test_streaming.StreamRecorder",
     ]  # fmt: skip
-    proc = subprocess.Popen(
-        args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True, start_new_session=True,
-    )  # fmt: skip
-    try:
-        output, _ = proc.communicate(timeout=300)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        output, _ = proc.communicate()
-        pytest.fail(f"the DDP run hung:\n{output[-4000:]}")
-    assert proc.returncode == 0, output[-4000:]
+    run_ddp_cli(args, tmp_path)
     seen = [json.loads((tmp_path / f"seen{rank}.json").read_text()) for rank in range(2)]
     assert len(seen[0]) == len(seen[1])
     for epoch in (0, 1):
