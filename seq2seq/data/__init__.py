@@ -25,6 +25,7 @@ _HOMES = {
     "TranslationDataModule": "datamodule",
     "StreamingLoader": "streaming",
     "StreamingPairs": "streaming",
+    "MixedStream": "mixed_stream",
     "BOS_ID": "tokenizer",
     "EOS_ID": "tokenizer",
     "PAD_ID": "tokenizer",
