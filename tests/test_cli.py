@@ -1139,9 +1139,12 @@ def test_resuming_a_run_at_its_max_steps_says_why_nothing_trains(
     tiny_run, tiny_cache, multi30k_dir, tmp_path, monkeypatch, capsys
 ):
     """tiny_run's last.ckpt is at step 20, tiny.yaml's max_steps: resuming it trains nothing
-    and says which limit to raise."""
-    monkeypatch.chdir(tmp_path)
-    last = tiny_run / "checkpoints/tiny/last.ckpt"
+    and says which limit to raise, writing no config file beside the run's (a copy of it, in
+    its own folder as the run was)."""
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run, run)
+    monkeypatch.chdir(run)
+    last = run / "checkpoints/tiny/last.ckpt"
     argv = [
         "fit", "--config", str(CONFIGS / "tiny.yaml"), "--data.data_dir", str(multi30k_dir),
         "--data.cache_dir", str(tiny_cache), "--ckpt_path", str(last),
@@ -1153,6 +1156,7 @@ def test_resuming_a_run_at_its_max_steps_says_why_nothing_trains(
         "raise --trainer.max_steps to train on"
     )
     assert expected in err, err
+    assert list(run.rglob("config.yaml")) and not list(run.rglob("config.resumed-step*"))
 
 
 def test_translate_scores_flag(tiny_run, monkeypatch, capsys):

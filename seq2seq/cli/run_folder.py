@@ -66,13 +66,16 @@ class RunConfig(SaveConfigCallback):
     ``config.yaml`` (with a first line saying that optimizer and schedule settings are the
     checkpoint's), and ``validate``/``test`` into a folder that holds one (without a logger,
     ``trainer.default_root_dir``) write ``config.<command>.yaml``; ``-2``, ``-3`` ... after a
-    name taken. A new ``fit`` writes ``config.yaml``, as Lightning does."""
+    name taken. A new ``fit`` writes ``config.yaml``, as Lightning does; a resume at its
+    ``max_steps`` (which trains nothing) writes none."""
 
     resumed_step: int | None = None
     """The step of the checkpoint a ``fit`` resumes from (set by the command line)."""
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         header = None
+        if self.resumed_step is not None and 0 <= trainer.max_steps <= self.resumed_step:
+            self.already_saved = True  # nothing is trained; the command says which limit
         if not self.already_saved and self.save_to_log_dir:
             log_dir = trainer.log_dir  # on every rank: it broadcasts
             fs = get_filesystem(log_dir)
