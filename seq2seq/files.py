@@ -419,3 +419,11 @@ def new_folder_hint(folder: Path) -> str:
         return ""
     alike = folders_alike(folder)
     return f" (a new folder; did you mean {' or '.join(alike)}?)" if alike else " (a new folder)"
+
+
+def local_folder(folder: str | Path | None) -> str | None:
+    """``folder`` as an absolute path with links resolved, or None for None and for a remote
+    location (``s3://...``)."""
+    if folder is None or "://" in str(folder):
+        return None
+    return os.path.realpath(folder)

@@ -38,6 +38,7 @@ from seq2seq.evaluation import (
     split_test_key,
     write_report,
 )
+from seq2seq.files import local_folder
 from seq2seq.machine import emulated_bfloat16
 from seq2seq.nn import (
     DecodingConfig,
@@ -288,8 +289,11 @@ class TranslationModule(L.LightningModule):
         checkpoint[CHECKPOINT_KEY] = extra
         logger = self._trainer.logger if self._trainer is not None else None
         if logger is not None and isinstance(getattr(logger, "version", None), int):
-            # Where this run logs: a resumed fit continues the same folder (seq2seq.cli).
-            extra["log"] = {"name": logger.name, "version": logger.version}
+            # Where this run logs: a resumed fit continues the same folder (seq2seq.cli),
+            # unless resumed from a copy of the checkpoints, written to another folder.
+            folder = getattr(self.trainer.checkpoint_callback, "dirpath", None)
+            extra["log"] = {"name": logger.name, "version": logger.version,
+                            "checkpoint_dir": local_folder(folder)}  # fmt: skip
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self._checkpoint_step = checkpoint.get("global_step")  # names validate/test outputs

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import os
 import re
 import shutil
 import signal
@@ -1676,6 +1677,11 @@ def test_a_resumed_fit_continues_its_tensorboard_folder(tiny_cache, multi30k_dir
     events.Reload()
     assert [e.step for e in events.Scalars("train/loss")] == [4, 9, 14, 19]
     assert [e.step for e in events.Scalars("val/bleu")] == [9, 19]
+    from seq2seq.checkpoint.format import CHECKPOINT_KEY
+
+    log = load_checkpoint(in_tmp / "checkpoints/tiny/last.ckpt")[CHECKPOINT_KEY]["log"]
+    assert log == {"name": "tiny", "version": 0,
+                   "checkpoint_dir": os.path.realpath(in_tmp / "checkpoints/tiny")}  # fmt: skip
     run = folder / "version_0"
     for _ in range(2):  # the second test's config beside the first's
         cli_main(["test", *argv[1:], "--ckpt_path", "last", "--trainer.logger", "false",
@@ -1694,13 +1700,13 @@ def test_a_resumed_fit_continues_its_tensorboard_folder(tiny_cache, multi30k_dir
     assert str(saved["config.test.yaml"]["ckpt_path"]).endswith("last.ckpt")
 
 
-def test_a_resume_under_another_logger_name_says_how_to_continue_the_runs_folder(capsys):
+def test_a_resume_under_another_logger_name_says_how_to_continue_the_runs_folder(capsys, tmp_path):
     """A resume without the run's --trainer.logger.init_args.name logs into a new version of
     the config's name: one warning names the run's folder and the flag that continues it."""
     from jsonargparse import Namespace
 
     from seq2seq.checkpoint.format import CHECKPOINT_KEY
-    from seq2seq.cli.checkpoint_args import continue_log_version
+    from seq2seq.cli.log_version import continue_log_version
 
     def config(name):
         logger = Namespace(
@@ -1722,6 +1728,27 @@ def test_a_resume_under_another_logger_name_says_how_to_continue_the_runs_folder
         "one logs as multi30k_de_en, in a new version: give --trainer.logger.init_args.name "
         "rt2 to continue the run's folder\n"
     )
+    # resumed from a copy of the run's checkpoint folder: a new version, with a note; from the
+    # folder itself, or from one moved away (its recorded folder gone), the run's version
+    original, copy = tmp_path / "run", tmp_path / "run_copy"
+    original.mkdir()
+    log = {"name": "rt2", "version": 0, "checkpoint_dir": os.path.realpath(original)}
+    checkpoint = {CHECKPOINT_KEY: {"log": log}}
+    copied = config("rt2")
+    continue_log_version(copied, checkpoint, copy / "last.ckpt")
+    assert copied.trainer.logger.init_args.version is None
+    assert capsys.readouterr().err == (
+        f"seq2seq: note: {copy / 'last.ckpt'} is a copy of a checkpoint of "
+        f"{os.path.realpath(original)}, whose run logs to TensorBoard as rt2/version_0: this "
+        "run logs as rt2, in a new version\n"
+    )
+    for folder in (original, tmp_path / "moved"):
+        if folder != original:
+            log["checkpoint_dir"] = os.path.realpath(tmp_path / "gone")
+        resumed = config("rt2")
+        continue_log_version(resumed, checkpoint, folder / "last.ckpt")
+        assert resumed.trainer.logger.init_args.version == 0
+    assert capsys.readouterr().err == ""
 
 
 def test_testing_another_folders_checkpoint_has_no_dirpath_notice(

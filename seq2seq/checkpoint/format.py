@@ -10,7 +10,8 @@ states; seq2seq adds ``checkpoint[CHECKPOINT_KEY]``, a dictionary of:
 * ``"rng"``: the random generators' states for an exact resume (training only);
 * ``"precision"``: the run's ``--trainer.precision`` (training only), which a resume with
   another one is told about;
-* ``"log"``: the logger's name and version, so that a resumed run logs into the same folder;
+* ``"log"``: the logger's name and version, and the checkpoint folder, so that a resumed run
+  logs into the same folder (a copy of the checkpoints, in another folder, into a new one);
 * ``"optimizer"``, ``"lr_scheduler"``: the classes of the run's optimizer and learning-rate
   schedule (training only; ``None``: no schedule), which a resume must configure again
   (:func:`seq2seq.optim.check_resumed_training`);

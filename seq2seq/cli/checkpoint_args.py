@@ -44,6 +44,7 @@ from seq2seq.cli.checkpoint_languages import (
     saved_pair_setting,
     use_chosen_pairs,
 )
+from seq2seq.cli.log_version import continue_log_version
 from seq2seq.cli.messages import UNTRAINED, USES, cli_value
 from seq2seq.cli.run_folder import refuse_earlier_checkpoints
 from seq2seq.data.datamodule import TranslationDataModule
@@ -255,7 +256,7 @@ def _check_resumable(
         refusal = TranslationDataModule.resume_refusal(data_state, config["data"])
         if refusal:
             raise ValueError(f"{path}: {refusal}")
-    continue_log_version(config, checkpoint)  # after the refusals: a refused run logs nothing
+    continue_log_version(config, checkpoint, path)  # after the refusals: a refused run logs nothing
     warn_resuming_behind_last(path, step)
 
 
@@ -503,37 +504,6 @@ def checkpoint_dirs(config) -> list[Path]:
         for init_args in _model_checkpoints(config)
         if hasattr(init_args, "get") and init_args.get("dirpath")
     ]
-
-
-def continue_log_version(config, checkpoint: dict) -> None:
-    """A resumed ``fit`` logs into the version folder of the run it resumes
-    (``lightning_logs/<name>/version_N``), as fairseq's TensorBoard folder continues, instead of
-    a new ``version_N+1``: the configured TensorBoard logger, if it has the name the checkpoint
-    recorded and no version of its own; under another name it warns (one line, global rank 0)
-    and logs into a new version of that name. (Each process writes event files of its own, so
-    nothing is overwritten; Lightning's CSV logger would rewrite ``metrics.csv``, so a CSV
-    logger keeps starting a new version.)"""
-    saved = (checkpoint.get(CHECKPOINT_KEY) or {}).get("log") or {}
-    logger = config.get("trainer", {}).get("logger")
-    if not saved or not hasattr(logger, "get") or not hasattr(logger.get("init_args"), "get"):
-        return
-    class_path = str(logger.get("class_path", ""))
-    if class_path.rsplit(".", 1)[-1] != "TensorBoardLogger":
-        return
-    init_args = logger["init_args"]
-    name = init_args.get("name") or "lightning_logs"
-    if init_args.get("version") is not None:
-        return
-    if name == saved.get("name"):
-        init_args["version"] = saved["version"]
-    elif rank_zero_only.rank == 0:  # a flag of the run left out, most likely
-        print(
-            f"seq2seq: warning: the run being resumed logged to TensorBoard as "
-            f"{saved.get('name')}/version_{saved.get('version')}; this one logs as {name}, in "
-            f"a new version: give --trainer.logger.init_args.name {saved.get('name')} to "
-            "continue the run's folder",
-            file=sys.stderr,
-        )
 
 
 def warn_resuming_behind_last(ckpt_path: str | Path, step: int | None) -> None:
