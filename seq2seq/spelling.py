@@ -10,9 +10,57 @@ from collections.abc import Iterable
 __all__ = ["did_you_mean"]
 
 
+#: Options of fairseq and Hugging Face's ``Seq2SeqTrainingArguments`` by name (dashes as
+#: underscores), and what does their work here: the first whose option a command has is named.
+ELSEWHERE: dict[str, tuple[str, ...]] = {
+    "lr": ("--model.optimizer.init_args.lr",),
+    "learning_rate": ("--model.optimizer.init_args.lr",),
+    "weight_decay": ("--model.optimizer.init_args.weight_decay",),
+    "adam_betas": ("--model.optimizer.init_args.betas",),
+    "warmup_updates": ("--model.lr_scheduler.init_args.warmup_steps",),
+    "warmup_steps": ("--model.lr_scheduler.init_args.warmup_steps",),
+    "update_freq": ("--trainer.accumulate_grad_batches",),
+    "gradient_accumulation_steps": ("--trainer.accumulate_grad_batches",),
+    "clip_norm": ("--trainer.gradient_clip_val",),
+    "max_grad_norm": ("--trainer.gradient_clip_val",),
+    "share_all_embeddings": ("--model.tie_embeddings all",),
+    "share_decoder_input_output_embed": ("--model.tie_embeddings decoder",),
+    "max_update": ("--trainer.max_steps",),
+    "max_epoch": ("--trainer.max_epochs",),
+    "num_train_epochs": ("--trainer.max_epochs",),
+    "save_dir": ("--checkpoint_dir",),
+    "output_dir": ("--checkpoint_dir",),
+    "seed": ("--seed_everything", "--sampling_seed"),
+    "fp16": ("--trainer.precision 16-mixed",),
+    "bf16": ("--trainer.precision bf16-mixed", "--dtype bfloat16"),
+    "beam": ("--model.decoding.beam_size", "--beam_size"),
+    "num_beams": ("--model.decoding.beam_size", "--beam_size"),
+    "lenpen": ("--model.decoding.length_penalty", "--length_penalty"),
+    "nbest": ("--n_best",),
+    "validate_interval_updates": ("--trainer.val_check_interval",),
+    "batch_size": ("--data.max_tokens", "--max_tokens"),
+}
+
+
+def elsewhere(name: str, candidates: Iterable[str]) -> str | None:
+    """What does the work of another toolkit's option ``name`` (:data:`ELSEWHERE`) among the
+    options ``candidates`` (a class's arguments count by the class's option,
+    ``--model.optimizer`` for ``--model.optimizer.init_args.lr``), or None."""
+    options = set(candidates)
+    for target in ELSEWHERE.get(name.lstrip("-").replace("-", "_"), ()):
+        option = target.split()[0]
+        if option in options or option.split(".init_args.")[0] in options:
+            return target
+    return None
+
+
 def did_you_mean(name: str, candidates: Iterable[str]) -> str:
-    """`` (did you mean X?)`` with the closest of ``candidates`` to ``name``, or ``""``."""
+    """`` (did you mean X?)`` with the closest of ``candidates`` to ``name``, or ``""``; an
+    option of another toolkit is answered with what does its work here (:func:`elsewhere`)."""
     candidates = list(dict.fromkeys(candidates))
+    target = elsewhere(name, candidates) if name.startswith("-") else None
+    if target is not None:
+        return f" (did you mean {target}?)"
     last = name.lstrip("-").rsplit(".", 1)[-1]
     # the same last part: --trainer.max_epochs for --max_epochs or --model.max_epochs
     matches = [c for c in candidates if c != name and c.lower() == name.lower()]  # FR for fr

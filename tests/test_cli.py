@@ -102,6 +102,34 @@ def test_mistyped_option_is_reported_briefly_with_the_closest_option(monkeypatch
     assert err[-1] == "For the full list of options run: seq2seq test --help"
 
 
+@pytest.mark.parametrize(
+    ("command", "given", "meant"),
+    [
+        ("fit", "--lr", "--model.optimizer.init_args.lr"),
+        ("fit", "--warmup-updates", "--model.lr_scheduler.init_args.warmup_steps"),
+        ("fit", "--update-freq", "--trainer.accumulate_grad_batches"),
+        ("fit", "--clip-norm", "--trainer.gradient_clip_val"),
+        ("fit", "--share-all-embeddings", "--model.tie_embeddings all"),
+        ("fit", "--max-update", "--trainer.max_steps"),
+        ("fit", "--save-dir", "--checkpoint_dir"),
+        ("fit", "--seed", "--seed_everything"),
+        ("test", "--beam", "--model.decoding.beam_size"),
+        ("translate", "--lenpen", "--length_penalty"),
+        ("translate", "--num_beams", "--beam_size"),
+    ],
+)
+def test_options_of_fairseq_and_hugging_face_name_ours(monkeypatch, capsys, command, given, meant):
+    """A fairseq or Seq2SeqTrainer option is answered with the one that does its work here,
+    where no spelling is close (--lr, --seed: not --data.seed, which seeds the batches alone)."""
+    monkeypatch.delenv("SEQ2SEQ_TRACEBACK", raising=False)
+    rest = (
+        ["--config", str(CONFIGS / "tiny.yaml")] if command != "translate" else ["--ckpt_path", "x"]
+    )
+    code, out = _exit_of_main(monkeypatch, capsys, command, *rest, given, "1")
+    assert code == 2
+    assert out.err.splitlines()[0].endswith(f"unrecognized option {given} (did you mean {meant}?)")
+
+
 def test_unknown_key_in_a_config_file_is_reported_briefly(monkeypatch, capsys, tmp_path):
     monkeypatch.delenv("SEQ2SEQ_TRACEBACK", raising=False)
     config = tmp_path / "typo.yaml"
@@ -195,6 +223,17 @@ def test_an_argument_a_class_does_not_take_gets_the_closest_it_takes(monkeypatch
         f"seq2seq: error: trainer.callbacks in {config}: lightning.pytorch.callbacks."
         "EarlyStopping takes no argument 'patiense' (did you mean patience?); it takes monitor, "
     )
+    # a flag of a callback's argument sets the list's last class: the flag is named, not a file
+    main = str(CONFIGS / "multi30k_de_en.yaml")
+    for flag in ("--trainer.callbacks.patience", "--trainer.callbacks.init_args.patience"):
+        code, out = _exit_of_main(monkeypatch, capsys, "fit", "--config", main, flag, "2")
+        assert code == 2
+        assert out.err.splitlines()[0] == (
+            "seq2seq: error: --trainer.callbacks.patience: seq2seq.callbacks.BestScoreHparams "
+            "takes no argument 'patience'; it takes monitor, mode, name; a "
+            "--trainer.callbacks.<argument> flag sets the last class of the list "
+            "(EarlyStopping's patience: --patience N)"
+        )
 
 
 def test_a_decoding_setting_outside_model_decoding_points_there(monkeypatch, capsys, tmp_path):
@@ -1158,6 +1197,34 @@ def test_resuming_a_run_at_its_max_steps_says_why_nothing_trains(
     )
     assert expected in err, err
     assert list(run.rglob("config.yaml")) and not list(run.rglob("config.resumed-step*"))
+
+
+def test_early_stopping_says_why_the_fit_stopped_and_patience_is_one_flag(
+    tiny_cache, multi30k_dir, tmp_path, monkeypatch, capsys
+):
+    """--patience replaces the patience of the config's EarlyStopping (fairseq's --patience);
+    a fit it stops says so, as Lightning says which limit ended one."""
+    monkeypatch.chdir(tmp_path)
+    argv = [
+        "fit", "--config", str(CONFIGS / "tiny.yaml"), "--data.data_dir", str(multi30k_dir),
+        "--data.cache_dir", str(tiny_cache), "--trainer.max_steps", "60",
+        "--trainer.callbacks+=EarlyStopping", "--trainer.callbacks.monitor", "val/loss",
+        "--trainer.callbacks.min_delta", "100", "--trainer.callbacks.patience", "3",
+    ]  # fmt: skip
+    code, out, err = run_main(monkeypatch, capsys, *argv, "--patience", "1")
+    assert code == 0, err
+    # validations every 10 steps: the first sets the best, the second (step 20) stops the run
+    assert load_checkpoint(tmp_path / "checkpoints/tiny/last.ckpt")["global_step"] == 20
+    assert re.search(
+        r"^`Trainer\.fit` stopped by EarlyStopping: Monitored metric val/loss did not improve "
+        r"in the last 1 records\. Best score: [\d.]+\.$",
+        out,
+        re.MULTILINE,
+    ), out
+    code, _, err = run_main(monkeypatch, capsys, *argv[:7], "--patience", "2")
+    assert code == 1 and err[-1].startswith(
+        "seq2seq: error: --patience 2: the config has no EarlyStopping in trainer.callbacks"
+    ), err
 
 
 def test_translate_scores_flag(tiny_run, monkeypatch, capsys):

@@ -132,8 +132,20 @@ def test_lines_are_read_from_a_pipe(tmp_path, compress, read):
 def test_read_parallel_misaligned_names_both_files_and_counts(tmp_path):
     (tmp_path / "a.de").write_text("1\n2\n3\n")
     (tmp_path / "a.en").write_text("1\n2\n")
-    with pytest.raises(ValueError, match=r"a\.de has 3 lines but .*a\.en has 2 lines"):
+    with pytest.raises(ValueError, match=r"a\.de has 3 lines but .*a\.en has 2 lines;"):
         read_parallel(tmp_path / "a.de", tmp_path / "a.en")
+
+
+@pytest.mark.parametrize("read", [read_parallel, lambda *paths: list(iter_parallel(*paths))])
+def test_empty_lines_past_the_shorter_file_are_named(tmp_path, read):
+    """A misalignment made of empty lines at the end of the longer file says so."""
+    (tmp_path / "a.de").write_text("1\n2\n")
+    (tmp_path / "a.en").write_text("1\n2\n\n")
+    (tmp_path / "b.en").write_text("1\n2\n \n\n")
+    with pytest.raises(ValueError, match=r"has 3 lines \(the last line of .*a\.en is empty\);"):
+        read(tmp_path / "a.de", tmp_path / "a.en")
+    with pytest.raises(ValueError, match=r"has 2 lines \(the last 2 lines of .*b\.en are empty\);"):
+        read(tmp_path / "b.en", tmp_path / "a.de")
 
 
 def test_find_split_prefers_plain_then_gz(tmp_path):

@@ -92,11 +92,11 @@ class _Throughput:
         self.clock = 0.0
         monkeypatch.setattr(throughput.time, "perf_counter", lambda: self.clock)
 
-    def batch(self, ends_at: float, written: bool = False) -> None:
+    def batch(self, ends_at: float, written: bool = False, index: int = 0) -> None:
         """A training batch of 100 tokens that ends at ``ends_at`` seconds; ``written``: its
-        logged values go to the logger."""
+        logged values go to the logger; ``index``: its index in the epoch."""
         self.clock, self.connector.should_update_logs = ends_at, written
-        self.callback.on_train_batch_end(self.trainer, self.module, None, {"n_tokens": 100}, 0)
+        self.callback.on_train_batch_end(self.trainer, self.module, None, {"n_tokens": 100}, index)
 
     def values(self) -> list[float]:
         assert {name for name, _, _ in self.logged} == {"train/tokens_per_s"}
@@ -114,6 +114,19 @@ def test_tokens_per_s_averages_the_batches_since_the_last_logged_value(monkeypat
     run.batch(4.0, written=True)  # 100 more in 3 s: logged over both batches, then a new window
     run.batch(5.0)  # 100 tokens in 1 s
     assert run.values() == pytest.approx([100.0, 50.0, 100.0])
+
+
+def test_tokens_per_s_of_a_logged_step_covers_all_its_micro_batches(monkeypatch):
+    """With accumulate_grad_batches 2 both micro-batches of a logged optimizer step are
+    written: the window restarts after the second, not after the first."""
+    run = _Throughput(monkeypatch)
+    run.trainer.accumulate_grad_batches = 2
+    run.batch(0.0, index=0)
+    run.batch(1.0, index=1)  # 100 tokens in 1 s
+    run.batch(2.0, written=True, index=2)  # a logged step's first micro-batch: 200 in 2 s
+    run.batch(6.0, written=True, index=3)  # its second, 100 more in 4 s: 300 in 6 s, restart
+    run.batch(7.0, index=4)
+    assert run.values() == pytest.approx([100.0, 100.0, 50.0, 100.0])
 
 
 def test_validation_scalars_every_validation(events):

@@ -15,8 +15,9 @@ __all__ = ["TokenThroughput"]
 class TokenThroughput(L.Callback):
     """Logs ``train/tokens_per_s`` (on the progress bar) at the end of every training batch:
     this process's real target tokens (``batch["n_tokens"]``) over the time of the batches since
-    the value last went to the logger (every ``log_every_n_steps`` optimizer steps), so a slow
-    batch between two written values is not lost. A batch right after an epoch's start or a
+    the value last went to the logger (every ``log_every_n_steps`` optimizer steps, all the
+    micro-batches of the last one included), so a slow batch between two written values is not
+    lost. A batch right after an epoch's start or a
     validation, whose time since the previous batch is unknown, is left out.
 
     :class:`~seq2seq.module.TranslationModule` adds it to every trainer
@@ -44,5 +45,8 @@ class TokenThroughput(L.Callback):
         self._last_batch_time = now
         if self._seconds > 0:
             pl_module.log("train/tokens_per_s", self._tokens / self._seconds, prog_bar=True)
-            if compat.logs_written_now(trainer):
+            # Every micro-batch of a logged optimizer step is written (accumulate_grad_batches):
+            # the window restarts after the step's last, so the value covers the whole step.
+            ends_step = (batch_idx + 1) % getattr(trainer, "accumulate_grad_batches", 1) == 0
+            if ends_step and compat.logs_written_now(trainer):
                 self._tokens, self._seconds = 0, 0.0

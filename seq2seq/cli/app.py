@@ -16,7 +16,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import lightning as L
-from lightning.pytorch.callbacks import ProgressBar, Timer
+from lightning.pytorch.callbacks import EarlyStopping, ProgressBar, Timer
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.plugins.io import TorchCheckpointIO
@@ -35,6 +35,7 @@ from seq2seq.cli.checkpoint_args import (
     load_initial_weights,
     resolve_ckpt_arguments,
     set_checkpoint_dirs,
+    set_patience,
     warn_default_sizes,
 )
 from seq2seq.cli.environment import (
@@ -158,6 +159,14 @@ class Seq2SeqCLI(compat.SkipCheckpointHparams, LightningCLI):
             "are looked up).",
         )
         parser.add_argument(
+            "--patience",
+            type=int | None,
+            default=None,
+            help="fit only: validations without a better monitored score before training "
+            "stops: replaces the patience of every EarlyStopping in trainer.callbacks "
+            "(fairseq's --patience).",
+        )
+        parser.add_argument(
             "--init_from",
             type=str | None,
             default=None,
@@ -177,6 +186,8 @@ class Seq2SeqCLI(compat.SkipCheckpointHparams, LightningCLI):
         fail = compat.subcommand_parsers(self)[subcommand].error
         if config.get("checkpoint_dir"):
             set_checkpoint_dirs(config, config["checkpoint_dir"])
+        if config.get("patience") is not None:
+            set_patience(config, config["patience"])
         if config.get("init_from"):
             self._init_from = apply_init_from(subcommand, config, fail, self._read)
         self._resumed_step = resolve_ckpt_arguments(subcommand, config, fail, self._read)
@@ -349,8 +360,10 @@ class Seq2SeqCLI(compat.SkipCheckpointHparams, LightningCLI):
         validated = resume is not None and resume.validated_at_start
         if self._resumed_step is None or self._resumed_step != trainer.global_step or validated:
             summary = _checkpoint_summary(trainer)
-            if summary and trainer.is_global_zero:
-                print(summary)
+            if trainer.is_global_zero:
+                for line in (_early_stop_reason(trainer), summary):
+                    if line:
+                        print(line)
             return
         timer = next((c for c in trainer.callbacks if isinstance(c, Timer)), None)
         remaining = None if timer is None else timer.time_remaining("train")
@@ -469,6 +482,19 @@ def _checkpoint_summary(trainer) -> str | None:
     if folder.is_relative_to(Path.cwd()):
         folder = folder.relative_to(Path.cwd())
     return f"checkpoints: {folder}: {', '.join(parts)}"
+
+
+def _early_stop_reason(trainer) -> str | None:
+    """``Trainer.fit stopped by EarlyStopping: <its reason>`` after a fit it stopped (as
+    Lightning says which limit ended a fit), else ``None``."""
+    for callback in trainer.callbacks:
+        reason = getattr(callback, "stopping_reason_message", None)
+        if isinstance(callback, EarlyStopping) and reason:
+            return f"`Trainer.fit` stopped by EarlyStopping: {reason.removesuffix(_SIGNAL)}"
+    return None
+
+
+_SIGNAL = " Signaling Trainer to stop."  # the end of Lightning's reasons, for the trainer
 
 
 def _heldout_loaders(datamodule, stage: str) -> int:

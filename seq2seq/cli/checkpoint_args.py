@@ -465,15 +465,15 @@ def configured_callbacks(trainer_config) -> list:
     return callbacks if isinstance(callbacks, list) else [callbacks]
 
 
-def _model_checkpoints(config) -> list:
-    """The ``init_args`` of each configured ``ModelCheckpoint`` callback (``None`` where it has
-    none)."""
+def _model_checkpoints(config, kind: str = "ModelCheckpoint") -> list:
+    """The ``init_args`` of each configured callback of the class named ``kind``
+    (``ModelCheckpoint``, ``EarlyStopping``; ``None`` where it has none)."""
     found = []
     for callback in configured_callbacks(config.get("trainer", {})):
         class_path = getattr(callback, "class_path", None) or (
             callback.get("class_path") if isinstance(callback, dict) else None
         )
-        if class_path and class_path.endswith("ModelCheckpoint"):
+        if class_path and class_path.rsplit(".", 1)[-1] == kind:
             init_args = getattr(callback, "init_args", None) or (
                 callback.get("init_args") if isinstance(callback, dict) else None
             )
@@ -495,6 +495,27 @@ def set_checkpoint_dirs(config, folder: str) -> None:
         )
     for init_args in targets:
         init_args["dirpath"] = folder
+
+
+def set_patience(config, patience: int) -> None:
+    """``--patience N``: the ``patience`` of every ``EarlyStopping`` callback (fairseq's
+    ``--patience``: validations without improvement before training stops).
+
+    Raises:
+        ValueError: if the config has no ``EarlyStopping`` callback, or N is below 1.
+    """
+    if patience < 1:
+        raise ValueError(f"--patience must be >= 1, got {patience}")
+    targets = [init_args for init_args in _model_checkpoints(config, "EarlyStopping")]
+    if not targets or None in targets:
+        raise ValueError(
+            f"--patience {patience}: the config has no EarlyStopping in trainer.callbacks whose "
+            "patience it could set; add one: --trainer.callbacks+=EarlyStopping "
+            f"--trainer.callbacks.monitor val/bleu --trainer.callbacks.mode max "
+            f"--trainer.callbacks.patience {patience}"
+        )
+    for init_args in targets:
+        init_args["patience"] = patience
 
 
 def checkpoint_dirs(config) -> list[Path]:

@@ -198,6 +198,14 @@ def _invalid_value_lines(key: str, inline: str, details: list[str]) -> list[str]
             continue
         unknown = re.fullmatch(r"Option '([^']+)' is not accepted", line)
         if unknown and prefix:  # an argument of a class in a list (trainer.callbacks)
+            flags = (f"--{key}.{unknown[1]}", f"--{key}.init_args.{unknown[1]}")
+            if any(arg.split("=", 1)[0] in flags for arg in sys.argv[1:]):
+                line = _unknown_argument_line(flags[0], prefix[:-2], unknown[1])
+                patience = unknown[1] == "patience"
+                return [
+                    f"{line}; a --{key}.<argument> flag sets the last class of the list"
+                    + (" (EarlyStopping's patience: --patience N)" if patience else "")
+                ]
             files = _config_files_with([unknown[1]], sys.argv[1:])
             where = f"{key} in {files[0]}" if len(files) == 1 else f"--{key}"
             return [_unknown_argument_line(where, prefix[:-2], unknown[1])]

@@ -10,9 +10,10 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
+import itertools
 import json
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
@@ -157,11 +158,25 @@ def iter_stream_lines(raw: BinaryIO, name: str) -> Iterator[str]:
         raise ValueError(f"{name} is not a readable gzip file: {err}") from err
 
 
-def _misaligned(src_path, tgt_path, n_src: int, n_tgt: int) -> ValueError:
+def _misaligned(src_path, tgt_path, n_src: int, n_tgt: int, blank_rest: bool) -> ValueError:
+    """The error of files of ``n_src`` and ``n_tgt`` lines; ``blank_rest``: the longer one's
+    lines past the shorter's end are all empty (an empty line left at the end, most often)."""
+    longer, extra = (src_path, n_src - n_tgt) if n_src > n_tgt else (tgt_path, n_tgt - n_src)
+    lines = "line" if extra == 1 else f"{extra} lines"
+    hint = f" (the last {lines} of {longer} {'is' if extra == 1 else 'are'} empty)"
     return ValueError(
         f"Parallel files are misaligned: {src_path} has {n_src} lines but {tgt_path} "
-        f"has {n_tgt} lines; line i of one must translate line i of the other."
+        f"has {n_tgt} lines{hint if blank_rest else ''}; line i of one must translate line i "
+        "of the other."
     )
+
+
+def _blank_count(lines: Iterable[str]) -> tuple[int, bool]:
+    """How many ``lines`` there are, and whether all of them are empty or white space."""
+    n, blank = 0, True
+    for line in lines:
+        n, blank = n + 1, blank and not line.strip()
+    return n, blank
 
 
 def read_parallel(src_path: str | Path, tgt_path: str | Path) -> tuple[list[str], list[str]]:
@@ -181,7 +196,8 @@ def read_parallel(src_path: str | Path, tgt_path: str | Path) -> tuple[list[str]
     """
     src, tgt = read_lines(src_path), read_lines(tgt_path)
     if len(src) != len(tgt):
-        raise _misaligned(src_path, tgt_path, len(src), len(tgt))
+        _, blank = _blank_count((src if len(src) > len(tgt) else tgt)[min(len(src), len(tgt)) :])
+        raise _misaligned(src_path, tgt_path, len(src), len(tgt), blank)
     return src, tgt
 
 
@@ -205,12 +221,13 @@ def iter_parallel(src_path: str | Path, tgt_path: str | Path) -> Iterator[tuple[
     for src in src_lines:
         tgt = next(tgt_lines, None)
         if tgt is None:
-            raise _misaligned(src_path, tgt_path, n + 1 + sum(1 for _ in src_lines), n)
+            rest, blank = _blank_count(itertools.chain([src], src_lines))
+            raise _misaligned(src_path, tgt_path, n + rest, n, blank)
         n += 1
         yield src, tgt
-    rest = sum(1 for _ in tgt_lines)
+    rest, blank = _blank_count(tgt_lines)
     if rest:
-        raise _misaligned(src_path, tgt_path, n, n + rest)
+        raise _misaligned(src_path, tgt_path, n, n + rest, blank)
 
 
 def read_tsv(
