@@ -10,6 +10,7 @@ import json
 import os
 import socket
 import threading
+import warnings
 
 import datasets
 import pytest
@@ -146,6 +147,24 @@ def test_empty_lines_past_the_shorter_file_are_named(tmp_path, read):
         read(tmp_path / "a.de", tmp_path / "a.en")
     with pytest.raises(ValueError, match=r"has 2 lines \(the last 2 lines of .*b\.en are empty\);"):
         read(tmp_path / "b.en", tmp_path / "a.de")
+
+
+def test_files_of_a_split_left_unread_are_warned_about(tmp_path):
+    """The first match is read; other files of the split beside it are named in a warning."""
+    (tmp_path / "train.de").write_text("a\nb\n")
+    (tmp_path / "train.en").write_text("x\ny\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        locate_split(tmp_path, "train", "de", "en")  # nothing else there: no warning
+    (tmp_path / "train.tsv").write_text("a\tx\n")
+    (tmp_path / "train.en.gz").write_bytes(gzip.compress(b"x\ny\n"))
+    with pytest.warns(UserWarning) as record:
+        corpus = locate_split(tmp_path, "train", "de", "en")
+    assert corpus.format == "text"
+    assert str(record[0].message) == (
+        f"split 'train': reading {tmp_path / 'train.de'} + {tmp_path / 'train.en'}; also there, "
+        f"and not read: {tmp_path / 'train.en.gz'}, {tmp_path / 'train.tsv'}"
+    )
 
 
 def test_find_split_prefers_plain_then_gz(tmp_path):

@@ -25,6 +25,7 @@ readers of each format, and how text is split into lines, are in :mod:`seq2seq.d
 from __future__ import annotations
 
 import hashlib
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from itertools import islice
@@ -370,12 +371,16 @@ def locate_split(
     """
 
     def found(fmt: str, *paths: Path) -> CorpusSplit:
-        return CorpusSplit(split, src_lang, tgt_lang, fmt, tuple(paths))
+        corpus = CorpusSplit(split, src_lang, tgt_lang, fmt, tuple(paths))
+        # a DatasetDict in data_dir keeps its splits in folders of their names
+        own_folder = [] if paths == (root,) else [root / split]
+        _warn_unread(corpus, [*src_candidates, *tgt_candidates, *singles, *own_folder])
+        return corpus
 
     if hf_dataset is not None:
         path = Path(hf_dataset)
         if path.is_dir():
-            return found("hf_disk", path)
+            return CorpusSplit(split, src_lang, tgt_lang, "hf_disk", (path,))
         pair = hf_config.split("-") if hf_config and hf_config.count("-") == 1 else None
         if pair and sorted(pair) != sorted((src_lang, tgt_lang)):
             raise ValueError(
@@ -386,21 +391,22 @@ def locate_split(
         return CorpusSplit(split, src_lang, tgt_lang, "hf_hub", (), hf_dataset, hf_config)
 
     root = Path(data_dir)
-    if (root / "dataset_dict.json").is_file():
-        return found("hf_disk", root)
     src_candidates = [root / f"{split}.{src_lang}", root / f"{split}.{src_lang}.gz"]
     tgt_candidates = [root / f"{split}.{tgt_lang}", root / f"{split}.{tgt_lang}.gz"]
+    single = {
+        "tsv": [root / f"{split}.tsv", root / f"{split}.tsv.gz"],
+        "jsonl": [root / f"{split}.jsonl", root / f"{split}.jsonl.gz"],
+        "parquet": [root / f"{split}.parquet"],
+    }
+    singles = [path for paths in single.values() for path in paths]
+    if (root / "dataset_dict.json").is_file():
+        return found("hf_disk", root)
     if any(p.is_file() for p in src_candidates + tgt_candidates):
         return found(
             "text",
             find_split(root, split, src_lang),
             find_split(root, split, tgt_lang),
         )
-    single = {
-        "tsv": [root / f"{split}.tsv", root / f"{split}.tsv.gz"],
-        "jsonl": [root / f"{split}.jsonl", root / f"{split}.jsonl.gz"],
-        "parquet": [root / f"{split}.parquet"],
-    }
     for fmt, candidates in single.items():
         for path in candidates:
             if path.is_file():
@@ -431,6 +437,24 @@ def locate_split(
         + ", ".join(str(p) for p in looked)
         + f". {advice}."
     )
+
+
+def _warn_unread(corpus: CorpusSplit, candidates: list[Path]) -> None:
+    """Warns (once per split and files) when other files of the split lie beside those read,
+    which the first match of :func:`locate_split` leaves unread (``train.tsv`` beside
+    ``train.de`` and ``train.en``, ``train.en.gz`` beside ``train.en``)."""
+    read = [path.resolve() for path in corpus.paths]
+    unread = [
+        str(path)
+        for path in candidates
+        if (path.is_file() or (path / "state.json").is_file()) and path.resolve() not in read
+    ]
+    if unread:
+        warnings.warn(
+            f"split {corpus.split!r}: reading {corpus.describe()}; also there, and not read: "
+            f"{', '.join(unread)}",
+            stacklevel=3,
+        )
 
 
 def splits_in(root: Path, src_lang: str, tgt_lang: str) -> list[str]:
