@@ -17,6 +17,7 @@ import pytest
 from conftest import MULTI30K  # SEQ2SEQ_MULTI30K, else ../shared/data/multi30k
 
 from seq2seq.data.corpus import (
+    count_lines,
     find_split,
     iter_lines,
     iter_parallel,
@@ -165,6 +166,29 @@ def test_files_of_a_split_left_unread_are_warned_about(tmp_path):
         f"split 'train': reading {tmp_path / 'train.de'} + {tmp_path / 'train.en'}; also there, "
         f"and not read: {tmp_path / 'train.en.gz'}, {tmp_path / 'train.tsv'}"
     )
+
+
+@pytest.mark.parametrize("data", [b"", b"x", b"x\n", b"x\n\n", b"\xef\xbb\xbfx\r\ny", b"\n"])
+@pytest.mark.parametrize("compress", [False, True])
+def test_count_lines_counts_what_the_readers_read(tmp_path, data, compress):
+    path = write_bytes(tmp_path / "a.de", data, compress)
+    assert count_lines(path, chunk_size=2) == len(read_lines(path)) == len(list(iter_lines(path)))
+
+
+def test_a_text_split_is_counted_without_reading_it_and_misalignment_still_raises(tmp_path):
+    write_bytes(tmp_path / "train.de", b"a\nb\nc", compress=True)
+    write_bytes(tmp_path / "train.en", b"x\ny\nz\n", compress=False)
+    assert locate_split(tmp_path, "train", "de", "en").count() == 3
+    write_bytes(tmp_path / "train.en", b"x\ny\n", compress=False)
+    with pytest.raises(ValueError, match=r"misaligned: .*train\.de\.gz has 3 lines but"):
+        locate_split(tmp_path, "train", "de", "en").count()
+
+
+def write_bytes(path, data: bytes, compress: bool):
+    """``data`` in ``path`` (gzip-compressed as ``path.gz`` with ``compress``)."""
+    path = path.with_name(path.name + ".gz") if compress else path
+    path.write_bytes(gzip.compress(data) if compress else data)
+    return path
 
 
 def test_find_split_prefers_plain_then_gz(tmp_path):

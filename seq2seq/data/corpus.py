@@ -33,6 +33,7 @@ from pathlib import Path
 
 from seq2seq import compat
 from seq2seq.data.formats import (
+    count_lines,
     decode_lines,
     file_sha256,
     iter_jsonl,
@@ -240,8 +241,9 @@ class CorpusSplit:
 
     def count(self, chunk_size: int = 10_000) -> int:
         """The number of sentence pairs, read from the metadata of Parquet files, saved
-        datasets and Hub datasets that record it, else by reading the pairs through (as
-        :meth:`iter_chunks` with ``streaming=True``, so bad lines raise as there)."""
+        datasets and Hub datasets that record it, the newlines of text files, else by reading
+        the pairs through (as :meth:`iter_chunks` with ``streaming=True``, so bad lines raise
+        as there)."""
         if self.format == "parquet":
             import pyarrow.parquet as pq
 
@@ -253,6 +255,10 @@ class CorpusSplit:
             known = splits.get(self.split)
             if known is not None and known.num_examples:
                 return int(known.num_examples)
+        if self.format == "text":  # the newlines; files of other lengths are read for the error
+            counts = {count_lines(path) for path in self.paths}
+            if len(counts) == 1:
+                return counts.pop()
         return sum(len(src) for src, _ in self.iter_chunks(chunk_size, streaming=True))
 
     def _parquet_chunks(self, size: int, start: int) -> Iterator[tuple[list[str], list[str]]]:

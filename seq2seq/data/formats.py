@@ -128,6 +128,32 @@ def iter_lines(path: str | Path) -> Iterator[str]:
         yield from iter_stream_lines(raw, str(path))
 
 
+def count_lines(path: str | Path, chunk_size: int = 1 << 20) -> int:
+    """The lines :func:`iter_lines` yields for a file (plain or gzip), counted without decoding
+    them: the newlines, and one more for a last line without one.
+
+    Raises:
+        FileNotFoundError: If ``path`` does not exist; IsADirectoryError for a folder.
+        ValueError: On a corrupt gzip stream.
+    """
+    path = Path(path)
+    _check_readable(path)
+    count, last = 0, b"\n"
+    with open(path, "rb") as raw:
+        compressed = raw.read(2) == _GZIP_MAGIC
+        raw.seek(0)
+        stream = gzip.GzipFile(fileobj=raw) if compressed else raw
+        try:
+            while chunk := stream.read(chunk_size):
+                count += chunk.count(b"\n")
+                last = chunk[-1:]
+        except (OSError, EOFError) as err:
+            if not compressed:
+                raise
+            raise ValueError(f"{path} is not a readable gzip file: {err}") from err
+    return count + (last != b"\n")
+
+
 def iter_stream_lines(raw: BinaryIO, name: str) -> Iterator[str]:
     """:func:`iter_lines` of an open binary stream (``sys.stdin.buffer``), ``name`` naming it in
     errors (``"<stdin>"``). A line is yielded as soon as it has been read whole, so a reader
