@@ -221,37 +221,19 @@ def test_counting_reads_metadata_where_there_is_some(tmp_path):
 def test_ddp_ranks_share_the_mixed_epochs_and_finish_together(parallel, tmp_path):
     """Every rank draws the same items and keeps a disjoint share; the shares cover the
     epoch that one process streams, in both epochs (each drawn anew)."""
-    import json
-
-    from conftest import run_ddp_cli
-    from test_streaming import CONFIGS
+    from test_streaming import CONFIGS, assert_ddp_epochs_shared
 
     whole = _streamed(parallel, tmp_path / "cache", num_workers=0)
     epochs = [sorted(i for b in _batches(whole) for i in b["index"].tolist()) for _ in range(2)]
     assert epochs[0] != epochs[1]
     args = [
-        "fit",
         "--config", str(CONFIGS / "tiny.yaml"),
         "--data.data_dir", str(parallel),
         "--data.cache_dir", str(tmp_path / "cache"),
         "--data.vocab_size", str(whole.vocab_size),
         "--data.max_positions", "64",
         "--data.max_tokens", "400",
-        "--data.test_splits", "[]",
         "--data.pairs", "[en-de, en-fr]",
-        "--data.streaming", "true",
         "--data.stream_pool_size", "100",
-        "--trainer.strategy", "ddp",
-        "--trainer.devices", "2",
-        "--trainer.max_steps", "-1",
-        "--trainer.max_epochs", "2",
-        "--trainer.limit_val_batches", "0",
-        "--trainer.callbacks+=test_streaming.StreamRecorder",
     ]  # fmt: skip
-    run_ddp_cli(args, tmp_path)
-    seen = [json.loads((tmp_path / f"seen{rank}.json").read_text()) for rank in range(2)]
-    assert len(seen[0]) == len(seen[1])
-    for epoch in (0, 1):
-        shares = [[i for e, batch in ranks if e == epoch for i in batch] for ranks in seen]
-        assert not set(shares[0]) & set(shares[1])
-        assert sorted(shares[0] + shares[1]) == epochs[epoch], epoch
+    assert_ddp_epochs_shared(args, tmp_path, epochs)

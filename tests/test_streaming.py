@@ -609,34 +609,40 @@ class StreamRecorder(L.Callback):
         Path(f"seen{trainer.global_rank}.json").write_text(json.dumps(self.seen))
 
 
+def assert_ddp_epochs_shared(args: list[str], tmp_path: Path, epochs: list[list[int]]) -> None:
+    """Runs ``seq2seq fit ARGS`` streaming ``len(epochs)`` epochs on two CPU processes (gloo)
+    and checks that each epoch's shares are disjoint and together the indices ``epochs[e]``
+    (sorted), and that the processes took as many batches (none waits for the other)."""
+    run_ddp_cli(
+        [
+            "fit", *args, "--data.streaming", "true", "--data.test_splits", "[]",
+            "--trainer.strategy", "ddp", "--trainer.devices", "2", "--trainer.max_steps", "-1",
+            "--trainer.max_epochs", str(len(epochs)), "--trainer.limit_val_batches", "0",
+            "--trainer.callbacks+=test_streaming.StreamRecorder",
+        ],
+        tmp_path,
+    )  # fmt: skip
+    seen = [json.loads((tmp_path / f"seen{rank}.json").read_text()) for rank in range(2)]
+    assert len(seen[0]) == len(seen[1])
+    for epoch, expected in enumerate(epochs):
+        shares = [[i for e, batch in ranks if e == epoch for i in batch] for ranks in seen]
+        assert not set(shares[0]) & set(shares[1])
+        assert sorted(shares[0] + shares[1]) == expected, epoch
+
+
 @pytest.mark.slow
 def test_ddp_ranks_share_each_epoch_and_finish_together(corpora, spm_file, kept, tmp_path):
     """Two CPU processes (gloo) stream two whole epochs: no hang, disjoint complete shares."""
     args = [
-        "fit",
         "--config", str(CONFIGS / "tiny.yaml"),
         "--data.data_dir", str(corpora["text"]),
         "--data.tokenizer_path", str(spm_file),
         "--data.vocab_size", str(VOCAB),
         "--data.max_positions", str(MAX_POSITIONS),
         "--data.max_tokens", "2000",
-        "--data.test_splits", "[]",
-        "--data.streaming", "true",
         "--data.stream_pool_size", "700",
-        "--trainer.strategy", "ddp",
-        "--trainer.devices", "2",
-        "--trainer.max_steps", "-1",
-        "--trainer.max_epochs", "2",
-        "--trainer.limit_val_batches", "0",
-        "--trainer.callbacks+=test_streaming.StreamRecorder",
     ]  # fmt: skip
-    run_ddp_cli(args, tmp_path)
-    seen = [json.loads((tmp_path / f"seen{rank}.json").read_text()) for rank in range(2)]
-    assert len(seen[0]) == len(seen[1])
-    for epoch in (0, 1):
-        shares = [[i for e, batch in ranks if e == epoch for i in batch] for ranks in seen]
-        assert not set(shares[0]) & set(shares[1])
-        assert sorted(shares[0] + shares[1]) == kept["indices"]
+    assert_ddp_epochs_shared(args, tmp_path, [kept["indices"]] * 2)
 
 
 # ---------------------------------------------------------------------- errors
