@@ -1227,6 +1227,24 @@ def test_early_stopping_says_why_the_fit_stopped_and_patience_is_one_flag(
     ), err
 
 
+def test_a_direction_given_to_a_fit_of_several_pairs_is_named_as_unread(capsys):
+    """fit trains every pair of data.pairs: --data.src_lang/--data.tgt_lang on its command line
+    get a warning; the values of a config file (every config has them) do not."""
+    from seq2seq.cli.app import _warn_unread_direction
+
+    data = {"pairs": ["de-en", "fr-en"], "src_lang": "fr", "tgt_lang": "en"}
+    _warn_unread_direction(data, ["fit", "--data.src_lang", "fr", "--data.tgt_lang=en"])
+    assert capsys.readouterr().err == (
+        "seq2seq: warning: --data.src_lang and --data.tgt_lang are not read by fit with several "
+        "data.pairs: it trains every pair (de-en, fr-en); to train one direction, list it alone "
+        "in --data.pairs\n"
+    )
+    for argv, pairs in ((["fit", "--config", "c.yaml"], data["pairs"]),
+                        (["fit", "--data.src_lang", "fr"], ["fr-en"])):  # fmt: skip
+        _warn_unread_direction({**data, "pairs": pairs}, argv)
+        assert capsys.readouterr().err == ""
+
+
 def test_translate_scores_flag(tiny_run, monkeypatch, capsys):
     ckpt = str(tiny_run / "checkpoints/tiny/last.ckpt")
     source = "Ein Hund läuft.\n\nEine Frau singt.\n".encode()

@@ -21,7 +21,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities.exceptions import MisconfigurationException, SIGTERMException
-from lightning.pytorch.utilities.rank_zero import rank_zero_warn
+from lightning.pytorch.utilities.rank_zero import rank_zero_only, rank_zero_warn
 
 from seq2seq import compat
 from seq2seq.callbacks import ExactResume, LastCheckpoint, TextProgress, TranslationWriter
@@ -193,6 +193,8 @@ class Seq2SeqCLI(compat.SkipCheckpointHparams, LightningCLI):
         self._resumed_step = resolve_ckpt_arguments(subcommand, config, fail, self._read)
         if subcommand == "fit" and not config.get("init_from") and not config.get("ckpt_path"):
             warn_default_sizes(config)
+        if subcommand == "fit":
+            _warn_unread_direction(config.get("data") or {}, self._argv)
 
     def before_instantiate_classes(self) -> None:
         """``validate``/``test``/``predict``: the model architecture and language pair of
@@ -482,6 +484,24 @@ def _checkpoint_summary(trainer) -> str | None:
     if folder.is_relative_to(Path.cwd()):
         folder = folder.relative_to(Path.cwd())
     return f"checkpoints: {folder}: {', '.join(parts)}"
+
+
+def _warn_unread_direction(data, argv: Sequence[str]) -> None:
+    """Warns when ``--data.src_lang`` or ``--data.tgt_lang`` is given to a ``fit`` of several
+    ``data.pairs``, which trains every pair and reads neither (a config's values are the
+    defaults of every config, so only the command line's are named)."""
+    pairs = data.get("pairs") or []
+    given = [arg.split("=", 1)[0] for arg in argv if arg.split("=", 1)[0] in _DIRECTION]
+    if len(pairs) > 1 and given and rank_zero_only.rank == 0:
+        print(
+            f"seq2seq: warning: {' and '.join(dict.fromkeys(given))} are not read by fit with "
+            f"several data.pairs: it trains every pair ({', '.join(pairs)}); to train one "
+            "direction, list it alone in --data.pairs",
+            file=sys.stderr,
+        )
+
+
+_DIRECTION = ("--data.src_lang", "--data.tgt_lang")
 
 
 def _early_stop_reason(trainer) -> str | None:
