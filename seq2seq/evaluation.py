@@ -182,19 +182,21 @@ def write_report(
     key: str,
     hypotheses: Sequence[str],
     scores: dict[str, Score],
-    checkpoint_step: int | None,
+    checkpoint_label: str | None,
     print_fn: Callable[[str], None],
 ) -> None:
     """On global rank 0, prints the score lines of held-out set ``key`` and writes its
-    hypotheses to ``<log_dir>/hypotheses/<key>.step<N>.txt`` and the score lines beside them
-    (``.scores``); in a ``fast_dev_run``, which writes no files, prints only.
+    hypotheses to ``<log_dir>/hypotheses/<key>.step<N>.txt`` (``.step<N>.avg<K>.txt`` for an
+    average of K checkpoints) and the score lines beside them (``.scores``); in a
+    ``fast_dev_run``, which writes no files, prints only.
 
     Args:
         trainer: the Lightning trainer; its logger's ``log_dir`` (else ``default_root_dir``)
             holds the files, and its data module's ``val_set`` / ``test_sets`` tell whether
             ``limit_*_batches`` left sentences out.
-        checkpoint_step: outside ``fit``, the global step of the checkpoint evaluated, which
-            names the files (else the trainer's).
+        checkpoint_label: outside ``fit``, the checkpoint's
+            :func:`~seq2seq.checkpoint.format.checkpoint_label`, which names the files (else
+            the trainer's step does).
         print_fn: prints through the progress bar (``LightningModule.print``), on lines of
             their own.
     """
@@ -218,10 +220,10 @@ def write_report(
     directory = getattr(logger, "log_dir", None) if logger is not None else None
     log_dir = Path(directory or trainer.default_root_dir)
     name = key.replace("/", ".")  # val, test.<set>, val.de-en, test.de-en.<set>
-    step = trainer.global_step
-    if trainer.state.fn != "fit" and checkpoint_step is not None:
-        step = checkpoint_step
-    hyp_path = write_lines(log_dir / "hypotheses" / f"{name}.step{step}.txt", hypotheses)
+    label = f"step{trainer.global_step}"
+    if trainer.state.fn != "fit" and checkpoint_label is not None:
+        label = checkpoint_label
+    hyp_path = write_lines(log_dir / "hypotheses" / f"{name}.{label}.txt", hypotheses)
     print_fn("\n".join(lines) + f"\n  hypotheses: {hyp_path}")
     score_lines = [f"{s.text}\t{s.signature}" for s in scores.values()]
     write_lines(hyp_path.with_suffix(".scores"), score_lines + partial)

@@ -17,6 +17,7 @@ from seq2seq.checkpoint.format import (
     INIT_FROM,
     ORIGIN,
     TRAINING_WEIGHTS,
+    checkpoint_label,
     tokenizer_tensor,
     weights_origin,
 )
@@ -232,7 +233,7 @@ class TranslationModule(L.LightningModule):
         forward = self.model.forward
         self._forward = torch.compile(forward) if compile else forward
         self.last_scores: dict[str, dict[str, Score]] = {}
-        self._checkpoint_step: int | None = None  # global step of a loaded checkpoint
+        self._checkpoint_label: str | None = None  # of a loaded checkpoint: step<N>[.avg<K>]
         # (index, hypothesis, reference) of the last decoded held-out sets, in index order.
         self.last_hypotheses: dict[str, list[tuple[int, str, str]]] = {}
         self._logged: dict[str, float] = {}  # the last validation's metrics, for plateau schedules
@@ -296,7 +297,7 @@ class TranslationModule(L.LightningModule):
                             "checkpoint_dir": local_folder(folder)}  # fmt: skip
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        self._checkpoint_step = checkpoint.get("global_step")  # names validate/test outputs
+        self._checkpoint_label = checkpoint_label(checkpoint)  # names validate/test outputs
         fitting = self._trainer is not None and self.trainer.state.fn == "fit"
         # Before Lightning loads the schedule's state into this run's (a subclass's own
         # configure_optimizers is its own business).
@@ -568,7 +569,7 @@ class TranslationModule(L.LightningModule):
             if key.startswith("val/"):
                 per_pair.append((loss, nll, values))
             results[key] = scores
-            write_report(trainer, key, hyps, scores, self._checkpoint_step, self.print)
+            write_report(trainer, key, hyps, scores, self._checkpoint_label, self.print)
         if per_pair:
             n = len(per_pair)
             loss, nll = (sum(p[i] for p in per_pair) / n for i in (0, 1))

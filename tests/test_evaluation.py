@@ -4,6 +4,7 @@ import pytest
 import sacrebleu
 import torch
 
+from seq2seq.checkpoint.format import AVERAGED_FROM, checkpoint_label
 from seq2seq.evaluation import (
     HeldOutScores,
     corpus_scores,
@@ -139,8 +140,14 @@ def test_report_outside_fit_names_the_checkpoints_step_and_other_ranks_stay_quie
     printed = []
     logger = SimpleNamespace(log_dir=str(tmp_path / "logs"))
     trainer = _report_trainer(tmp_path, state=SimpleNamespace(fn="test"), logger=logger)
-    write_report(trainer, "test/newstest", HYPS, scores, 40, printed.append)
+    write_report(trainer, "test/newstest", HYPS, scores, "step40", printed.append)
     assert (tmp_path / "logs" / "hypotheses" / "test.newstest.step40.txt").is_file()
+    # an average of three checkpoints says so in its files' names
+    averaged = {"global_step": 40, AVERAGED_FROM: ["a.ckpt", "b.ckpt", "c.ckpt"]}
+    assert checkpoint_label(averaged) == "step40.avg3"
+    assert checkpoint_label({"global_step": 40}) == "step40" and checkpoint_label({}) is None
+    write_report(trainer, "test/newstest", HYPS, scores, checkpoint_label(averaged), print)
+    assert (tmp_path / "logs" / "hypotheses" / "test.newstest.step40.avg3.txt").is_file()
     assert "scored on" not in printed[0]  # all 3 sentences
     write_report(_report_trainer(tmp_path, global_rank=1), "val", HYPS, scores, None, print)
     smoke = []

@@ -44,6 +44,7 @@ import torch
 
 __all__ = [
     "AVERAGED_FROM",
+    "checkpoint_label",
     "CHECKPOINT_KEY",
     "EMA_KEY",
     "IMPORTED_FROM",
@@ -74,6 +75,18 @@ to restore one)."""
 
 AVERAGED_FROM = "averaged_from"
 """Key that ``seq2seq average`` writes into its result: the list of averaged files."""
+
+
+def checkpoint_label(checkpoint: Mapping[str, Any]) -> str | None:
+    """``step<N>`` (Lightning's ``global_step``), ``step<N>.avg<K>`` for an average of K
+    checkpoints (:data:`AVERAGED_FROM`, N the newest one's step): what names the files of a
+    ``validate`` or ``test`` of it; None without a step."""
+    step = checkpoint.get("global_step")
+    if step is None:
+        return None
+    averaged = checkpoint.get(AVERAGED_FROM)
+    return f"step{step}" + (f".avg{len(averaged)}" if averaged else "")
+
 
 IMPORTED_FROM = "imported_from"
 """Key of ``checkpoint[CHECKPOINT_KEY]`` that ``seq2seq import`` writes: the source folder and
