@@ -273,14 +273,14 @@ def test_validate_and_test_take_the_checkpoints_pairs(models, capsys):
     config["data"] = {"src_lang": "de", "tgt_lang": "en", "pairs": None}
     with pytest.raises(
         ValueError,
-        match=r"translates the pairs en-de, en-fr, not de-en as con"
-        r"figured \(it does not translate into en\); predict translates one direction: "
+        match=r"translates the pairs en-de, en-fr \(not de-en as con"
+        r"figured: it does not translate into en\); predict translates one direction: "
         r"choose it with --data.pairs '\[en-de\]'",
     ):
         apply_checkpoint_architecture("predict", config, lambda path: checkpoint)
     config["data"] = {"src_lang": "de", "tgt_lang": "en", "pairs": ["en-de", "en-fr"]}
-    with pytest.raises(ValueError, match=r"not en-de, en-fr as configured \(several pairs\); "
-                       r"predict translates one direction"):  # fmt: skip
+    with pytest.raises(ValueError, match=r"translates the pairs en-de, en-fr \(data\.pairs lists "
+                       r"en-de, en-fr\); predict translates one direction"):  # fmt: skip
         apply_checkpoint_architecture("predict", config, lambda path: checkpoint)
     # a direction into one of its targets that it was not trained on: zero-shot, warned
     config["data"] = {"src_lang": "en", "tgt_lang": "en", "pairs": ["de-fr"]}

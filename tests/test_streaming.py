@@ -547,9 +547,9 @@ def test_resume_with_other_batching_settings_warns_or_refuses(corpora, cache, sp
     settings = {**state["batching"], "num_workers": 2}
     refusal = TranslationDataModule.resume_refusal(state, settings)
     assert refusal == (
-        "The checkpoint was written with --data.num_workers=1 (or 0), but this run has "
+        "The checkpoint was written with --data.num_workers=0 (or 1), but this run has "
         "--data.num_workers=2: the stream position is kept per worker, so the batches that "
-        "follow cannot be reproduced; resume with --data.num_workers=1."
+        "follow cannot be reproduced; resume with --data.num_workers=0 (or 1)."
     )
     assert TranslationDataModule.resume_refusal(state, {**settings, "num_workers": 0}) is None
     assert TranslationDataModule.resume_refusal(state, {**settings, "num_workers": 1}) is None

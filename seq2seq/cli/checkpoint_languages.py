@@ -95,11 +95,14 @@ def chosen_pairs(
     if subcommand != "predict" or not saved or len(saved) < 2 or not mine:
         return None
     if len(mine) > 1 or mine[0][1] not in {tgt for _, tgt in saved}:
-        what = "several pairs" if len(mine) > 1 else f"it does not translate into {mine[0][1]}"
+        if len(mine) > 1:
+            what = f"data.pairs lists {pair_names(mine)}"
+        else:
+            what = f"not {pair_names(mine)} as configured: it does not translate into {mine[0][1]}"
         raise ValueError(
-            f"{path} translates the pairs {pair_names(saved)}, not {pair_names(mine)} as "
-            f"configured ({what}); predict translates one direction: choose it with "
-            f"--data.pairs '[{pair_names(saved[:1])}]' (or data.src_lang and data.tgt_lang)"
+            f"{path} translates the pairs {pair_names(saved)} ({what}); predict translates one "
+            f"direction: choose it with --data.pairs '[{pair_names(saved[:1])}]' (or "
+            "data.src_lang and data.tgt_lang)"
         )
     return mine  # one of its pairs, or a zero-shot direction into one of its targets
 

@@ -116,12 +116,13 @@ def resume_refusal(state_dict: dict[str, Any], settings: Mapping[str, Any]) -> s
     if workers and not position.get("complete") and "num_workers" in settings:
         mine = settings["num_workers"]
         if max(1, int(mine)) != workers:
-            value = f"{workers} (or 0)" if workers == 1 else str(workers)
+            # 0 workers (the default) and 1 read the stream alike and are saved as 1
+            value = "0 (or 1)" if workers == 1 else str(workers)
             return (
                 f"The checkpoint was written with --data.num_workers={value}, but this run "
                 f"has --data.num_workers={mine}: the stream position is kept per worker, so "
                 f"the batches that follow cannot be reproduced; resume with "
-                f"--data.num_workers={workers}."
+                f"--data.num_workers={value}."
             )
     return None
 
