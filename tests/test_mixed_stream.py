@@ -5,6 +5,7 @@ tags, workers, ranks and resume."""
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -148,6 +149,30 @@ def test_streamed_batches_hold_both_pairs_with_their_tags(parallel, tmp_path, ca
     sampled = _streamed(parallel, tmp_path, subword_alpha=0.5)
     batch = next(iter(sampled.train_dataloader()))
     assert torch.equal(batch["src"][:, 0], tags[batch["pair"]])
+
+
+def test_a_pair_that_keeps_nothing_is_named_and_warned_about(parallel, tmp_path, caplog):
+    """Per-pair counts after every epoch; a pair whose every line is filtered out is warned
+    about (the epoch trained on the other pairs alone)."""
+    folder = tmp_path / "data"
+    for split, n in (("train", 300), ("val", 20)):
+        for lang in LANGS:
+            lines = (parallel / f"{split}.{lang}").read_text().splitlines()[:n]
+            if lang == "fr" and split == "train":
+                lines = [" ".join(["lang"] * 80) for _ in lines]  # above max_positions=64
+            write_lines(folder / f"{split}.{lang}", lines)
+    dm = _streamed(folder, tmp_path / "cache")
+    with caplog.at_level(logging.INFO), pytest.warns(UserWarning) as record:
+        pairs = torch.cat([b["pair"] for b in _batches(dm)])
+    assert set(pairs.tolist()) == {0}
+    de = dm.train_set.current_pass.total_counts(0)
+    assert re.search(rf"; per pair: en-de kept {de['kept']} of {de['pairs']}, en-fr kept 0 of "
+                     rf"{600 - de['pairs']}\.", caplog.text), caplog.text  # fmt: skip
+    assert [str(w.message) for w in record if "kept none" in str(w.message)] == [
+        f"en-fr kept none of its training pairs in epoch 0 (kept 0 of {600 - de['pairs']}; "
+        f"dropped 0 with an empty side, {600 - de['pairs']} longer than max_positions=64, 0 with "
+        "a length ratio above max_length_ratio=3.0): the model trained on the other pairs alone"
+    ]
 
 
 def _line_of(stream: MixedStream, epoch: int, position: int) -> int:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import multiprocessing
 from collections import deque
+from collections.abc import Sequence
 
 COUNTS = ("pairs", "kept", "empty", "too_long", "skewed")
 """The filtering counts of a pass (see :func:`~seq2seq.data.batching.filter_training_pairs`)."""
@@ -16,7 +17,8 @@ class Pass:
     """Book-keeping of one pass over the stream (one epoch, or its rest after a resume).
 
     Created in the main process before DataLoader workers start, so the workers get a copy
-    of its starting positions and share its counters (a ``multiprocessing`` array).
+    of its starting positions and share its counters (a ``multiprocessing`` array), which
+    count per worker class and, for a stream of ``num_pairs`` language pairs, per pair.
     """
 
     def __init__(
@@ -27,8 +29,10 @@ class Pass:
         next_class: int,
         batches: int,
         resumed: bool,
+        num_pairs: int = 1,
     ) -> None:
         self.epoch = epoch
+        self.num_pairs = num_pairs
         self.num_workers = num_workers
         self.start_positions = list(positions)
         self.positions = list(positions)
@@ -40,7 +44,7 @@ class Pass:
         self.resumed = resumed
         self.started = False
         self.ended = False
-        self.counts = multiprocessing.RawArray("q", len(COUNTS) * num_workers)
+        self.counts = multiprocessing.RawArray("q", len(COUNTS) * num_workers * num_pairs)
         # Per class: kept pairs above the token budget on their own, and the largest cost.
         self.over_budget = multiprocessing.RawArray("q", 2 * num_workers)
         self.history: deque[tuple[int, tuple, int]] = deque(maxlen=_HISTORY)
@@ -67,9 +71,13 @@ class Pass:
             return None
         return self.start_batches + processed - self.trained_base
 
-    def add_counts(self, cls: int, counts: dict[str, int]) -> None:
-        for k, key in enumerate(COUNTS):
-            self.counts[cls * len(COUNTS) + k] += counts[key]
+    def add_counts(self, cls: int, counts: Sequence[dict[str, int]]) -> None:
+        """Adds the filtering counts of a pool read by worker class ``cls``, one dict per
+        language pair."""
+        for pair, pair_counts in enumerate(counts):
+            base = (cls * self.num_pairs + pair) * len(COUNTS)
+            for k, key in enumerate(COUNTS):
+                self.counts[base + k] += pair_counts[key]
 
     def add_over_budget(self, cls: int, count: int, longest: int) -> None:
         """Adds ``count`` pairs above the token budget, the largest costing ``longest``."""
@@ -81,10 +89,16 @@ class Pass:
         counts, longest = self.over_budget[0::2], self.over_budget[1::2]
         return sum(counts), max(longest, default=0)
 
-    def total_counts(self) -> dict[str, int]:
+    def total_counts(self, pair: int | None = None) -> dict[str, int]:
+        """The filtering counts of the pools read so far, of one language pair or of all."""
+        pairs = range(self.num_pairs) if pair is None else [pair]
         n = len(COUNTS)
         return {
-            key: sum(self.counts[c * n + k] for c in range(self.num_workers))
+            key: sum(
+                self.counts[(c * self.num_pairs + p) * n + k]
+                for c in range(self.num_workers)
+                for p in pairs
+            )
             for k, key in enumerate(COUNTS)
         }
 

@@ -134,7 +134,8 @@ class StreamingPairs(IterableDataset):
             raise ValueError(f"chunk_size must be >= 1, got {chunk_size}.")
         self.corpus = corpus
         self.tokenizer = tokenizer
-        self.languages = list(languages) if languages else [{}]
+        n_pairs = len(corpus.names) if isinstance(corpus, MixedStream) else 1
+        self.languages = list(languages) if languages else [{}] * n_pairs
         self.max_tokens = max_tokens
         self.max_positions = max_positions
         self.max_length_ratio = max_length_ratio
@@ -258,14 +259,15 @@ class StreamingPairs(IterableDataset):
         """
         resume, self._resume = self._resume, None
         epoch = self.epoch if epoch is None else epoch
+        pairs = len(self.languages)
         if resume is not None and resume["epoch"] != epoch:
             resume = None
         if resume is not None and resume.get("complete"):
             # Numbered on from the finished epoch's count, as such a trainer counts them.
             start = [None] * num_workers
-            plan = Pass(epoch + 1, num_workers, start, 0, resume["batches"], resumed=False)
+            plan = Pass(epoch + 1, num_workers, start, 0, resume["batches"], False, pairs)
         elif resume is None:
-            plan = Pass(epoch, num_workers, [None] * num_workers, 0, 0, resumed=False)
+            plan = Pass(epoch, num_workers, [None] * num_workers, 0, 0, False, pairs)
         else:
             if resume["num_workers"] != num_workers:
                 raise ValueError(
@@ -274,9 +276,8 @@ class StreamingPairs(IterableDataset):
                     f"{resume['num_workers']} (0 counts as 1) to resume mid-epoch."
                 )
             positions = [tuple(p) if p is not None else None for p in resume["positions"]]
-            plan = Pass(
-                epoch, num_workers, positions, resume["next_class"], resume["batches"], True
-            )
+            next_class, done = resume["next_class"], resume["batches"]
+            plan = Pass(epoch, num_workers, positions, next_class, done, True, pairs)
         self.epoch = plan.epoch
         self._pass = plan
         return plan
@@ -306,10 +307,27 @@ class StreamingPairs(IterableDataset):
         rank_zero_info(
             f"Streamed training pairs from {where}, epoch {plan.epoch}{resumed}: "
             f"{describe_filtering(counts, self.max_positions, self.max_length_ratio)}"
-            f"{over if n_over else ''}."
+            f"{over if n_over else ''}{self._pair_counts(plan, resumed)}."
         )
         if self.epoch == plan.epoch:
             self.epoch += 1
+
+    def _pair_counts(self, plan: Pass, resumed: str) -> str:
+        """``; per pair: de-en kept 1951 of 2000, ...`` for several pairs, each pair that kept
+        none of the pairs it drew warned about (the epoch trained on the others alone)."""
+        if not isinstance(self.corpus, MixedStream):
+            return ""
+        parts = []
+        for k, name in enumerate(self.corpus.names):
+            counts = plan.total_counts(k)
+            parts.append(f"{name} kept {counts['kept']} of {counts['pairs']}")
+            if counts["pairs"] and not counts["kept"]:
+                why = describe_filtering(counts, self.max_positions, self.max_length_ratio)
+                rank_zero_warn(
+                    f"{name} kept none of its training pairs in epoch {plan.epoch}{resumed} "
+                    f"({why}): the model trained on the other pairs alone"
+                )
+        return f"; per pair: {', '.join(parts)}"
 
     # ------------------------------------------------------------------ iteration
     def __iter__(self) -> Iterator[dict[str, Any]]:
@@ -386,12 +404,19 @@ class StreamingPairs(IterableDataset):
 
     def _tokenize(
         self, index: int, src: list[str], tgt: list[str], pairs: np.ndarray | None
-    ) -> tuple[_Pool, dict]:
-        """The pool's ids and kept pairs, and the filtering counts."""
+    ) -> tuple[_Pool, list[dict[str, int]]]:
+        """The pool's ids and kept pairs, and the filtering counts of each language pair."""
         src_ids, tgt_ids = self._encode(src, pairs), self._encode(tgt, pairs, side="target")
-        keep, counts = filter_training_pairs(
-            np.diff(src_ids[1]), np.diff(tgt_ids[1]), self.max_positions, self.max_length_ratio
-        )
+        lengths = np.diff(src_ids[1]), np.diff(tgt_ids[1])
+        keep, total = filter_training_pairs(*lengths, self.max_positions, self.max_length_ratio)
+        counts = [total]
+        if pairs is not None:
+            mine = [pairs == k for k in range(len(self.languages))]
+            counts = [
+                filter_training_pairs(*(side[m] for side in lengths), self.max_positions,
+                                      self.max_length_ratio)[1]
+                for m in mine
+            ]  # fmt: skip
         text = (src, tgt) if self.subword_alpha > 0 else None
         first = index * self.pool_size
         kept = np.flatnonzero(keep)
