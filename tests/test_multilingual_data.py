@@ -231,9 +231,15 @@ def test_a_folder_per_pair_is_read_in_either_orientation(folders, tmp_path, capl
 def test_a_missing_pair_is_named_before_tokenising(folders, tmp_path):
     dm = _dm(folders, tmp_path, pairs=["de-en", "cs-en"])
     dm.trainer = SimpleNamespace(state=SimpleNamespace(fn=SimpleNamespace(value="fit")))
-    with pytest.raises(FileNotFoundError, match="No cs-en data for split 'train'"):
+    with pytest.raises(FileNotFoundError, match="No cs-en data for split 'train'") as info:
         dm.prepare_data()
     assert not list(tmp_path.glob("spm_*.model"))
+    assert str(info.value).endswith(f"Nor is there a pair folder {folders / 'cs-en'} or en-cs.")
+    # a pair folder spelt otherwise is named
+    dm = _dm(folders, tmp_path, pairs=["de-en", "fr-em"])
+    dm.trainer = SimpleNamespace(state=SimpleNamespace(fn=SimpleNamespace(value="fit")))
+    with pytest.raises(FileNotFoundError, match=r"\(did you mean .*fr-en\?\)\.$"):
+        dm.prepare_data()
 
 
 def test_predict_translates_into_data_tgt_lang(one_to_many, parallel, tmp_path):

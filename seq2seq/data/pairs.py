@@ -11,6 +11,7 @@ pair is drawn so (:mod:`seq2seq.data.mixed_stream`).
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
@@ -307,7 +308,22 @@ class PairsMixin:
         (:func:`~seq2seq.data.corpus.pair_folder`) or ``data_dir``, or in ``hf_dataset``."""
         src, tgt = pair or (self.src_lang, self.tgt_lang)
         folder = pair_folder(self.data_dir, src, tgt)
-        return locate_split(folder, split, src, tgt, self.hf_dataset, self.hf_config)
+        try:
+            return locate_split(folder, split, src, tgt, self.hf_dataset, self.hf_config)
+        except FileNotFoundError as err:
+            root = Path(self.data_dir)
+            if self.hf_dataset is not None or folder != root or not root.is_dir():
+                raise
+            names = [f"{src}-{tgt}", f"{tgt}-{src}"]
+            folders = [p.name for p in root.iterdir() if p.is_dir() and "-" in p.name]
+            alike = difflib.get_close_matches(names[0], folders, 1, 0.8)
+            alike = alike or difflib.get_close_matches(names[1], folders, 1, 0.8)
+            hint = f" (did you mean {root / alike[0]}?)" if alike else ""
+            advice = " Point `data.data_dir` at the corpus folder or set `data.hf_dataset`."
+            raise FileNotFoundError(
+                f"{str(err).removesuffix(advice)} Nor is there a pair folder {root / names[0]} "
+                f"or {names[1]}{hint}."
+            ) from None
 
     def _download_missing(self, training: bool = True, stage: str | None = None) -> None:
         """Downloads the Multi30k files that cannot be found of the splits ``stage`` reads
