@@ -178,7 +178,7 @@ def multi30k(lines, tmp_path_factory) -> Path:
 
 def test_balanced_sentences_give_each_language_the_same_count(lines, tmp_path):
     """fr-en has 3x the pairs of de-en: every language gives 100 sentences, English read from
-    the first pair that has it; a seeded sample, capped by input_sentence_size."""
+    the first pair that has it; a seeded sample, of input_sentence_size / 3 where it is set."""
     de_en = _write(tmp_path / "de-en", de=lines["de"][:100], en=lines["en"][:100])
     fr = lines["fr"][:299] + ["  "]  # a blank line is no sentence
     fr_en = _write(tmp_path / "fr-en", fr=fr * 3, en=lines["en"] * 3)
@@ -200,10 +200,31 @@ def test_balanced_sentences_give_each_language_the_same_count(lines, tmp_path):
     assert drawn(SentencePieceSettings(vocab_size=VOCAB, seed=2))["fr"][2] != got["fr"][2]
     capped = drawn(SentencePieceSettings(vocab_size=VOCAB, input_sentence_size=60))
     assert {lang: len(text) for lang, (_, _, text) in capped.items()} == dict.fromkeys(got, 20)
-    # streaming: the head of 40 pairs of each split
+    # input_sentence_size N: N/3 of each language, the smaller ones giving all they have
+    raised = drawn(SentencePieceSettings(vocab_size=VOCAB, input_sentence_size=600))
+    assert {lang: (a, u, len(text)) for lang, (a, u, text) in raised.items()} == {
+        "de": (100, 100, 100), "en": (100, 100, 100), "fr": (897, 200, 200),
+    }  # fmt: skip
+    # streaming: the head of 40 pairs of each split, 13 of each language sampled from it
     head = drawn(SentencePieceSettings(vocab_size=VOCAB, input_sentence_size=40, streaming=True))
-    assert head["de"][2] == lines["de"][:40] and head["fr"][2] == lines["fr"][:40]
-    assert {lang: (a, u) for lang, (a, u, _) in head.items()} == dict.fromkeys(got, (40, 40))
+    assert set(head["de"][2]) < set(lines["de"][:40]) and set(head["fr"][2]) < set(lines["fr"][:40])
+    assert {lang: (a, u) for lang, (a, u, _) in head.items()} == dict.fromkeys(got, (40, 13))
+
+
+def test_a_small_language_that_bounds_the_vocabulary_is_named_with_the_way_out(lines, tmp_path):
+    """20 French sentences cap every language at 20: too few for 700 pieces. The error names
+    the smallest language and data.spm_input_sentence_size, with which the others give more."""
+    de_en = _write(tmp_path / "de-en", de=lines["de"], en=lines["en"])
+    fr_en = _write(tmp_path / "fr-en", fr=lines["fr"][:20], en=lines["en"][:20])
+    trains = [locate_split(de_en, "train", "de", "en"), locate_split(fr_en, "train", "fr", "en")]
+    with pytest.raises(ValueError, match=r"at most \d+ .* The joint model trains on as many "
+                       r"sentences of each language as the smallest has \(fr: 20\); "
+                       r"--data\.spm_input_sentence_size N takes up to N/3 of each"):  # fmt: skip
+        load_or_train_pairs(
+            trains, SentencePieceSettings(vocab_size=700), tmp_path / "a", tags=TAGS
+        )
+    more = SentencePieceSettings(vocab_size=700, input_sentence_size=900)
+    assert load_or_train_pairs(trains, more, tmp_path / "b", tags=TAGS).vocab_size == 700
 
 
 def test_joint_model_file_is_trained_once_and_reused(multi30k, tmp_path, monkeypatch, caplog):

@@ -111,8 +111,9 @@ class TranslationDataModule(PairsMixin, L.LightningDataModule):
             ``<unk>`` (or bytes with ``byte_fallback``). SentencePiece accepts 0.98 to 1.
         byte_fallback: Spell unknown characters as UTF-8 byte pieces.
         spm_input_sentence_size: Train SentencePiece on a random sample of this many
-            sentences (0: all), for large corpora. With ``streaming``: train it on the
-            first this many pairs of the stream (0: 500,000).
+            sentences (0: all), for large corpora; with several pairs N/L of each of the L
+            languages (0: as many as the smallest has). With ``streaming``: on the first
+            this many pairs of the stream (0: 500,000).
         tokenizer_path: SentencePiece model file to use (trained there if missing). Default:
             ``<cache_dir>/spm_<src><tgt>_<type>_<vocab_size>_<hash>.model``, the hash covering
             the training files and SentencePiece settings.

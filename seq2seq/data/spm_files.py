@@ -203,7 +203,8 @@ class LanguageSample(NamedTuple):
     available: int
     """Sentences with text of the language in the split it is read from."""
     used: int
-    """Those trained on (the same number for every language)."""
+    """Those trained on (the same number for every language, unless a language has fewer
+    than ``input_sentence_size`` asks for)."""
     sentences: Iterator[str]
     """The ``used`` sentences, read lazily (once)."""
 
@@ -306,10 +307,11 @@ def balanced_sentences(
     """The training text of a joint model, per language (sorted by code).
 
     A language is read from the first split of :func:`joint_splits` that has it (from its head
-    when streaming), since multi-parallel corpora repeat a side (Multi30k's English).
-    Each language gives the same number of its sentences with text, a sample seeded by
-    ``settings.seed``: the smallest language's count, at most ``input_sentence_size`` in all
-    (when streaming, the head of ``stream_pairs`` pairs is the bound).
+    of ``stream_pairs`` pairs when streaming), since multi-parallel corpora repeat a side
+    (Multi30k's English). Each language gives a sample of its sentences with text seeded by
+    ``settings.seed``: the smallest language's count; with ``input_sentence_size`` N > 0, N/L
+    of each of the L languages instead, a language with fewer giving all it has (so that a
+    small pair does not bound the vocabulary).
 
     Raises:
         ValueError: for a split without text, or a language without text in its split (naming
@@ -344,14 +346,15 @@ def balanced_sentences(
             )
     available = {lang: counts[split][side] for lang, (split, side) in sources.items()}
     n = min(available.values())
-    if settings.input_sentence_size > 0 and not settings.streaming:  # streaming: the head
-        n = min(n, max(1, settings.input_sentence_size // len(sources)))
+    if settings.input_sentence_size > 0:
+        n = max(1, settings.input_sentence_size // len(sources))
     samples = {}
     for lang in sorted(sources):
         split, side = sources[lang]
         lines = heads[split][side] if settings.streaming else _side(split, side, chunk_size)
-        keep = _sample_mask(available[lang], n, settings.seed, lang)
-        samples[lang] = LanguageSample(available[lang], n, _kept(lines, keep))
+        used = min(n, available[lang])
+        keep = _sample_mask(available[lang], used, settings.seed, lang)
+        samples[lang] = LanguageSample(available[lang], used, _kept(lines, keep))
     return samples
 
 
@@ -369,21 +372,32 @@ def _train_joint(
     parts = ", ".join(f"{lang} {s.used:,} of {s.available:,}" for lang, s in samples.items())
     rank_zero_info(
         f"Training a joint {settings.model_type} SentencePiece model with {settings.vocab_size} "
-        f"pieces on the same number of sentences per language ({parts}), tags "
+        f"pieces on a sample of each language's sentences ({parts}), tags "
         f"{' '.join(tags) or 'none'}, from {' ; '.join(t.describe() for t in splits)} -> {path}"
     )
-    return Tokenizer.train(
-        chain.from_iterable(sample.sentences for sample in samples.values()),
-        path,
-        settings.vocab_size,
-        model_type=settings.model_type,
-        character_coverage=settings.character_coverage,
-        byte_fallback=settings.byte_fallback,
-        input_sentence_size=0,  # sampled by balanced_sentences
-        seed=settings.seed,
-        num_threads=min(8, os.cpu_count() or 1),
-        user_defined_symbols=tags,
-    )
+    try:
+        return Tokenizer.train(
+            chain.from_iterable(sample.sentences for sample in samples.values()),
+            path,
+            settings.vocab_size,
+            model_type=settings.model_type,
+            character_coverage=settings.character_coverage,
+            byte_fallback=settings.byte_fallback,
+            input_sentence_size=0,  # sampled by balanced_sentences
+            seed=settings.seed,
+            num_threads=min(8, os.cpu_count() or 1),
+            user_defined_symbols=tags,
+        )
+    except ValueError as err:  # too few pieces: say what bounds the sample, and the way out
+        if settings.input_sentence_size > 0 or "at most" not in str(err):
+            raise
+        smallest = min(samples, key=lambda lang: samples[lang].available)
+        raise ValueError(
+            f"{err} The joint model trains on as many sentences of each language as the "
+            f"smallest has ({smallest}: {samples[smallest].available:,}); "
+            f"--data.spm_input_sentence_size N takes up to N/{len(samples)} of each, a smaller "
+            "language giving all it has."
+        ) from None
 
 
 def _side(train: CorpusSplit, side: int, chunk_size: int) -> Iterator[str]:
