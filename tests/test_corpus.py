@@ -270,9 +270,9 @@ def test_a_tsv_header_of_other_languages_is_an_error(tmp_path, header, found):
     path = tmp_path / "train.tsv"
     path.write_text(f"{header}\nein Hund\ta dog\n")
     message = (
-        rf"train\.tsv, line 1: the header names the languages {found}, but the run pairs "
-        r"'de' and 'en' \(data\.src_lang and data\.tgt_lang\); a TSV header must name exactly "
-        r"these two"
+        rf"train\.tsv, line 1: the header names the languages {found}, but it is read for the "
+        r"pair de-en \(data\.src_lang and data\.tgt_lang, or an entry of data\.pairs\); a TSV "
+        r"header must name exactly these two"
     )
     with pytest.raises(ValueError, match=message):
         read_tsv(path, "de", "en")
