@@ -47,6 +47,7 @@ def test_cpu_vs_marian_runs(tmp_path):
     assert all(c["ours_lengths"] == [4] == c["marian_lengths"] for c in checks.values())
 
 
+@pytest.mark.slow  # the data benchmark end to end: ~20 s
 def test_data_pipeline_runs(tmp_path):
     out = tmp_path / "r.json"
     subprocess.run(

@@ -453,6 +453,7 @@ def test_run_stopped_mid_epoch_resumes_that_epoch(tmp_path, multi30k_dir, stop):
         assert torch.equal(final["state_dict"][key], value), key
 
 
+@pytest.mark.slow  # two runs of a tiny model, one stopped by SIGTERM: ~30 s on one core
 def test_sigterm_at_the_end_of_an_epoch_resumes_with_the_next_epoch_in_order(
     tmp_path, multi30k_dir
 ):
@@ -483,6 +484,7 @@ def test_sigterm_at_the_end_of_an_epoch_resumes_with_the_next_epoch_in_order(
         assert got == {s: expected[s] for s in range(start, end)}, key
 
 
+@pytest.mark.slow  # two runs of a tiny model, one stopped by SIGTERM: ~30 s on one core
 def test_sigterm_inside_an_accumulation_window_stops_after_its_update(tmp_path, multi30k_dir):
     """With accumulate_grad_batches 2, a SIGTERM after the first batch of a step's window stops
     after the second one and its optimizer update (a stop in between would drop the first

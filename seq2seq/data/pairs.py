@@ -312,7 +312,8 @@ class PairsMixin:
             return locate_split(folder, split, src, tgt, self.hf_dataset, self.hf_config)
         except FileNotFoundError as err:
             root = Path(self.data_dir)
-            if self.hf_dataset is not None or folder != root or not root.is_dir():
+            nothing = str(err).startswith(f"No {src}-{tgt} data for split")  # not one side alone
+            if self.hf_dataset is not None or folder != root or not root.is_dir() or not nothing:
                 raise
             names = [f"{src}-{tgt}", f"{tgt}-{src}"]
             folders = [p.name for p in root.iterdir() if p.is_dir() and "-" in p.name]
