@@ -1239,6 +1239,8 @@ def test_a_direction_given_to_a_fit_of_several_pairs_is_named_as_unread(capsys):
         "data.pairs: it trains every pair (de-en, fr-en); to train one direction, list it alone "
         "in --data.pairs\n"
     )
+    _warn_unread_direction(data, ["fit", "--data.tgt_lang", "en"])
+    assert capsys.readouterr().err.startswith("seq2seq: warning: --data.tgt_lang is not read by")
     for argv, pairs in ((["fit", "--config", "c.yaml"], data["pairs"]),
                         (["fit", "--data.src_lang", "fr"], ["fr-en"])):  # fmt: skip
         _warn_unread_direction({**data, "pairs": pairs}, argv)

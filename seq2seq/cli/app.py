@@ -491,12 +491,13 @@ def _warn_unread_direction(data, argv: Sequence[str]) -> None:
     ``data.pairs``, which trains every pair and reads neither (a config's values are the
     defaults of every config, so only the command line's are named)."""
     pairs = data.get("pairs") or []
-    given = [arg.split("=", 1)[0] for arg in argv if arg.split("=", 1)[0] in _DIRECTION]
+    flags = [arg.split("=", 1)[0] for arg in argv]
+    given = [flag for flag in _DIRECTION if flag in flags]
     if len(pairs) > 1 and given and rank_zero_only.rank == 0:
         print(
-            f"seq2seq: warning: {' and '.join(dict.fromkeys(given))} are not read by fit with "
-            f"several data.pairs: it trains every pair ({', '.join(pairs)}); to train one "
-            "direction, list it alone in --data.pairs",
+            f"seq2seq: warning: {' and '.join(given)} {'are' if len(given) > 1 else 'is'} not "
+            f"read by fit with several data.pairs: it trains every pair ({', '.join(pairs)}); "
+            "to train one direction, list it alone in --data.pairs",
             file=sys.stderr,
         )
 
