@@ -117,14 +117,24 @@ def check_plateau_monitor(schedule: dict[str, Any], pairs: Iterable[str]) -> Non
             f"lr_scheduler ReduceLROnPlateau monitors {monitor!r}, which the validation of this "
             f"run does not log; it logs {logged}"
         )
-    mode, higher = schedule["scheduler"].mode, parts[-1] in ("bleu", "chrf")
-    if mode == ("min" if higher else "max"):
-        better = "higher" if higher else "lower"
+    against = mode_against_metric(monitor, schedule["scheduler"].mode)
+    if against:
         rank_zero_warn(
-            f"lr_scheduler ReduceLROnPlateau monitors {monitor} in mode {mode}, but a {better} "
-            f"{parts[-1]} is better: the rate falls while it improves; give mode "
-            f"{'max' if higher else 'min'}"
+            f"lr_scheduler ReduceLROnPlateau {against}: the rate falls while it improves; give "
+            f"mode {'min' if schedule['scheduler'].mode == 'max' else 'max'}"
         )
+
+
+def mode_against_metric(monitor: str, mode: str) -> str | None:
+    """``monitors val/bleu in mode min, but a higher bleu is better`` where ``mode`` goes
+    against the metric ``monitor`` names (``min`` on BLEU or chrF, ``max`` on the others:
+    loss, ``nll``, ``ppl``, TER), else None."""
+    metric = monitor.rsplit("/", 1)[-1]
+    higher = metric in ("bleu", "chrf")
+    if mode != ("min" if higher else "max"):
+        return None
+    better = "higher" if higher else "lower"
+    return f"monitors {monitor} in mode {mode}, but a {better} {metric} is better"
 
 
 def step_plateau_schedules(configs: Iterable[Any], logged: Mapping[str, float]) -> None:

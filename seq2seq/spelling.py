@@ -39,6 +39,18 @@ ELSEWHERE: dict[str, tuple[str, ...]] = {
     "nbest": ("--n_best",),
     "validate_interval_updates": ("--trainer.val_check_interval",),
     "batch_size": ("--data.max_tokens", "--max_tokens"),
+    "per_device_train_batch_size": ("--data.max_tokens",),
+    "per_device_eval_batch_size": ("--data.eval_max_tokens", "--max_tokens"),
+    "early_stopping_patience": ("--patience",),
+    "eval_steps": ("--trainer.val_check_interval",),
+    "logging_steps": ("--trainer.log_every_n_steps",),
+    "resume_from_checkpoint": ("--ckpt_path last",),
+    "label_smoothing_factor": ("--model.label_smoothing",),
+    "max_new_tokens": ("--model.decoding.max_len_b", "--max_len_b"),
+    "generation_max_length": ("--model.decoding.max_len_b", "--max_len_b"),
+    "max_source_length": ("--data.max_positions",),
+    "source_lang": ("--data.src_lang", "--src_lang"),
+    "target_lang": ("--data.tgt_lang", "--tgt_lang"),
 }
 
 

@@ -116,6 +116,10 @@ def test_mistyped_option_is_reported_briefly_with_the_closest_option(monkeypatch
         ("test", "--beam", "--model.decoding.beam_size"),
         ("translate", "--lenpen", "--length_penalty"),
         ("translate", "--num_beams", "--beam_size"),
+        ("translate", "--max_new_tokens", "--max_len_b"),
+        ("fit", "--per_device_train_batch_size", "--data.max_tokens"),
+        ("fit", "--early_stopping_patience", "--patience"),
+        ("fit", "--eval_steps", "--trainer.val_check_interval"),
     ],
 )
 def test_options_of_fairseq_and_hugging_face_name_ours(monkeypatch, capsys, command, given, meant):
@@ -1225,6 +1229,32 @@ def test_early_stopping_says_why_the_fit_stopped_and_patience_is_one_flag(
     assert code == 1 and err[-1].startswith(
         "seq2seq: error: --patience 2: the config has no EarlyStopping in trainer.callbacks"
     ), err
+
+
+def test_early_stopping_or_checkpoints_against_their_metric_are_warned_about(capsys):
+    """EarlyStopping's default mode min on val/bleu would stop while BLEU rises: warned, as a
+    ModelCheckpoint keeping the lowest BLEU; modes along their metric are not."""
+    from jsonargparse import Namespace
+
+    from seq2seq.cli.callback_args import warn_callback_modes
+
+    def config(*callbacks):
+        return Namespace(trainer=Namespace(callbacks=[
+            Namespace(class_path=f"lightning.pytorch.callbacks.{kind}", init_args=Namespace(**args))
+            for kind, args in callbacks
+        ]))  # fmt: skip
+
+    early, kept = {"monitor": "val/bleu", "mode": None}, {"monitor": "val/loss", "mode": "max"}
+    warn_callback_modes(config(("EarlyStopping", early), ("ModelCheckpoint", kept)))
+    assert capsys.readouterr().err.splitlines() == [
+        "seq2seq: warning: EarlyStopping monitors val/bleu in mode min, but a higher bleu is "
+        "better: give it mode max",
+        "seq2seq: warning: ModelCheckpoint monitors val/loss in mode max, but a lower loss is "
+        "better: give it mode min",
+    ]
+    early, kept = {"monitor": "val/de-en/chrf", "mode": "max"}, {"monitor": None, "mode": "min"}
+    warn_callback_modes(config(("EarlyStopping", early), ("ModelCheckpoint", kept)))
+    assert capsys.readouterr().err == ""
 
 
 def test_a_direction_given_to_a_fit_of_several_pairs_is_named_as_unread(capsys):

@@ -26,16 +26,15 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_only, rank_zero_warn
 from seq2seq import compat
 from seq2seq.callbacks import ExactResume, LastCheckpoint, TextProgress, TranslationWriter
 from seq2seq.checkpoint import AtomicCheckpointIO
+from seq2seq.cli.callback_args import configured_callbacks, set_patience, warn_callback_modes
 from seq2seq.cli.checkpoint_args import (
     CheckpointReader,
     apply_checkpoint_architecture,
     apply_init_from,
     checkpoint_tokenizer,
-    configured_callbacks,
     load_initial_weights,
     resolve_ckpt_arguments,
     set_checkpoint_dirs,
-    set_patience,
     warn_default_sizes,
 )
 from seq2seq.cli.environment import (
@@ -195,6 +194,7 @@ class Seq2SeqCLI(compat.SkipCheckpointHparams, LightningCLI):
             warn_default_sizes(config)
         if subcommand == "fit":
             _warn_unread_direction(config.get("data") or {}, self._argv)
+            warn_callback_modes(config)
 
     def before_instantiate_classes(self) -> None:
         """``validate``/``test``/``predict``: the model architecture and language pair of

@@ -34,6 +34,7 @@ from seq2seq.checkpoint.format import (
     weights_name,
 )
 from seq2seq.checkpoint.restore import tokenizer_from_checkpoint
+from seq2seq.cli.callback_args import callback_init_args
 from seq2seq.cli.checkpoint_languages import (
     check_target_tags,
     chosen_pairs,
@@ -458,36 +459,13 @@ def untrained_or_none(ckpt_path: str | Path | None) -> bool:
     return not ckpt_path or str(ckpt_path) == UNTRAINED
 
 
-def configured_callbacks(trainer_config) -> list:
-    """``trainer.callbacks`` of a parsed config as a list: ``--trainer.callbacks=X`` gives one
-    callback, not a list of them."""
-    callbacks = trainer_config.get("callbacks") or []
-    return callbacks if isinstance(callbacks, list) else [callbacks]
-
-
-def _model_checkpoints(config, kind: str = "ModelCheckpoint") -> list:
-    """The ``init_args`` of each configured callback of the class named ``kind``
-    (``ModelCheckpoint``, ``EarlyStopping``; ``None`` where it has none)."""
-    found = []
-    for callback in configured_callbacks(config.get("trainer", {})):
-        class_path = getattr(callback, "class_path", None) or (
-            callback.get("class_path") if isinstance(callback, dict) else None
-        )
-        if class_path and class_path.rsplit(".", 1)[-1] == kind:
-            init_args = getattr(callback, "init_args", None) or (
-                callback.get("init_args") if isinstance(callback, dict) else None
-            )
-            found.append(init_args)
-    return found
-
-
 def set_checkpoint_dirs(config, folder: str) -> None:
     """``--checkpoint_dir``: make ``folder`` the ``dirpath`` of every ``ModelCheckpoint``.
 
     Raises:
         ValueError: if the config has no ``ModelCheckpoint`` callback.
     """
-    targets = [init_args for init_args in _model_checkpoints(config) if init_args is not None]
+    targets = [init_args for init_args in callback_init_args(config) if init_args is not None]
     if not targets:
         raise ValueError(
             f"--checkpoint_dir {folder}: the config has no ModelCheckpoint in trainer.callbacks "
@@ -497,32 +475,11 @@ def set_checkpoint_dirs(config, folder: str) -> None:
         init_args["dirpath"] = folder
 
 
-def set_patience(config, patience: int) -> None:
-    """``--patience N``: the ``patience`` of every ``EarlyStopping`` callback (fairseq's
-    ``--patience``: validations without improvement before training stops).
-
-    Raises:
-        ValueError: if the config has no ``EarlyStopping`` callback, or N is below 1.
-    """
-    if patience < 1:
-        raise ValueError(f"--patience must be >= 1, got {patience}")
-    targets = [init_args for init_args in _model_checkpoints(config, "EarlyStopping")]
-    if not targets or None in targets:
-        raise ValueError(
-            f"--patience {patience}: the config has no EarlyStopping in trainer.callbacks whose "
-            "patience it could set; add one: --trainer.callbacks+=EarlyStopping "
-            f"--trainer.callbacks.monitor val/bleu --trainer.callbacks.mode max "
-            f"--trainer.callbacks.patience {patience}"
-        )
-    for init_args in targets:
-        init_args["patience"] = patience
-
-
 def checkpoint_dirs(config) -> list[Path]:
     """The ``dirpath`` of each configured ``ModelCheckpoint`` callback."""
     return [
         Path(init_args["dirpath"])
-        for init_args in _model_checkpoints(config)
+        for init_args in callback_init_args(config)
         if hasattr(init_args, "get") and init_args.get("dirpath")
     ]
 
