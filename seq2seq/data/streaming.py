@@ -408,19 +408,18 @@ class StreamingPairs(IterableDataset):
         """The pool's ids and kept pairs, and the filtering counts of each language pair."""
         src_ids, tgt_ids = self._encode(src, pairs), self._encode(tgt, pairs, side="target")
         lengths = np.diff(src_ids[1]), np.diff(tgt_ids[1])
-        keep, total = filter_training_pairs(*lengths, self.max_positions, self.max_length_ratio)
-        counts = [total]
-        if pairs is not None:
-            mine = [pairs == k for k in range(len(self.languages))]
-            counts = [
-                filter_training_pairs(*(side[m] for side in lengths), self.max_positions,
-                                      self.max_length_ratio)[1]
-                for m in mine
-            ]  # fmt: skip
+        n_pairs = len(self.languages)
+        groups = [slice(None)] if pairs is None else [pairs == k for k in range(n_pairs)]
+        keep, counts = np.zeros(len(src), dtype=bool), []
+        for group in groups:  # each language pair's items, filtered and counted once
+            kept, group_counts = filter_training_pairs(
+                *(side[group] for side in lengths), self.max_positions, self.max_length_ratio
+            )
+            keep[group] = kept
+            counts.append(group_counts)
         text = (src, tgt) if self.subword_alpha > 0 else None
         first = index * self.pool_size
-        kept = np.flatnonzero(keep)
-        return _Pool(index, first, src_ids, tgt_ids, kept, text, pairs), counts
+        return _Pool(index, first, src_ids, tgt_ids, np.flatnonzero(keep), text, pairs), counts
 
     def _costs(self, pool: _Pool) -> tuple[np.ndarray, np.ndarray]:
         """``(cost, tie_breaker)`` of the pool's kept pairs, each (K,): the padded positions a
