@@ -54,6 +54,7 @@ from seq2seq.spelling import did_you_mean
 
 __all__ = [
     "CorpusSplit",
+    "SplitNotFoundError",
     "decode_lines",
     "find_split",
     "iter_jsonl",
@@ -345,6 +346,21 @@ class CorpusSplit:
         return digest.hexdigest()
 
 
+class SplitNotFoundError(FileNotFoundError):
+    """No file of a split in a folder (neither side, nor a single-file format). ``problem``
+    says what was looked for; ``advice`` what the folder suggests instead (a split of another
+    name, the languages in lower case), or None where the folder suggests nothing and the
+    message ends with where to point instead. Kept apart so that a caller that looks further
+    (``data.pairs``' pair folders) can say so. One side of a pair of text files missing is a
+    plain ``FileNotFoundError``."""
+
+    def __init__(self, problem: str, advice: str | None = None) -> None:
+        point = "Point `data.data_dir` at the corpus folder or set `data.hf_dataset`"
+        super().__init__(f"{problem}. {advice or point}.")
+        self.problem = problem
+        self.advice = advice
+
+
 def locate_split(
     data_dir: str | Path,
     split: str,
@@ -370,8 +386,9 @@ def locate_split(
         hf_config: Hugging Face dataset configuration (e.g. ``"de-en"``), or None.
 
     Raises:
-        FileNotFoundError: If ``data_dir`` is not a folder, if nothing is found in it (listing
-            every path looked for), or if one side of a pair of text files is missing.
+        SplitNotFoundError: If ``data_dir`` is not a folder, or nothing is found in it (listing
+            every path looked for).
+        FileNotFoundError: If one side of a pair of text files is missing.
         ValueError: If ``hf_config`` names a language pair (``"de-en"``) other than
             ``src_lang`` and ``tgt_lang`` in either order.
     """
@@ -423,25 +440,23 @@ def locate_split(
         alike = " or ".join(folders_alike(root))
         what = "is not a folder" if root.exists() else "does not exist"
         what += f" (did you mean {alike}?)" if alike else ""
-        raise FileNotFoundError(
-            f"No {src_lang}-{tgt_lang} data for split {split!r}: data.data_dir {root} {what}. "
-            "Point `data.data_dir` at the corpus folder or set `data.hf_dataset`."
+        raise SplitNotFoundError(
+            f"No {src_lang}-{tgt_lang} data for split {split!r}: data.data_dir {root} {what}"
         )
     looked = [*src_candidates, *tgt_candidates, *(p for c in single.values() for p in c)]
     looked += [root / "dataset_dict.json", root / split / "state.json"]
     others = splits_in(root, src_lang, tgt_lang)
     lower = (src_lang.lower(), tgt_lang.lower())  # codes are lower case: de, not DE
+    advice: str | None = None  # where the folder suggests nothing: where to point instead
     if lower != (src_lang, tgt_lang) and split in splits_in(root, *lower):
         pair = f"{lower[0]}-{lower[1]}"
         advice = f"{root} holds {split} in {pair}, named in lower case (did you mean {pair}?)"
     elif others:  # the folder is right, the split name is not
         advice = f"{root} holds the splits {', '.join(others)}{did_you_mean(split, others)}"
-    else:
-        advice = "Point `data.data_dir` at the corpus folder or set `data.hf_dataset`"
-    raise FileNotFoundError(
+    raise SplitNotFoundError(
         f"No {src_lang}-{tgt_lang} data for split {split!r} in {root}; looked for: "
-        + ", ".join(str(p) for p in looked)
-        + f". {advice}."
+        + ", ".join(str(p) for p in looked),
+        advice,
     )
 
 

@@ -22,7 +22,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from torch.utils.data import Dataset
 
 from seq2seq.data.batching import temperature_probs
-from seq2seq.data.corpus import CorpusSplit, locate_split, pair_folder
+from seq2seq.data.corpus import CorpusSplit, SplitNotFoundError, locate_split, pair_folder
 from seq2seq.data.dataset import Lengths, TokenizedDataset
 from seq2seq.data.mixed_stream import MixedStream
 from seq2seq.data.multi30k import download_missing, downloadable, missing_files
@@ -310,19 +310,18 @@ class PairsMixin:
         folder = pair_folder(self.data_dir, src, tgt)
         try:
             return locate_split(folder, split, src, tgt, self.hf_dataset, self.hf_config)
-        except FileNotFoundError as err:
+        except SplitNotFoundError as err:
             root = Path(self.data_dir)
-            nothing = str(err).startswith(f"No {src}-{tgt} data for split")  # not one side alone
-            if self.hf_dataset is not None or folder != root or not root.is_dir() or not nothing:
+            if self.hf_dataset is not None or folder != root or not root.is_dir():
                 raise
             names = [f"{src}-{tgt}", f"{tgt}-{src}"]
             folders = [p.name for p in root.iterdir() if p.is_dir() and "-" in p.name]
             alike = difflib.get_close_matches(names[0], folders, 1, 0.8)
             alike = alike or difflib.get_close_matches(names[1], folders, 1, 0.8)
             hint = f" (did you mean {root / alike[0]}?)" if alike else ""
-            advice = " Point `data.data_dir` at the corpus folder or set `data.hf_dataset`."
+            advice = f" {err.advice}." if err.advice else ""
             raise FileNotFoundError(
-                f"{str(err).removesuffix(advice)} Nor is there a pair folder {root / names[0]} "
+                f"{err.problem}.{advice} Nor is there a pair folder {root / names[0]} "
                 f"or {names[1]}{hint}."
             ) from None
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from seq2seq.data.corpus import CorpusSplit
 from seq2seq.data.language_tags import LANGUAGE_TAG
-from seq2seq.data.tokenizer import Tokenizer
+from seq2seq.data.tokenizer import Tokenizer, VocabularyError
 from seq2seq.data.vocabulary import load_tokenizer
 from seq2seq.temporaries import remove_abandoned
 
@@ -388,8 +388,8 @@ def _train_joint(
             num_threads=min(8, os.cpu_count() or 1),
             user_defined_symbols=tags,
         )
-    except ValueError as err:  # too few pieces: say what bounds the sample, and the way out
-        if settings.input_sentence_size > 0 or "at most" not in str(err):
+    except VocabularyError as err:  # too few pieces: say what bounds the sample, and the way out
+        if settings.input_sentence_size > 0 or err.max_pieces is None:
             raise
         smallest = min(samples, key=lambda lang: samples[lang].available)
         raise ValueError(

@@ -160,8 +160,9 @@ class Tokenizer:
                 ids 4, 5, ... in this order; they count towards ``vocab_size``.
 
         Raises:
-            ValueError: If ``vocab_size`` < :data:`MIN_VOCAB_SIZE` (before reading) or the
-                corpus cannot give that many pieces (naming SentencePiece's bound and the fix).
+            ValueError: If ``vocab_size`` < :data:`MIN_VOCAB_SIZE` (before reading).
+            VocabularyError: (a ``ValueError``) if the corpus cannot give that many pieces
+                (naming SentencePiece's bound and the fix).
             WriteError: (an ``OSError``) naming ``model_path`` if the machine refuses to
                 write it (a full disk, ...); no partial model file is left.
         """
@@ -214,9 +215,11 @@ class Tokenizer:
             if reading_errors:  # e.g. a misaligned corpus: its own error, not a vocabulary one
                 raise reading_errors[0] from None
             problem = _vocabulary_problem(str(err), byte_fallback, character_coverage)
-            raise ValueError(
+            too_high = _TOO_HIGH.search(str(err))
+            raise VocabularyError(
                 f"SentencePiece could not build a {model_type} vocabulary of exactly "
-                f"vocab_size={vocab_size} pieces from the training corpus: {problem}"
+                f"vocab_size={vocab_size} pieces from the training corpus: {problem}",
+                max_pieces=int(too_high.group(2)) if too_high else None,
             ) from err
         data = model.getvalue()
         kept = "No SentencePiece model was kept; nothing was tokenised."
@@ -454,6 +457,16 @@ def unknown_rate(tokenizer: Tokenizer, texts: Sequence[str]) -> float:
     ids = tokenizer.encode(list(texts))
     total = sum(map(len, ids))
     return sum(seq.count(tokenizer.unk_id) for seq in ids) / total if total else 0.0
+
+
+class VocabularyError(ValueError):
+    """SentencePiece refused to build a vocabulary of the size asked for. ``max_pieces`` is
+    the most pieces it said the corpus allows, where the vocabulary was too large for it (a
+    caller that sampled the corpus can then say what bounded the sample); None otherwise."""
+
+    def __init__(self, message: str, max_pieces: int | None = None) -> None:
+        super().__init__(message)
+        self.max_pieces = max_pieces
 
 
 def _vocabulary_problem(error: str, byte_fallback: bool, character_coverage: float) -> str:
