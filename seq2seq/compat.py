@@ -14,7 +14,8 @@ Nothing here imports Lightning at module level: the plain commands (``translate`
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 # ------------------------------------------------------------------------ Lightning trainer
@@ -191,6 +192,31 @@ def parser_logger(parser: Any) -> Any:
     """jsonargparse's private ``_logger`` of ``parser`` (``JSONARGPARSE_DEBUG``'s log), which
     its own ``error`` writes to and ``Seq2SeqArgumentParser.error`` keeps writing to."""
     return parser._logger
+
+
+@contextmanager
+def print_config_skipped() -> Iterator[None]:
+    """A parse within which jsonargparse does not print ``--print_config``'s config (nor
+    exit); :func:`print_config_if_requested` prints it afterwards.
+
+    jsonargparse prints inside ``parse_args`` and exits, so the command-line shortcuts that
+    rewrite the config after the parse (``--patience``, ``--checkpoint_dir``) would be missing
+    from what it prints. Its private ``_ActionPrintConfig`` skips and prints on request; there
+    is no public hook between the two.
+    """
+    from jsonargparse._actions import _ActionPrintConfig
+
+    with _ActionPrintConfig.skip_print_config():
+        yield
+
+
+def print_config_if_requested(parser: Any, config: Any) -> None:
+    """Prints ``config`` as ``--print_config`` asked (its flags, its subcommand's part) and
+    exits, if the command line of the parse that ``parser`` (the root parser) made under
+    :func:`print_config_skipped` asked for it; else does nothing."""
+    from jsonargparse._actions import _ActionPrintConfig
+
+    _ActionPrintConfig.print_config_if_requested(parser, config)
 
 
 def action_typehint(action: argparse.Action) -> Any:

@@ -1225,6 +1225,8 @@ def test_early_stopping_says_why_the_fit_stopped_and_patience_is_one_flag(
         out,
         re.MULTILINE,
     ), out
+    code, out, _ = run_main(monkeypatch, capsys, *argv, "--patience", "1", "--print_config")
+    assert code == 0 and "patience: 1\n" in out and "patience: 3" not in out, out  # as applied
     code, _, err = run_main(monkeypatch, capsys, *argv[:7], "--patience", "2")
     assert code == 1 and err[-1].startswith(
         "seq2seq: error: --patience 2: the config has no EarlyStopping in trainer.callbacks"

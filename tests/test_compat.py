@@ -166,6 +166,31 @@ def test_error_parser_is_the_subcommands_parser():
     assert compat.error_parser(None, parser) is parser
 
 
+def test_print_config_skipped_then_printed_as_asked(capsys):
+    """Within ``print_config_skipped`` jsonargparse parses a --print_config command line to its
+    end without printing or exiting; ``print_config_if_requested`` then prints the (changed)
+    config with the flag's options and exits, and does nothing for a command line without it."""
+    from jsonargparse import ActionConfigFile, ArgumentParser
+
+    parser = ArgumentParser(exit_on_error=False)
+    sub = ArgumentParser(exit_on_error=False)
+    sub.add_argument("--config", action=ActionConfigFile)  # which adds --print_config
+    sub.add_argument("--n", type=int, default=1)
+    sub.add_argument("--m", type=int, default=2)
+    parser.add_subcommands().add_subcommand("run", sub)
+    with compat.print_config_skipped():
+        config = parser.parse_args(["run", "--n", "5", "--print_config=skip_default"])
+    assert capsys.readouterr().out == ""
+    config.run.m = 7  # a change after the parse is what gets printed
+    with pytest.raises(SystemExit):
+        compat.print_config_if_requested(parser, config)
+    assert capsys.readouterr().out == "n: 5\nm: 7\n"
+    with compat.print_config_skipped():
+        config = parser.parse_args(["run", "--n", "5"])
+    compat.print_config_if_requested(parser, config)
+    assert capsys.readouterr().out == ""
+
+
 def test_dataset_fingerprint_changes_with_content():
     import datasets
 

@@ -177,7 +177,8 @@ class Seq2SeqCLI(compat.SkipCheckpointHparams, LightningCLI):
 
     def parse_arguments(self, parser, args) -> None:
         self._argv = list(sys.argv[1:] if args is None else args)
-        super().parse_arguments(parser, args)
+        with compat.print_config_skipped():  # printed below, with the shortcuts applied
+            super().parse_arguments(parser, args)
         subcommand = self.config.get("subcommand")
         if not subcommand:
             return
@@ -187,6 +188,7 @@ class Seq2SeqCLI(compat.SkipCheckpointHparams, LightningCLI):
             set_checkpoint_dirs(config, config["checkpoint_dir"])
         if config.get("patience") is not None:
             set_patience(config, config["patience"])
+        compat.print_config_if_requested(parser, self.config)
         if config.get("init_from"):
             self._init_from = apply_init_from(subcommand, config, fail, self._read)
         self._resumed_step = resolve_ckpt_arguments(subcommand, config, fail, self._read)
