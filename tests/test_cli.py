@@ -238,6 +238,17 @@ def test_an_argument_a_class_does_not_take_gets_the_closest_it_takes(monkeypatch
             "--trainer.callbacks.<argument> flag sets the last class of the list "
             "(EarlyStopping's patience: --patience N)"
         )
+    # a callback added without an argument it needs: what to give, in one line
+    code, out = _exit_of_main(
+        monkeypatch, capsys, "fit", "--config", tiny, "--trainer.callbacks+=EarlyStopping"
+    )
+    assert code == 2
+    assert out.err.splitlines()[0] == (
+        "seq2seq: error: --trainer.callbacks: lightning.pytorch.callbacks.EarlyStopping needs "
+        "monitor: give --trainer.callbacks.monitor val/loss after it (a "
+        "--trainer.callbacks.<argument> flag sets the last class of the list), or its "
+        "init_args in the config file"
+    )
 
 
 def test_a_decoding_setting_outside_model_decoding_points_there(monkeypatch, capsys, tmp_path):

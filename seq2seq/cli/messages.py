@@ -209,6 +209,15 @@ def _invalid_value_lines(key: str, inline: str, details: list[str]) -> list[str]
             files = _config_files_with([unknown[1]], sys.argv[1:])
             where = f"{key} in {files[0]}" if len(files) == 1 else f"--{key}"
             return [_unknown_argument_line(where, prefix[:-2], unknown[1])]
+        required = re.fullmatch(r"the following arguments are required: (.+)", line)
+        if required and prefix:  # a class of a list (trainer.callbacks) without what it needs
+            names = [name.strip() for name in required[1].split(",")]
+            example = " val/loss" if names == ["monitor"] else " ..."
+            return [
+                f"seq2seq: error: --{key}: {prefix[:-2]} needs {', '.join(names)}: give "
+                f"--{key}.{names[0]}{example} after it (a --{key}.<argument> flag sets the "
+                "last class of the list), or its init_args in the config file"
+            ]
         match = re.fullmatch(r"Expected a dot import path string: (.*)", line)
         if match:
             notes.append(f"{match[1]!r} is not a known class name or import path")
