@@ -94,7 +94,13 @@ def translate(argv: Sequence[str]) -> None:
         help="checkpoint written by seq2seq fit, or a folder of seq2seq export --format "
         "ctranslate2 (translated through CTranslate2); several checkpoints decode as an "
         "ensemble (the mean of their log-probabilities; same SentencePiece model and language "
-        "pair; decoding settings from the first)",
+        "pair; decoding settings from the first); best or last with --checkpoint_dir",
+    )
+    parser.add_argument(
+        "--checkpoint_dir",
+        default=None,
+        help="a run's checkpoint folder, where --ckpt_path best and last are looked up (best: "
+        "the file its ModelCheckpoint recorded in last.ckpt, as for seq2seq test)",
     )
     parser.add_argument(
         "--input", default="-", help="source file, one sentence per line (- = stdin)"
@@ -181,13 +187,7 @@ def translate(argv: Sequence[str]) -> None:
     if prefix_source is not None and (prefix_source.is_dir() or not prefix_source.exists()):
         what = "is a folder" if prefix_source.is_dir() else "not found"
         parser.error(f"--prefix_file {args.prefix_file}: {what}")
-    for ckpt in args.ckpt_path:
-        if ckpt in ("best", "last") and not Path(ckpt).exists():
-            raise FileNotFoundError(
-                f"checkpoint not found: {ckpt}; the aliases best and last work with "
-                "--config in seq2seq fit/validate/test/predict, translate needs the path of a "
-                "checkpoint file (e.g. checkpoints/multi30k_de_en/last.ckpt)"
-            )
+    args.ckpt_path = [_resolve_alias(parser, ckpt, args.checkpoint_dir) for ckpt in args.ckpt_path]
     from seq2seq.translator import Translator
 
     if len(args.ckpt_path) > 1:
@@ -320,6 +320,23 @@ def _prefix_count_error(
         f"--prefix_file {prefix_file} has {has} but the input {where} has {other}; give one "
         "prefix per input line (an empty line for none)"
     )
+
+
+def _resolve_alias(parser: Parser, ckpt: str, checkpoint_dir: str | None) -> str:
+    """The checkpoint file of ``--ckpt_path best`` or ``last`` in ``--checkpoint_dir`` (named
+    on stderr); any other ``ckpt``, or a file of that name, as it is."""
+    if ckpt not in ("best", "last") or Path(ckpt).exists():
+        return ckpt
+    if checkpoint_dir is None:
+        parser.error(
+            f"--ckpt_path {ckpt} needs --checkpoint_dir, the run's checkpoint folder (e.g. "
+            "checkpoints/multi30k_de_en), or give the path of a checkpoint file"
+        )
+    from seq2seq.checkpoint import resolve_ckpt_path
+
+    path = resolve_ckpt_path(ckpt, [checkpoint_dir])
+    print(f"seq2seq: --ckpt_path {ckpt}: {path}", file=sys.stderr)
+    return str(path)
 
 
 def _check_text_after_checkpoint(
