@@ -577,14 +577,16 @@ def test_traceback_switch_off_keeps_argument_errors_brief(monkeypatch, capsys):
 
 @pytest.mark.parametrize("alias", ["best", "last"])
 def test_translate_with_an_alias_says_it_needs_a_file(alias, tmp_path, monkeypatch, capsys):
+    """best and last without --checkpoint_dir: one line saying to give it (or a file)."""
     monkeypatch.delenv("SEQ2SEQ_TRACEBACK", raising=False)
     monkeypatch.chdir(tmp_path)
     code, out, err = run_main(monkeypatch, capsys, "translate", "--ckpt_path", alias)
-    assert code == 1 and out == ""
-    assert len(err) == 1, err
-    assert err[0].startswith(f"seq2seq: error: checkpoint not found: {alias}; ")
-    assert "--config in seq2seq fit/validate/test/predict" in err[0]
-    assert "checkpoints/multi30k_de_en/last.ckpt" in err[0]
+    assert (code, out) == (2, "")
+    assert err == [
+        f"seq2seq translate: error: --ckpt_path {alias} needs --checkpoint_dir, the run's "
+        "checkpoint folder (e.g. checkpoints/multi30k_de_en), or give the path of a "
+        "checkpoint file"
+    ]
 
 
 def test_translate_with_a_file_named_like_an_alias_reads_it(tmp_path, monkeypatch, capsys):
