@@ -43,10 +43,21 @@ class Score:
     signature: str
 
 
+def _iso639_1(lang: str) -> str:
+    """The two-letter code sacreBLEU knows a language by, for a code of an imported model's
+    kind (``zho_Hans``, ``jpn``: ``zh``, ``ja``); ``lang`` itself where it is no language code."""
+    import langcodes
+
+    try:
+        return langcodes.Language.get(lang.replace("_", "-")).language or lang
+    except (langcodes.LanguageTagError, ValueError):
+        return lang
+
+
 def _metric(name: str, tgt_lang: str | None):
     if name == "bleu":
         # trg_lang picks sacreBLEU's default tokenizer for that language (zh, ja-mecab, ko-mecab).
-        return BLEU(trg_lang=tgt_lang or "")
+        return BLEU(trg_lang=_iso639_1(tgt_lang) if tgt_lang else "")
     if name == "chrf":
         return CHRF()
     if name == "ter":
@@ -66,8 +77,8 @@ def corpus_scores(
         hypotheses: one detokenized hypothesis per sentence, in corpus order.
         references: the raw reference lines, same length and order.
         metrics: names from ``("bleu", "chrf", "ter")``.
-        tgt_lang: target-language code; selects sacreBLEU's default BLEU tokenizer for it
-            (``13a`` for most languages).
+        tgt_lang: target-language code (``zh``; ``zho_Hans`` too); selects sacreBLEU's default
+            BLEU tokenizer for it (``13a`` for most languages).
 
     Returns:
         A dict from metric name to :class:`Score`.

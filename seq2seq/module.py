@@ -465,7 +465,7 @@ class TranslationModule(L.LightningModule):
 
     def _held_out_step(self, batch: dict[str, Any], key: str, beam: int | None) -> None:
         sums = self._loss_sums(batch)
-        lang = self._decoding_lang(key)
+        lang = self._decoding_lang(self._tgt_lang(key))
         hyps = self.translate_batch(batch, beam_size=beam, tgt_lang=lang, scores=False)
         best = [n_best[0][0] for n_best in hyps]
         refs = batch.get("ref_text") or [""] * len(best)
@@ -489,9 +489,8 @@ class TranslationModule(L.LightningModule):
 
     def predict_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0):
         """Returns a list of ``(index, [(text, score), ...])`` for the batch's sentences."""
-        lang = getattr(getattr(self.trainer, "datamodule", None), "tgt_lang", None)
-        if lang not in getattr(self.tokenizer, "languages", ()):
-            lang = None  # the tokenizer's default (data.tgt_lang names no token of it)
+        datamodule = getattr(self.trainer, "datamodule", None)
+        lang = self._decoding_lang(getattr(datamodule, "tgt_lang", None))
         hyps = self.translate_batch(batch, n_best=self.n_best, tgt_lang=lang)
         return list(zip(batch["index"].tolist(), hyps, strict=True))
 
@@ -512,11 +511,11 @@ class TranslationModule(L.LightningModule):
         tgt_lang = getattr(getattr(self.trainer, "datamodule", None), "heldout_tgt_lang", None)
         return tgt_lang(key) if tgt_lang is not None else self.hparams.tgt_lang
 
-    def _decoding_lang(self, key: str) -> str | None:
-        """The target language decoding is told for set ``key``: its own where the tokenizer
-        has a token for it (a tagged model, NLLB), else ``None`` (the tokenizer's default)."""
-        lang = self._tgt_lang(key)
-        return lang if lang in getattr(self.tokenizer, "languages", ()) else None
+    def _decoding_lang(self, lang: str | None) -> str | None:
+        """The tokenizer's name of target language ``lang`` (NLLB's ``eng_Latn`` for ``en``),
+        which decoding is told; ``None`` (its default) where it has no token for it."""
+        tokenizer = self.tokenizer
+        return tokenizer.language_name(lang) if tokenizer is not None else None
 
     def _pair_names(self) -> list[str]:
         return list(getattr(getattr(self.trainer, "datamodule", None), "pair_names", None) or [])

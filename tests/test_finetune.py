@@ -135,7 +135,8 @@ def test_imported_and_fine_tuned_models_test_and_translate(
 ):
     last = reference / "checkpoints" / "last.ckpt"
     data, tiny = imported["data"], Path(__file__).parent.parent / "configs" / "tiny.yaml"
-    for ckpt in (imported["marian"], last):  # zero-shot, then fine-tuned
+    # zero-shot, fine-tuned; NLLB's codes (deu_Latn, eng_Latn) for the corpus's de and en
+    for ckpt in (imported["marian"], last, imported["nllb"]):
         code, out, err = run_main(
             monkeypatch, capsys, "test", "--config", str(tiny), "--data.data_dir", str(data),
             "--data.test_splits", "[test_2016_flickr]",

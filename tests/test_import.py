@@ -304,9 +304,14 @@ def test_multi_target_marian_takes_the_given_tgt_lang_over_tokenizer_configs(
         assert tok.languages == ("fra", "eng") and tok.tgt_lang == "fra"
     monkeypatch.delenv("SEQ2SEQ_TRACEBACK", raising=False)
     argv = ("import", "--input", str(folder), "--output", str(tmp_path / "fr.ckpt"))
-    code, _, err = run_main(monkeypatch, capsys, *argv, "--tgt_lang", "fr")
+    code, _, err = run_main(monkeypatch, capsys, *argv, "--tgt_lang", "fr")  # ISO 639-1
+    assert code == 0 and err == [], err
+    assert (
+        Translator.from_checkpoint(tmp_path / "fr.ckpt", device="cpu").tokenizer.tgt_lang == "fra"
+    )
+    code, _, err = run_main(monkeypatch, capsys, *argv, "--tgt_lang", "frx")  # no such code
     assert code == 1 and len(err) == 1, err
-    assert "tgt_lang 'fr' is not a language of the model (did you mean fra?)" in err[0]
+    assert "tgt_lang 'frx' is not a language of the model; its languages: fra, eng" in err[0]
     sentences, limits = lines["de"][:40], {"max_len_a": 0.5, "max_len_b": 5}
     translations = {}  # of the last import (ROMANCE)
     for lang in ("fra", "eng", None):

@@ -217,9 +217,13 @@ def test_language_codes_and_overrides(folders, test_set, tmp_path, name):
         rf"{tok.languages[0]}, ",
     ):
         tok.language_prefix("xx")
-    if name == "nllb":  # a prefix of a code is suggested
-        with pytest.raises(ValueError, match=r"'fra' is not a language .*did you mean fra_Latn\?"):
-            tok.language_prefix("fra")
+    if name == "nllb":  # a language's other codes are its NLLB code; a misspelling is not
+        for lang, code in (("fr", "fra_Latn"), ("fra", "fra_Latn"), ("ar", "arb_Arab")):
+            assert tok.language_name(lang) == code
+            assert tok.language_prefix(lang) == tok.language_prefix(code)
+        assert tok.language_name("zh") == "zho_Hans"  # zho_Hant is zh-Hant
+        with pytest.raises(ValueError, match=r"'fra_Latm' is not a language .*did you mean fra_Latn\?"):
+            tok.language_prefix("fra_Latm")
     with pytest.raises(ValueError, match="src_lang 'xx'"):
         _ours(folders, name, src_lang="xx")
     unset = tmp_path / "unset"  # a folder that names no target language

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Iterator
 
 import sentencepiece as spm
 
-__all__ = ["LANGUAGE_TAG", "language_tag", "model_tags", "target_tags"]
+__all__ = ["LANGUAGE_TAG", "language_tag", "model_tags", "same_language", "target_tags"]
 
 LANGUAGE_TAG = re.compile(r">>(\S+)<<")
 """A target-language tag piece, ``>>fr<<``; group 1 is the language."""
@@ -26,6 +26,37 @@ def target_tags(pairs: Iterable[tuple[str, str]]) -> list[str]:
     sorted, where there are several; none for one (a bilingual or many-to-one model)."""
     targets = sorted({tgt for _, tgt in pairs})
     return [language_tag(lang) for lang in targets] if len(targets) > 1 else []
+
+
+def same_language(lang: str, names: Iterable[str]) -> str | None:
+    """The one of a model's language ``names`` that means language ``lang``: ``lang`` itself,
+    else the name at distance 0 from it by CLDR's language matching (``langcodes.tag_distance``:
+    ``de`` is NLLB's ``deu_Latn``, Marian's ``deu``; ``ar`` NLLB's ``arb_Arab``, the standard
+    Arabic of the macrolanguage; ``zh`` is ``zho_Hans``, not ``zho_Hant``; ``pt`` is ``pt_BR``,
+    not ``pt_PT``); ``None`` if none
+    is. Names that are no language code (``ROMANCE``) match only themselves.
+
+    Raises:
+        ValueError: naming them, if several names are all that language (``zh_Hans`` and
+            ``zho_Hans`` for ``zh``).
+    """
+    names = list(names)
+    if lang in names:
+        return lang
+    import langcodes  # only where a name is to be found
+
+    same = []
+    for name in names:
+        try:
+            if langcodes.tag_distance(lang.replace("_", "-"), name.replace("_", "-")) == 0:
+                same.append(name)
+        except (langcodes.LanguageTagError, ValueError):
+            continue  # not a language code, on either side
+    if len(same) > 1:
+        raise ValueError(
+            f"language {lang!r} is each of the model's {', '.join(same)}: name the one meant"
+        )
+    return same[0] if same else None
 
 
 def model_tags(processor: spm.SentencePieceProcessor) -> dict[str, int]:

@@ -96,7 +96,7 @@ def check_tags(tokenizer: Any, pairs: Sequence[Pair], where: str) -> None:
     (described by ``where``, e.g. ``"data.tokenizer_path x.model"``) lacks the language of
     one: the model could not tell which language to translate into."""
     targets = sorted({tgt for _, tgt in pairs})
-    missing = [tgt for tgt in targets if len(targets) > 1 and tgt not in tokenizer.languages]
+    missing = [tgt for tgt in targets if len(targets) > 1 and not tokenizer.language_name(tgt)]
     if missing:
         raise ValueError(
             f"data.pairs translate into {', '.join(targets)}, but {where} has no tag for "

@@ -329,6 +329,13 @@ class Tokenizer:
         """Ids of the target-language tags."""
         return frozenset(self._tags.values())
 
+    def language_name(self, lang: str | None) -> str | None:
+        """The name in :attr:`languages` of language ``lang`` (a data language code): ``lang``
+        itself here, where the tags are the data's codes; ``None`` for ``None`` or a language
+        without a tag. An imported model finds its own code for it
+        (:meth:`seq2seq.data.vocabulary.VocabularyTokenizer.language_name`)."""
+        return lang if lang in self._tags else None
+
     # ------------------------------------------------------------------ languages
     def language_prefix(
         self, tgt_lang: str | None = None, src_lang: str | None = None

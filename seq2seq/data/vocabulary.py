@@ -40,6 +40,7 @@ from typing import Any
 
 import sentencepiece as spm
 
+from seq2seq.data.language_tags import same_language
 from seq2seq.data.tokenizer import (
     CONTAINER_MAGIC,
     EOS_ID,
@@ -110,10 +111,12 @@ class VocabularyTokenizer(Tokenizer):
         self._piece_ids = {piece: self._ours[hf] for piece, hf in h["vocab"].items()}
         self._pieces = {self._ours[hf]: piece for piece, hf in h["vocab"].items()}
         self._languages = {lang: self._ours[hf] for lang, hf in h["languages"]}
+        self._names: dict[str, str | None] = {}  # language_name's answers
         self._skip = {self._ours[hf] for hf in h["special"]}
         self._skip |= {PAD_ID, EOS_ID, self.bos_id, *self._languages.values()}
         for key in ("tgt_lang",) if self.family == "marian" else ("src_lang", "tgt_lang"):
-            self._language_token(h[key], key)  # an unknown language fails here, not later
+            if self._language_token(h[key], key) is not None:  # an unknown one fails here
+                h[key] = self.language_name(h[key])  # the model's own name: de -> deu_Latn
 
     def _check(self) -> None:
         h, size = self._header, self._header["vocab_size"]
@@ -207,6 +210,23 @@ class VocabularyTokenizer(Tokenizer):
         """Our ids of the language tokens (codes and ``>>xx<<`` tags)."""
         return frozenset(self._languages.values())
 
+    def language_name(self, lang: str | None) -> str | None:
+        """The model's name of language ``lang``, so that a corpus named by ISO 639-1 codes
+        (``train.de``, ``data.src_lang de``) trains and tests an imported model: ``lang``
+        itself where the model has it, else the one of :attr:`languages` that is the same
+        language (:func:`~seq2seq.data.language_tags.same_language`: ``de`` -> NLLB's
+        ``deu_Latn``, Marian's ``deu`` of ``>>deu<<``); ``None`` for ``None`` or a language
+        the model lacks.
+
+        Raises:
+            ValueError: if several of the model's names are that language (naming them).
+        """
+        if lang is None or lang in self._languages:
+            return lang
+        if lang not in self._names:
+            self._names[lang] = same_language(lang, self._languages)
+        return self._names[lang]
+
     @property
     def src_lang(self) -> str | None:
         """The default source language of :meth:`encode`."""
@@ -231,13 +251,14 @@ class VocabularyTokenizer(Tokenizer):
         has no tags); ValueError naming the model's languages for one it lacks."""
         if lang is None or (self.family == "marian" and not self._header["languages"]):
             return None
-        known = dict(self._header["languages"])
-        if lang not in known:
+        name = self.language_name(lang)
+        if name is None:
+            known = list(self._languages)
             raise ValueError(
                 f"{what} {lang!r} is not a language of the model{_suggestion(lang, known)}; "
-                f"its languages: {_listing(list(known))}"
+                f"its languages: {_listing(known)}"
             )
-        return self._ours[known[lang]]
+        return self._languages[name]
 
     def language_prefix(
         self, tgt_lang: str | None = None, src_lang: str | None = None
