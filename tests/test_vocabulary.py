@@ -222,7 +222,7 @@ def test_language_codes_and_overrides(folders, test_set, tmp_path, name):
             assert tok.language_name(lang) == code
             assert tok.language_prefix(lang) == tok.language_prefix(code)
         assert tok.language_name("zh") == "zho_Hans"  # zho_Hant is zh-Hant
-        with pytest.raises(ValueError, match=r"'fra_Latm' is not a language .*did you mean fra_Latn\?"):
+        with pytest.raises(ValueError, match=r"'fra_Latm' is not a language .*mean fra_Latn\?"):
             tok.language_prefix("fra_Latm")
     with pytest.raises(ValueError, match="src_lang 'xx'"):
         _ours(folders, name, src_lang="xx")
