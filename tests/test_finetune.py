@@ -166,6 +166,37 @@ def test_imported_and_fine_tuned_models_test_and_translate(
     assert "'xx'" in err[0] and "deu_Latn, eng_Latn, fra_Latn, spa_Latn" in err[0]
 
 
+def test_init_from_beside_a_resume_of_its_run_resumes(imported, reference, tmp_path, caplog):
+    """fit --init_from X --ckpt_path C: C's run started from X is resumed (X unset, noted);
+    --ckpt_path last before any last.ckpt starts from X; C of another start is refused,
+    naming where C's run started."""
+    from seq2seq.cli.checkpoint_args import apply_init_from, resume_over_init_from
+
+    def config(init_from, ckpt_path, folder):
+        callback = {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+                    "init_args": {"dirpath": str(folder)}}  # fmt: skip
+        return {"init_from": str(init_from), "ckpt_path": ckpt_path,
+                "trainer": {"callbacks": [callback]}}  # fmt: skip
+
+    def fail(message):
+        raise AssertionError(message)
+
+    folder, read = reference / "checkpoints", load_checkpoint
+    resumed = config(imported["marian"], "last", folder)
+    with caplog.at_level("INFO"):
+        resume_over_init_from(resumed, read)
+    assert (resumed["init_from"], resumed["ckpt_path"]) == (None, str(folder / "last.ckpt"))
+    assert "where its run started, is not read again" in caplog.text
+    fresh = config(imported["marian"], "last", tmp_path / "empty")
+    resume_over_init_from(fresh, read)
+    assert (fresh["init_from"], fresh["ckpt_path"]) == (str(imported["marian"]), None)
+    other = config(imported["nllb"], "last", folder)
+    resume_over_init_from(other, read)
+    assert other["init_from"] == str(imported["nllb"])
+    with pytest.raises(AssertionError, match=r"not both \(.*last\.ckpt is a run started from "):
+        apply_init_from("fit", other, fail, read)
+
+
 @pytest.mark.slow  # 2 more fit processes; CI runs the slow tier too (.ci/run)
 def test_sigkill_and_resume_of_a_fine_tuning_run_is_exact(imported, reference):
     root, init = imported["root"], ["--init_from", str(imported["marian"])]
@@ -173,8 +204,8 @@ def test_sigkill_and_resume_of_a_fine_tuning_run_is_exact(imported, reference):
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     last = root / "resumed" / "checkpoints" / "last.ckpt"
     assert load_checkpoint(last)["global_step"] == KILL_AT // CKPT_EVERY * CKPT_EVERY
-    # a resume continues the run: --ckpt_path alone (the run's own checkpoint)
-    resumed = _fit(_config(root, imported["data"], "resumed"), "--ckpt_path", "last")
+    # the run's command with --ckpt_path last added resumes it (--init_from not read again)
+    resumed = _fit(_config(root, imported["data"], "resumed"), *init, "--ckpt_path", "last")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     final, expected = load_checkpoint(last), load_checkpoint(reference / "checkpoints/last.ckpt")
     assert final["global_step"] == expected["global_step"] == MAX_STEPS

@@ -34,6 +34,7 @@ from seq2seq.cli.checkpoint_args import (
     checkpoint_tokenizer,
     load_initial_weights,
     resolve_ckpt_arguments,
+    resume_over_init_from,
     set_checkpoint_dirs,
     warn_default_sizes,
 )
@@ -172,7 +173,8 @@ class Seq2SeqCLI(compat.SkipCheckpointHparams, LightningCLI):
             help="fit only: start a new run from the model weights of this checkpoint (written "
             "by seq2seq fit, average or import), with its model settings and tokenizer; "
             "optimizer, learning-rate schedule, step count and data position start "
-            "afresh (fine-tuning). Not with --ckpt_path, which resumes a run.",
+            "afresh (fine-tuning). With --ckpt_path: only that of the run it started, "
+            "which is resumed.",
         )
 
     def parse_arguments(self, parser, args) -> None:
@@ -189,6 +191,8 @@ class Seq2SeqCLI(compat.SkipCheckpointHparams, LightningCLI):
         if config.get("patience") is not None:
             set_patience(config, config["patience"])
         compat.print_config_if_requested(parser, self.config)
+        if subcommand == "fit" and config.get("init_from") and config.get("ckpt_path"):
+            resume_over_init_from(config, self._read)
         if config.get("init_from"):
             self._init_from = apply_init_from(subcommand, config, fail, self._read)
         self._resumed_step = resolve_ckpt_arguments(subcommand, config, fail, self._read)

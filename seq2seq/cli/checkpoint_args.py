@@ -261,6 +261,50 @@ def _check_resumable(
     warn_resuming_behind_last(path, step)
 
 
+def resume_over_init_from(config, read: CheckpointReader) -> None:
+    """``fit --init_from X --ckpt_path C`` where run ``C`` started from ``X``: resumes ``C``
+    (``--init_from`` unset, with a note), so that a fine-tuning command with ``--ckpt_path
+    last`` added resumes as any other; with ``last`` and no ``last.ckpt`` yet, a new run
+    from ``X`` (``--ckpt_path`` unset), as fairseq's ``--finetune-from-model`` beside
+    ``checkpoint_last.pt``. Other pairs are left for :func:`apply_init_from` to refuse."""
+    init_from, ckpt_path = config["init_from"], config["ckpt_path"]
+    if ckpt_path == "last":
+        try:
+            ckpt_path = config["ckpt_path"] = str(
+                resolve_ckpt_path("last", checkpoint_dirs(config))
+            )
+        except FileNotFoundError:
+            config["ckpt_path"] = None  # nothing to resume: the run starts from --init_from
+            return
+    if ckpt_path in ("best", "last") or not Path(ckpt_path).is_file():
+        return
+    started = (read(ckpt_path).get(CHECKPOINT_KEY) or {}).get(INIT_FROM)
+    if started is not None and _same_file(started, init_from):
+        config["ckpt_path"], config["init_from"] = ckpt_path, None
+        rank_zero_info(
+            f"resuming {ckpt_path}; --init_from {init_from}, where its run started, is not "
+            "read again"
+        )
+
+
+def _same_file(a: str | Path, b: str | Path) -> bool:
+    try:
+        return Path(a).samefile(b)
+    except OSError:  # one of them moved or removed: by name
+        return Path(a).resolve() == Path(b).resolve()
+
+
+def _other_start(config, read: CheckpointReader) -> str:
+    """`` (C is a run started from Y)``: what ``--ckpt_path`` resumes, against ``--init_from``
+    (:func:`resume_over_init_from` left them both)."""
+    path = config["ckpt_path"]
+    if path in ("best", "last") or not Path(path).is_file():
+        return ""
+    started = (read(path).get(CHECKPOINT_KEY) or {}).get(INIT_FROM)
+    what = f"a run started from {started}" if started else "a run not started by --init_from"
+    return f" ({path} is {what})"
+
+
 def apply_init_from(
     subcommand: str, config, fail: Callable[[str], None], read: CheckpointReader
 ) -> str:
@@ -280,6 +324,7 @@ def apply_init_from(
         fail(
             "give either --ckpt_path (resume a run: its optimizer, schedule and data "
             "position too) or --init_from (a new run from a checkpoint's weights), not both"
+            f"{_other_start(config, read)}"
         )
     if path in ("best", "last") and not Path(path).exists():
         # The aliases name checkpoints of this run's folder, which a new run starts empty.
