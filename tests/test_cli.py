@@ -1656,7 +1656,7 @@ def test_a_score_on_part_of_a_set_says_so(tiny_run, multi30k_dir, monkeypatch, c
 def test_init_from_starts_a_new_run_from_a_checkpoints_weights(tiny_run, multi30k_dir, in_tmp):
     """fit --init_from: the checkpoint's model settings, SentencePiece model and weights (here
     kept unchanged by a zero learning rate), a fresh optimizer and step count; no SentencePiece
-    model is trained. Not with --ckpt_path, nor for other commands."""
+    model is trained. Not with a --ckpt_path of another run, nor for other commands."""
     source = tiny_run / "checkpoints/tiny/last.ckpt"
     saved = load_checkpoint(source)
     assert saved["global_step"] > 1
