@@ -354,6 +354,19 @@ def test_a_tokenizer_config_language_that_is_no_language_of_the_model_is_no_defa
         assert translator.translate(sentences, tgt_lang="fra", **limits) == expected
         typed = translator.translate([f">>fra<< {s}" for s in sentences], **limits)
         assert typed == expected  # a tag typed first selects, as in MarianTokenizer
+    # translate without --tgt_lang: the first line without a typed tag is warned about, once
+    argv = ["translate", "--ckpt_path", str(output), "--beam_size", "1", "--max_len_b", "5"]
+    stdin = f">>fra<< {sentences[0]}\n{sentences[1]}\n{sentences[2]}\n".encode()
+    code, out, err = run_main(monkeypatch, capsys, *argv, stdin=stdin)
+    assert code == 0 and len(out.splitlines()) == 3
+    assert err == [
+        "seq2seq: warning: line 2 has no >>xx<< tag at its start, and the model translates "
+        "into fra, eng with no default: lines without one are translated without a target "
+        "language (give --tgt_lang, or a tag at the start of each line)"
+    ]
+    for extra, text in (([], f">>eng<< {sentences[0]}\n"), (["--tgt_lang", "fr"], "Ein Hund.\n")):
+        code, _, err = run_main(monkeypatch, capsys, *argv, *extra, stdin=text.encode())
+        assert (code, err) == (0, []), err
     copy = _with_tokenizer_config(folder, tmp_path, target_lang="fra")
     code, out, err = run_main(
         monkeypatch, capsys, "import", "--input", str(copy), "--output", str(tmp_path / "t.ckpt")

@@ -11,6 +11,7 @@ import codecs
 import dataclasses
 import itertools
 import os
+import re
 import sys
 import typing
 from collections.abc import Iterator, Sequence
@@ -242,8 +243,14 @@ def translate(argv: Sequence[str]) -> None:
         else:
             lines = iter_lines(args.input)
         prefixes = iter_lines(prefix_source) if prefix_source is not None else None
+        untagged = _untagged_warning(translator.tokenizer, args.tgt_lang)
         first = 0
         while window := list(itertools.islice(lines, buffer)):
+            if untagged is not None:  # once, at the first line without a tag
+                i = next((i for i, line in enumerate(window) if not TYPED_TAG.match(line)), None)
+                if i is not None:
+                    print(untagged.format(line=first + i + 1), file=sys.stderr)
+                    untagged = None
             extra = {}
             if prefixes is not None:
                 extra["prefixes"] = list(itertools.islice(prefixes, len(window)))
@@ -319,6 +326,27 @@ def _prefix_count_error(
     parser.error(
         f"--prefix_file {prefix_file} has {has} but the input {where} has {other}; give one "
         "prefix per input line (an empty line for none)"
+    )
+
+
+TYPED_TAG = re.compile(r"\s*>>\S+<<")
+"""A target-language tag typed at the start of an input line (``>>fra<< Ein Hund.``)."""
+
+
+def _untagged_warning(tokenizer: Any, tgt_lang: str | None) -> str | None:
+    """The warning (``{line}`` to fill) for an input line without a typed ``>>xx<<`` tag to
+    a Marian model of several target languages and no default one, given no ``--tgt_lang``:
+    such a line is translated without a tag, into whichever language the model makes of it;
+    ``None`` where a target is set."""
+    languages = getattr(tokenizer, "languages", ())
+    if getattr(tokenizer, "family", None) != "marian" or not languages or tgt_lang:
+        return None
+    if getattr(tokenizer, "tgt_lang", None) is not None:
+        return None
+    return (
+        "seq2seq: warning: line {line} has no >>xx<< tag at its start, and the model translates "
+        f"into {', '.join(languages)} with no default: lines without one are translated "
+        "without a target language (give --tgt_lang, or a tag at the start of each line)"
     )
 
 
