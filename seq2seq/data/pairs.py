@@ -24,6 +24,7 @@ from torch.utils.data import Dataset
 from seq2seq.data.batching import temperature_probs
 from seq2seq.data.corpus import CorpusSplit, SplitNotFoundError, locate_split, pair_folder
 from seq2seq.data.dataset import Lengths, TokenizedDataset
+from seq2seq.data.language_tags import target_tags
 from seq2seq.data.mixed_stream import MixedStream
 from seq2seq.data.multi30k import download_missing, downloadable, missing_files
 from seq2seq.data.spm_files import SentencePieceSettings, load_or_train, load_or_train_pairs
@@ -72,13 +73,6 @@ def parse_pairs(pairs: Sequence[str] | None) -> list[Pair]:
 def pair_name(pair: Pair) -> str:
     """``"de-en"`` for ``("de", "en")``."""
     return f"{pair[0]}-{pair[1]}"
-
-
-def target_tags(pairs: Sequence[Pair]) -> list[str]:
-    """The tags ``>>t<<`` of the pairs' target languages (sorted) where there is more than one
-    target language; ``[]`` otherwise (bilingual and many-to-one runs have none)."""
-    targets = sorted({tgt for _, tgt in pairs})
-    return [f">>{tgt}<<" for tgt in targets] if len(targets) > 1 else []
 
 
 def encode_languages(tokenizer: Any, pair: Pair, multilingual: bool) -> dict[str, str]:
