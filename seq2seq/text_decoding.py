@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from seq2seq.checkpoint.format import pair_names
+from seq2seq.data.language_tags import is_language_code, same_language
 from seq2seq.nn import DecodingConfig, Transformer, beam_search, greedy_search, sample
 from seq2seq.spelling import did_you_mean
 
@@ -167,7 +168,7 @@ def untagged_target(
     targets = {tgt for _, tgt in pairs or ()}
     if tgt_lang is None or getattr(tokenizer, "languages", ()) or len(targets) != 1:
         return tgt_lang
-    if targets == {tgt_lang}:
+    if _is_one_of(tgt_lang, list(targets)):  # en, or eng
         return None
     (only,) = targets
     raise ValueError(
@@ -185,6 +186,14 @@ def default_target_prefix(tokenizer: Tokenizer, tgt_lang: str | None = None) -> 
     return language_prefixes(tokenizer, tgt_lang)[1]
 
 
+def _is_one_of(lang: str, names: Sequence[str]) -> bool:
+    """Whether ``lang`` is the language of one of ``names`` (by any of its codes)."""
+    try:
+        return same_language(lang, names) is not None
+    except ValueError:  # the language of several of them
+        return True
+
+
 def zero_shot_warning(
     pairs: Sequence[tuple[str, str]] | None, src_lang: str | None, tgt_lang: str | None
 ) -> str | None:
@@ -200,12 +209,14 @@ def zero_shot_warning(
         if len(targets) != 1:
             return None  # the tokenizer asks for tgt_lang
         (tgt_lang,) = targets
-    if (src_lang, tgt_lang) in set(map(tuple, pairs)):
+    # Any code of a pair's language is that language (NLLB's deu_Latn for a pair's de).
+    if any(_is_one_of(src_lang, [src]) and _is_one_of(tgt_lang, [tgt]) for src, tgt in pairs):
         return None
     languages = sorted({lang for pair in pairs for lang in pair})
     unknown = ""
-    if src_lang not in languages:
-        unknown = f"; {src_lang} is none of its languages ({', '.join(languages)}): misspelt?"
+    if not _is_one_of(src_lang, languages):
+        unknown = f"; {src_lang} is none of its languages ({', '.join(languages)})"
+        unknown += "" if is_language_code(src_lang) else ", nor a language code: misspelt?"
     return (
         f"{src_lang}->{tgt_lang} was not trained (pairs: {pair_names(sorted(pairs))}){unknown}; "
         "translating zero-shot"

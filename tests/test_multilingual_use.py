@@ -142,9 +142,17 @@ def test_zero_shot_directions_are_warned_once(tagged, models, recwarn):
     with pytest.warns(UserWarning) as caught:
         many.translate(SENTENCES, src_lang="it")
     assert [str(w.message) for w in caught] == [  # a language the model has never seen
-        "it->en was not trained (pairs: de-en, fr-en); it is none of its languages (de, en, fr): "
-        "misspelt?; translating zero-shot"
+        "it->en was not trained (pairs: de-en, fr-en); it is none of its languages (de, en, "
+        "fr); translating zero-shot"
     ]
+    with pytest.warns(UserWarning) as caught:  # no language at all
+        many.translate(SENTENCES, src_lang="xx")
+    assert str(caught[0].message).endswith(
+        "xx is none of its languages (de, en, fr), nor a language code: misspelt?; translating "
+        "zero-shot"
+    )
+    many.translate(SENTENCES, src_lang="fra", tgt_lang="eng")  # codes of a trained pair's
+    assert not recwarn.list
     # its one target language selects nothing, so naming it is no error; another one is
     assert many.translate(SENTENCES, tgt_lang="en") == many.translate(SENTENCES)
     with pytest.raises(ValueError, match="no target-language tokens"):

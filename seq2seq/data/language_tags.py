@@ -8,7 +8,14 @@ from collections.abc import Iterable, Iterator
 
 import sentencepiece as spm
 
-__all__ = ["LANGUAGE_TAG", "language_tag", "model_tags", "same_language", "target_tags"]
+__all__ = [
+    "LANGUAGE_TAG",
+    "is_language_code",
+    "language_tag",
+    "model_tags",
+    "same_language",
+    "target_tags",
+]
 
 LANGUAGE_TAG = re.compile(r">>(\S+)<<")
 """A target-language tag piece, ``>>fr<<``; group 1 is the language."""
@@ -26,6 +33,14 @@ def target_tags(pairs: Iterable[tuple[str, str]]) -> list[str]:
     sorted, where there are several; none for one (a bilingual or many-to-one model)."""
     targets = sorted({tgt for _, tgt in pairs})
     return [language_tag(lang) for lang in targets] if len(targets) > 1 else []
+
+
+def is_language_code(lang: str) -> bool:
+    """Whether ``lang`` is a valid BCP 47 language tag (``es``, ``deu_Latn``; ``_`` read as
+    ``-``), not a misspelling such as ``xx``; by ``langcodes.tag_is_valid``."""
+    import langcodes
+
+    return langcodes.tag_is_valid(lang.replace("_", "-"))
 
 
 def same_language(lang: str, names: Iterable[str]) -> str | None:
