@@ -190,11 +190,11 @@ class Seq2SeqCLI(compat.SkipCheckpointHparams, LightningCLI):
             set_checkpoint_dirs(config, config["checkpoint_dir"])
         if config.get("patience") is not None:
             set_patience(config, config["patience"])
-        compat.print_config_if_requested(parser, self.config)
         if subcommand == "fit" and config.get("init_from") and config.get("ckpt_path"):
             resume_over_init_from(config, self._read)
         if config.get("init_from"):
             self._init_from = apply_init_from(subcommand, config, fail, self._read)
+        compat.print_config_if_requested(parser, self.config)  # the model settings taken too
         self._resumed_step = resolve_ckpt_arguments(subcommand, config, fail, self._read)
         if subcommand == "fit" and not config.get("init_from") and not config.get("ckpt_path"):
             warn_default_sizes(config)
