@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from conftest import multi30k_lines, run_main
-from hf_folders import fairseq_spm, marian_folder, nllb_folder
+from hf_folders import D_MODEL, FFN, fairseq_spm, marian_folder, nllb_folder
 from test_resume import CKPT_EVERY, KILL_AT, MAX_STEPS, _config, _fit, _logged, _write_corpus
 
 from seq2seq.checkpoint import load_checkpoint
@@ -164,6 +165,16 @@ def test_imported_and_fine_tuned_models_test_and_translate(
     )  # fmt: skip
     assert code != 0 and len(err) == 1
     assert "'xx'" in err[0] and "deu_Latn, eng_Latn, fra_Latn, spa_Latn" in err[0]
+
+
+def test_print_config_shows_the_settings_init_from_takes(imported, monkeypatch, capsys):
+    """``fit --init_from X --print_config`` prints the model settings of X, as the run uses."""
+    config = Path(__file__).parent.parent / "configs" / "finetune_opus_mt.yaml"
+    argv = ["fit", "--config", str(config), "--init_from", str(imported["marian"])]
+    code, out, _ = run_main(monkeypatch, capsys, *argv, "--print_config")
+    assert code == 0
+    model = yaml.safe_load(out)["model"]
+    assert (model["d_model"], model["d_ff"], model["norm_first"]) == (D_MODEL, FFN, False)
 
 
 def test_init_from_beside_a_resume_of_its_run_resumes(imported, reference, tmp_path, caplog):
