@@ -23,7 +23,14 @@ from sacrebleu.metrics import BLEU, CHRF, TER
 
 from seq2seq.files import atomic_write
 
+#: The metrics that ``model.metrics`` names, by their logged name (``val/chrfpp``): sacreBLEU's
+#: BLEU, chrF (``CHRF()``, character n-grams), chrF++ (``CHRF(word_order=2)``: word unigrams and
+#: bigrams too; Popović, 2017, "chrF++: words helping character n-grams") and TER.
+KNOWN_METRICS = ("bleu", "chrf", "chrfpp", "ter")
+#: The metrics a run scores when ``model.metrics`` is left out.
 METRICS = ("bleu", "chrf", "ter")
+#: The metrics of :data:`KNOWN_METRICS` whose higher score is better (TER: lower).
+HIGHER_IS_BETTER = frozenset({"bleu", "chrf", "chrfpp"})
 
 
 @dataclass(frozen=True)
@@ -31,8 +38,8 @@ class Score:
     """One corpus-level score.
 
     Attributes:
-        name: metric name, one of ``bleu``, ``chrf``, ``ter``.
-        value: the score (BLEU and chrF in 0..100, higher is better; TER lower is better).
+        name: metric name, one of :data:`KNOWN_METRICS`.
+        value: the score (0..100 for BLEU, chrF and chrF++; :data:`HIGHER_IS_BETTER`).
         text: sacreBLEU's formatted score line, e.g. ``BLEU = 36.12 68.1/43.2/...``.
         signature: sacreBLEU's signature, e.g. ``nrefs:1|case:mixed|eff:no|tok:13a|...``.
     """
@@ -60,9 +67,11 @@ def _metric(name: str, tgt_lang: str | None):
         return BLEU(trg_lang=_iso639_1(tgt_lang) if tgt_lang else "")
     if name == "chrf":
         return CHRF()
+    if name == "chrfpp":
+        return CHRF(word_order=2)
     if name == "ter":
         return TER()
-    raise ValueError(f"unknown metric {name!r}; choose from {', '.join(METRICS)}")
+    raise ValueError(f"unknown metric {name!r}; choose from {', '.join(KNOWN_METRICS)}")
 
 
 def corpus_scores(
@@ -76,7 +85,7 @@ def corpus_scores(
     Args:
         hypotheses: one detokenized hypothesis per sentence, in corpus order.
         references: the raw reference lines, same length and order.
-        metrics: names from ``("bleu", "chrf", "ter")``.
+        metrics: names from :data:`KNOWN_METRICS`.
         tgt_lang: target-language code (``zh``; ``zho_Hans`` too); selects sacreBLEU's default
             BLEU tokenizer for it (``13a`` for most languages).
 

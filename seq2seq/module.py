@@ -30,6 +30,7 @@ from seq2seq.checkpoint.restore import (
 )
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.evaluation import (
+    KNOWN_METRICS,
     METRICS,
     HeldOutScores,
     Score,
@@ -154,7 +155,9 @@ class TranslationModule(L.LightningModule):
             samples: validation and test score the search's output.
         val_beam_size: beam size during validation in ``fit`` (``None``: that of
             ``decoding``).
-        metrics: corpus metrics computed on held-out sets (``bleu``, ``chrf``, ``ter``).
+        metrics: corpus metrics computed on held-out sets, logged as ``val/<name>``: ``bleu``,
+            ``chrf``, ``ter`` (the default) and ``chrfpp`` (chrF++), see
+            :data:`~seq2seq.evaluation.KNOWN_METRICS`.
         tgt_lang: target language code for sacreBLEU's tokenizer choice (``None``: 13a), for
             a data module that does not name each held-out set's (``heldout_tgt_lang``).
         compile: run the training and evaluation forward pass through ``torch.compile``
@@ -214,8 +217,8 @@ class TranslationModule(L.LightningModule):
         self.scheduler_factory = lr_scheduler
         self.metrics = list(metrics) if metrics is not None else list(METRICS)
         for name in self.metrics:
-            if name not in METRICS:
-                raise ValueError(f"unknown metric {name!r} in metrics; choose from {METRICS}")
+            if name not in KNOWN_METRICS:
+                raise ValueError(f"unknown metric {name!r} in metrics; choose from {KNOWN_METRICS}")
         self._stand_ins = _check_optimizer_settings(optimizer, lr_scheduler, self.metrics)
         self.tokenizer: Tokenizer | None = None
         self.initialised_from: str | None = None  # fit --init_from's checkpoint

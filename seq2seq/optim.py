@@ -10,6 +10,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from torch.optim.lr_scheduler import LambdaLR, ReduceLROnPlateau
 
+from seq2seq.evaluation import HIGHER_IS_BETTER, KNOWN_METRICS
 from seq2seq.spelling import did_you_mean
 
 #: Key of ``checkpoint["seq2seq"]``: the class of the run's schedule (``None``: none), which a
@@ -79,12 +80,15 @@ def lightning_schedule(scheduler: object, metrics: Iterable[str]) -> dict[str, A
     monitor = getattr(scheduler, "monitor", None)
     monitor = monitor or ("val/loss" if scheduler.mode == "min" else "val/bleu")
     logged = ("loss", "nll", "ppl", *metrics)
-    if not (monitor.startswith("val/") and monitor.rsplit("/", 1)[-1] in logged):
+    name = monitor.rsplit("/", 1)[-1]
+    if not (monitor.startswith("val/") and name in logged):
+        left_out = monitor.startswith("val/") and name in KNOWN_METRICS  # not chosen
         known = [f"val/{name}" for name in logged]
         raise ValueError(
             f"lr_scheduler {type(scheduler).__name__} monitors {monitor!r}"
-            f"{did_you_mean(monitor, known)}, which the validation does not log; it logs "
-            f"val/<name> for {', '.join(logged)} (model.metrics)"
+            f"{'' if left_out else did_you_mean(monitor, known)}, which the validation does not "
+            f"log; it logs val/<name> for {', '.join(logged)} (model.metrics"
+            f"{f'; add {name}' if left_out else ''})"
         )
     for name in ("patience", "cooldown"):  # torch takes a negative one
         if getattr(scheduler, name, 0) < 0:
@@ -98,7 +102,7 @@ def check_plateau_monitor(schedule: dict[str, Any], pairs: Iterable[str]) -> Non
     """Checks a plateau schedule's monitor (``schedule``: :func:`lightning_schedule`'s entry)
     against the run's language pairs (the data module's ``pair_names``), before training: a
     pair's metric ``val/<pair>/<name>`` exists with several pairs only. Warns of a mode that
-    goes against its metric (``min`` on BLEU or chrF, ``max`` on loss, ``nll``, ``ppl``, TER).
+    goes against its metric (:func:`mode_against_metric`).
 
     Raises:
         ValueError: for another pair, or a pair's metric in a run of one pair.
@@ -127,10 +131,11 @@ def check_plateau_monitor(schedule: dict[str, Any], pairs: Iterable[str]) -> Non
 
 def mode_against_metric(monitor: str, mode: str) -> str | None:
     """``monitors val/bleu in mode min, but a higher bleu is better`` where ``mode`` goes
-    against the metric ``monitor`` names (``min`` on BLEU or chrF, ``max`` on the others:
-    loss, ``nll``, ``ppl``, TER), else None."""
+    against the metric ``monitor`` names (``min`` on BLEU, chrF, chrF++:
+    :data:`~seq2seq.evaluation.HIGHER_IS_BETTER`; ``max`` on the others: loss, ``nll``,
+    ``ppl``, TER), else None."""
     metric = monitor.rsplit("/", 1)[-1]
-    higher = metric in ("bleu", "chrf")
+    higher = metric in HIGHER_IS_BETTER
     if mode != ("min" if higher else "max"):
         return None
     better = "higher" if higher else "lower"

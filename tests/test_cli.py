@@ -466,6 +466,27 @@ def test_test_bleu_is_the_first_listed_sets(tiny_run, multi30k_dir, monkeypatch,
     assert table[3] == "(test/bleu, test/chrf, test/ter: val's)"
 
 
+def test_chrfpp_chosen_in_model_metrics_is_logged_printed_and_tabled(
+    tiny_run, multi30k_dir, monkeypatch, capsys
+):
+    """``--model.metrics '[bleu, chrfpp]'``: ``test/<set>/chrfpp`` and ``test/chrfpp`` are
+    logged, its line is printed with its sacreBLEU signature as BLEU's is, and the table has a
+    ``chrF2++`` column."""
+    cli = _test_best_of_tiny_run(
+        tiny_run, multi30k_dir, monkeypatch, "--model.metrics", "[bleu, chrfpp]",
+        "--data.test_splits", "[val, test_2016_flickr]", "--model.decoding.beam_size", "1",
+    )  # fmt: skip
+    metrics = cli.trainer.callback_metrics
+    assert float(metrics["test/chrfpp"]) == float(metrics["test/val/chrfpp"])
+    assert "test/chrf" not in metrics and "test/ter" not in metrics
+    out = capsys.readouterr().out
+    line = out[out.index("test/val: chrF2++ = ") :].splitlines()
+    assert line[1].startswith("  signature: nrefs:1|case:mixed|eff:yes|nc:6|nw:2|"), line
+    table = out[out.index("set  ") :].splitlines()[:4]
+    assert table[0].split() == ["set", "BLEU", "chrF2++"], table
+    assert table[3] == "(test/bleu, test/chrfpp: val's)"
+
+
 def test_test_from_best_checkpoint_matches_sacrebleu(tiny_run, multi30k_dir, monkeypatch):
     cli = _test_best_of_tiny_run(
         tiny_run, multi30k_dir, monkeypatch, "--trainer.limit_test_batches", "1.0"

@@ -28,6 +28,20 @@ def test_scores_equal_sacrebleu_and_carry_signatures():
         assert part in signature
 
 
+def test_chrfpp_is_sacrebleus_chrf_with_word_bigrams_and_only_on_request():
+    """``chrfpp``: sacreBLEU's ``CHRF(word_order=2)`` (chrF++), its score line and signature as
+    sacreBLEU prints them (``chrF2++ = ...``, ``nw:2``); the default metrics leave it out."""
+    score = corpus_scores(HYPS, REFS, ["chrfpp"])["chrfpp"]
+    expected = sacrebleu.corpus_chrf(HYPS, [REFS], word_order=2)
+    assert (score.name, score.value, score.text) == ("chrfpp", expected.score, str(expected))
+    assert score.text.startswith("chrF2++ = ")
+    assert "|nc:6|nw:2|" in score.signature
+    assert score.value != corpus_scores(HYPS, REFS, ["chrf"])["chrf"].value
+    assert list(corpus_scores(HYPS, REFS)) == ["bleu", "chrf", "ter"]
+    with pytest.raises(ValueError, match=r"unknown metric 'chrf\+\+'; choose from .*chrfpp"):
+        corpus_scores(HYPS, REFS, ["chrf++"])
+
+
 def test_target_language_selects_sacrebleu_tokenizer():
     assert (
         "tok:zh" in corpus_scores(["我爱你"], ["我爱你"], ["bleu"], tgt_lang="zh")["bleu"].signature

@@ -205,6 +205,32 @@ def test_lr_scheduler_none_is_a_constant_rate_and_a_plateau_schedule_is_the_modu
         tiny_model(lr_scheduler=partial(ReduceLROnPlateau, mode="max"), metrics=["chrf"])
 
 
+def test_chrfpp_is_a_metric_to_choose_and_monitor():
+    """``metrics=["chrfpp"]`` is accepted (an unknown name is refused, naming the choices); a
+    plateau schedule may monitor ``val/chrfpp``, and ``min`` on it is against the metric."""
+    from functools import partial
+
+    from lightning.pytorch.cli import ReduceLROnPlateau as Named
+
+    from seq2seq.optim import mode_against_metric
+
+    assert tiny_model(metrics=["bleu", "chrfpp"]).metrics == ["bleu", "chrfpp"]
+    with pytest.raises(
+        ValueError, match=r"unknown metric 'chrf\+\+' in metrics; choose .*'chrfpp'"
+    ):
+        tiny_model(metrics=["chrf++"])
+    monitored = partial(Named, monitor="val/chrfpp", mode="max")
+    assert tiny_model(lr_scheduler=monitored, metrics=["chrfpp"]).metrics == ["chrfpp"]
+    with pytest.raises(
+        ValueError, match=r"monitors .val/chrfpp., which .* ter \(model.metrics; add chrfpp\)$"
+    ):
+        tiny_model(lr_scheduler=monitored)  # the default metrics leave chrF++ out
+    assert mode_against_metric("val/chrfpp", "max") is None
+    assert mode_against_metric("val/de-en/chrfpp", "min") == (
+        "monitors val/de-en/chrfpp in mode min, but a higher chrfpp is better"
+    )
+
+
 def test_resumed_schedule_check_of_checkpoints_with_and_without_the_record():
     from seq2seq.optim import check_resumed_schedule
 
