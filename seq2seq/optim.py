@@ -53,6 +53,59 @@ class InverseSqrtLR(LambdaLR):
         return min(step / self.warmup_steps, math.sqrt(self.warmup_steps / step))
 
 
+class CosineLR(LambdaLR):
+    """Linear warmup, then half a cosine from the peak down to a floor at ``max_steps``.
+
+    The factor applied to each parameter group's base learning rate at optimizer step ``s``
+    (counted from 1, as :class:`InverseSqrtLR` counts) is ``s / warmup_steps`` up to
+    ``warmup_steps``, then ``r + (1 - r) * (1 + cos(pi * p)) / 2`` with ``r = min_lr_ratio``
+    and ``p = min(1, (s - warmup_steps) / (max_steps - warmup_steps))``: 1 at ``warmup_steps``,
+    ``r`` from ``max_steps`` on. This is SGDR's cosine (Loshchilov and Hutter, 2017, eq. 5,
+    one cycle) after a linear warmup, as Hugging Face's ``get_cosine_schedule_with_warmup``
+    (``min_lr_ratio`` as the ``min_lr_rate`` of its ``..._with_min_lr``) one step ahead: that
+    counts steps from 0, so its first step trains at rate 0 and its peak comes one step late.
+
+    Step it once per optimizer step (Lightning: ``"interval": "step"``).
+
+    Args:
+        optimizer: the wrapped optimizer; its ``lr`` is the peak learning rate.
+        warmup_steps: number of optimizer steps of linear warmup; 0 disables warmup.
+        max_steps: the optimizer step at which the rate reaches its floor and stays (the run's
+            ``trainer.max_steps``, which the schedule is not told).
+        min_lr_ratio: the floor, as a fraction of the peak, in [0, 1].
+
+    Raises:
+        ValueError: if ``warmup_steps`` is negative, ``max_steps`` not above it, or
+            ``min_lr_ratio`` outside [0, 1].
+    """
+
+    def __init__(
+        self,
+        optimizer: torch.optim.Optimizer,
+        max_steps: int,
+        warmup_steps: int = 4000,
+        min_lr_ratio: float = 0.0,
+    ) -> None:
+        if warmup_steps < 0:
+            raise ValueError(f"warmup_steps must be >= 0, got {warmup_steps}")
+        if max_steps <= warmup_steps:
+            raise ValueError(  # "lr_scheduler": not trainer.max_steps
+                f"lr_scheduler max_steps must be > warmup_steps ({warmup_steps}), got {max_steps}"
+            )
+        if not 0.0 <= min_lr_ratio <= 1.0:
+            raise ValueError(f"lr_scheduler min_lr_ratio must be in [0, 1], got {min_lr_ratio}")
+        self.warmup_steps, self.max_steps, self.min_lr_ratio = warmup_steps, max_steps, min_lr_ratio
+        super().__init__(optimizer, lr_lambda=self._factor)
+
+    def _factor(self, step: int) -> float:
+        step = step + 1  # LambdaLR counts from 0; the first optimizer step is step 1.
+        if step < self.warmup_steps:
+            return step / self.warmup_steps
+        progress = min(1.0, (step - self.warmup_steps) / (self.max_steps - self.warmup_steps))
+        cosine = 0.5 * (1.0 + math.cos(math.pi * progress))
+        return self.min_lr_ratio + (1.0 - self.min_lr_ratio) * cosine
+
+
 def class_name(instance: object | None) -> str | None:
     """``module.QualifiedName`` of a schedule's or optimizer's class (or of a class given
     itself), ``None`` for none."""

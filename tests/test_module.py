@@ -296,6 +296,39 @@ def test_fit_without_a_schedule_or_with_a_plateau_schedule(
         assert not list(tmp_path.glob("lightning_logs/**/config.resumed*"))
 
 
+def test_fit_with_the_cosine_schedule_resumes_it_exactly(
+    tiny_cache, multi30k_dir, tmp_path, monkeypatch, capsys
+):
+    """``--model.lr_scheduler seq2seq.optim.CosineLR``: a run stopped at step 6 and resumed
+    to step 12 takes every step at the uninterrupted run's rate, and ends at the floor."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    def fit(folder: str, *argv: str) -> dict[int, float]:
+        (tmp_path / folder).mkdir(exist_ok=True)
+        monkeypatch.chdir(tmp_path / folder)
+        code, _, err = run_main(
+            monkeypatch, capsys, "fit", "--config", str(CONFIGS / "tiny.yaml"),
+            "--data.data_dir", str(multi30k_dir), "--data.cache_dir", str(tiny_cache),
+            "--model.lr_scheduler", "seq2seq.optim.CosineLR",
+            "--model.lr_scheduler.init_args.warmup_steps", "3",
+            "--model.lr_scheduler.init_args.max_steps", "12",
+            "--model.lr_scheduler.init_args.min_lr_ratio", "0.1",
+            "--trainer.log_every_n_steps", "1", "--trainer.val_check_interval", "100",
+            "--trainer.limit_val_batches", "1", *argv,
+        )  # fmt: skip
+        assert code == 0, err
+        logs = EventAccumulator(str(tmp_path / folder / "lightning_logs" / "tiny" / "version_0"))
+        logs.Reload()
+        return {event.step: event.value for event in logs.Scalars("train/lr")}
+
+    reference = fit("reference", "--trainer.max_steps", "12")
+    assert sorted(reference) == list(range(12))  # Lightning's step axis counts from 0
+    assert reference[2] == pytest.approx(0.003) and reference[11] == pytest.approx(0.0003)
+    fit("resumed", "--trainer.max_steps", "6")
+    resumed = fit("resumed", "--trainer.max_steps", "12", "--ckpt_path", "last")
+    assert resumed == reference
+
+
 def test_compile_compiles_twice_for_batches_of_varying_rows_and_lengths(monkeypatch):
     """``compile=True`` under torch's automatic dynamic shapes: the first batch's sizes, then
     one graph with the changing sizes symbolic, not one graph per batch shape."""

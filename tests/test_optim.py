@@ -3,13 +3,14 @@ import math
 import pytest
 import torch
 
-from seq2seq.optim import InverseSqrtLR
+from seq2seq.optim import CosineLR, InverseSqrtLR
 
 
-def _lrs(warmup, steps, peak=1e-3):
+def _lrs(warmup, steps, peak=1e-3, schedule=InverseSqrtLR, **settings):
+    """The learning rate of each of ``steps`` optimizer steps, from 1."""
     param = torch.nn.Parameter(torch.zeros(1))
     optimizer = torch.optim.AdamW([param], lr=peak)
-    schedule = InverseSqrtLR(optimizer, warmup_steps=warmup)
+    schedule = schedule(optimizer, warmup_steps=warmup, **settings)
     lrs = []
     for _ in range(steps):
         lrs.append(optimizer.param_groups[0]["lr"])
@@ -32,3 +33,79 @@ def test_negative_warmup_is_refused():
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
     with pytest.raises(ValueError, match="warmup_steps"):
         InverseSqrtLR(optimizer, warmup_steps=-1)
+
+
+def _cosine(step: int, warmup: int, max_steps: int, floor: float = 0.0) -> float:
+    """CosineLR's factor at optimizer step ``step`` (from 1), written out."""
+    if step <= warmup:
+        return step / warmup
+    progress = min(1.0, (step - warmup) / (max_steps - warmup))
+    return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+@pytest.mark.parametrize(("warmup", "floor"), [(10, 0.0), (10, 0.1), (0, 0.0)])
+def test_cosine_warmup_then_half_a_cosine_to_the_floor_at_max_steps(warmup, floor):
+    lrs = _lrs(warmup, 60, schedule=CosineLR, max_steps=50, min_lr_ratio=floor)
+    for step, lr in enumerate(lrs, start=1):
+        assert lr == pytest.approx(1e-3 * _cosine(step, warmup, 50, floor), rel=1e-12), step
+    if warmup:
+        assert lrs[0] == pytest.approx(1e-4) and lrs[warmup - 1] == pytest.approx(1e-3)
+    assert lrs[29] == pytest.approx(1e-3 * (floor + (1 - floor) * 0.5 * (1 + math.cos(
+        math.pi * (30 - warmup) / (50 - warmup)))))  # fmt: skip
+    assert lrs[49:] == [pytest.approx(1e-3 * floor, abs=1e-18)] * 11  # the floor, and it stays
+
+
+@pytest.mark.parametrize("warmup", [10, 0])
+def test_cosine_is_hugging_faces_one_step_ahead(warmup):
+    """transformers' ``get_cosine_schedule_with_warmup`` counts steps from 0: its rate of step
+    ``s + 1`` is ours of step ``s``, to ``max_steps``."""
+    transformers = pytest.importorskip("transformers")
+    optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=1e-3)
+    theirs = transformers.get_cosine_schedule_with_warmup(optimizer, warmup, 50)
+    hf = []
+    for _ in range(51):
+        hf.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        theirs.step()
+    ours = _lrs(warmup, 50, schedule=CosineLR, max_steps=50)
+    assert ours == pytest.approx(hf[1:], rel=1e-12, abs=1e-18)
+
+
+def test_cosine_resumes_exactly_from_its_state_dict():
+    """A schedule built afresh (as a resumed run's, of other settings even) and given the
+    state dict of one stopped at step 17 goes on as the uninterrupted one: the settings are
+    state, restored with the step count (a resume warns of configured ones that differ)."""
+    uninterrupted = _lrs(10, 60, schedule=CosineLR, max_steps=50, min_lr_ratio=0.1)
+    optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=1e-3)
+    schedule = CosineLR(optimizer, warmup_steps=10, max_steps=50, min_lr_ratio=0.1)
+    for _ in range(17):
+        optimizer.step()
+        schedule.step()
+    state = {"optimizer": optimizer.state_dict(), "schedule": schedule.state_dict()}
+    optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=5e-4)
+    resumed = CosineLR(optimizer, warmup_steps=3, max_steps=20)
+    optimizer.load_state_dict(state["optimizer"])
+    resumed.load_state_dict(state["schedule"])
+    lrs = []
+    for _ in range(60 - 17):
+        lrs.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        resumed.step()
+    assert lrs == uninterrupted[17:]
+    assert (resumed.warmup_steps, resumed.max_steps, resumed.min_lr_ratio) == (10, 50, 0.1)
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"warmup_steps": -1, "max_steps": 10}, r"^warmup_steps must be >= 0, got -1$"),
+        ({"warmup_steps": 10, "max_steps": 10},
+         r"^lr_scheduler max_steps must be > warmup_steps \(10\), got 10$"),
+        ({"max_steps": 10, "warmup_steps": 0, "min_lr_ratio": 1.5},
+         r"^lr_scheduler min_lr_ratio must be in \[0, 1\], got 1.5$"),
+    ],
+)  # fmt: skip
+def test_cosine_settings_out_of_range_are_refused(settings, message):
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    with pytest.raises(ValueError, match=message):
+        CosineLR(optimizer, **settings)
