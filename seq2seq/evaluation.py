@@ -61,6 +61,21 @@ def _iso639_1(lang: str) -> str:
         return lang
 
 
+def check_metrics(names: Iterable[str]) -> list[str]:
+    """``names`` as a list, checked to be of :data:`KNOWN_METRICS`.
+
+    Raises:
+        ValueError: naming the first unknown one and those known.
+    """
+    names = list(names)
+    for name in names:
+        if name not in KNOWN_METRICS:
+            raise ValueError(
+                f"unknown metric {name!r} in metrics; choose from {', '.join(KNOWN_METRICS)}"
+            )
+    return names
+
+
 def _metric(name: str, tgt_lang: str | None):
     if name == "bleu":
         # trg_lang picks sacreBLEU's default tokenizer for that language (zh, ja-mecab, ko-mecab).

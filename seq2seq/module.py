@@ -30,10 +30,10 @@ from seq2seq.checkpoint.restore import (
 )
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.evaluation import (
-    KNOWN_METRICS,
     METRICS,
     HeldOutScores,
     Score,
+    check_metrics,
     corpus_scores,
     score_table,
     set_means,
@@ -215,10 +215,7 @@ class TranslationModule(L.LightningModule):
         self.model = Transformer(self.config)
         self.optimizer_factory = optimizer
         self.scheduler_factory = lr_scheduler
-        self.metrics = list(metrics) if metrics is not None else list(METRICS)
-        for name in self.metrics:
-            if name not in KNOWN_METRICS:
-                raise ValueError(f"unknown metric {name!r} in metrics; choose from {KNOWN_METRICS}")
+        self.metrics = check_metrics(metrics if metrics is not None else METRICS)
         self._stand_ins = _check_optimizer_settings(optimizer, lr_scheduler, self.metrics)
         self.tokenizer: Tokenizer | None = None
         self.initialised_from: str | None = None  # fit --init_from's checkpoint
@@ -413,7 +410,8 @@ class TranslationModule(L.LightningModule):
         optimizer = self.optimizer_factory(self.parameters())
         if self.scheduler_factory is None:
             return optimizer
-        schedule = lightning_schedule(self.scheduler_factory(optimizer), self.metrics)
+        steps = self._trainer.max_steps if self._trainer is not None else None
+        schedule = lightning_schedule(self.scheduler_factory(optimizer), self.metrics, steps)
         if self._trainer is not None and self.trainer.state.fn == "fit":
             check_plateau_monitor(schedule, self._pair_names())
         return {"optimizer": optimizer, "lr_scheduler": schedule}

@@ -70,8 +70,8 @@ class CosineLR(LambdaLR):
     Args:
         optimizer: the wrapped optimizer; its ``lr`` is the peak learning rate.
         warmup_steps: number of optimizer steps of linear warmup; 0 disables warmup.
-        max_steps: the optimizer step at which the rate reaches its floor and stays (the run's
-            ``trainer.max_steps``, which the schedule is not told).
+        max_steps: the optimizer step at which the rate reaches its floor and stays: the
+            run's ``trainer.max_steps`` (another is warned about before training).
         min_lr_ratio: the floor, as a fraction of the peak, in [0, 1].
 
     Raises:
@@ -115,20 +115,24 @@ def class_name(instance: object | None) -> str | None:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-def lightning_schedule(scheduler: object, metrics: Iterable[str]) -> dict[str, Any]:
+def lightning_schedule(
+    scheduler: object, metrics: Iterable[str], max_steps: int | None = None
+) -> dict[str, Any]:
     """Lightning's ``lr_scheduler`` entry for ``scheduler``: stepped after every optimizer step;
     a ``ReduceLROnPlateau`` after each validation of a fit instead, by the module
     (:func:`step_plateau_schedules`), as fairseq and JoeyNMT step it; Lightning would step it at
     epoch ends only, and fail at the first one that no validation preceded.
 
     Its metric: Lightning's subclass names its ``monitor``; torch's is ``val/loss`` for its mode
-    ``min``, ``val/bleu`` for ``max``.
+    ``min``, ``val/bleu`` for ``max``. A schedule of a set length (:class:`CosineLR`) other
+    than ``max_steps``, the run's ``trainer.max_steps``, is warned about.
 
     Raises:
         ValueError: for a monitor that the validation does not log (``val/`` and ``loss``,
             ``nll``, ``ppl`` or one of ``metrics``, possibly with a language pair between).
     """
     if not isinstance(scheduler, ReduceLROnPlateau):
+        _warn_other_length(scheduler, max_steps)
         return {"scheduler": scheduler, "interval": "step", "frequency": 1}
     monitor = getattr(scheduler, "monitor", None)
     monitor = monitor or ("val/loss" if scheduler.mode == "min" else "val/bleu")
@@ -149,6 +153,22 @@ def lightning_schedule(scheduler: object, metrics: Iterable[str]) -> dict[str, A
     # reduce_on_plateau False: Lightning calls lr_scheduler_step, which leaves it to the module.
     plateau = {"interval": "epoch", "reduce_on_plateau": False, "monitor": monitor}
     return {"scheduler": scheduler, **plateau}
+
+
+def _warn_other_length(scheduler: object, max_steps: int | None) -> None:
+    """Warns where a schedule of a set length (:class:`CosineLR`'s ``max_steps``) is not the
+    run's ``trainer.max_steps`` (``max_steps``; ``None`` or -1: not known)."""
+    length = getattr(scheduler, "max_steps", None)
+    if length is None or max_steps is None or max_steps < 0 or length == max_steps:
+        return
+    if max_steps > length:
+        after = f"stays at its floor for the last {max_steps - length} steps"
+    else:
+        after = f"stops {length - max_steps} steps before its floor"
+    rank_zero_warn(
+        f"lr_scheduler {type(scheduler).__name__} max_steps {length} is not trainer.max_steps "
+        f"{max_steps}: the learning rate {after}"
+    )
 
 
 def check_plateau_monitor(schedule: dict[str, Any], pairs: Iterable[str]) -> None:

@@ -109,3 +109,23 @@ def test_cosine_settings_out_of_range_are_refused(settings, message):
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
     with pytest.raises(ValueError, match=message):
         CosineLR(optimizer, **settings)
+
+
+def test_a_cosine_of_another_length_than_the_run_is_warned_about(recwarn):
+    """CosineLR's max_steps against trainer.max_steps: equal, or not known (-1), is silent."""
+    from seq2seq.optim import lightning_schedule
+
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    schedule = CosineLR(optimizer, max_steps=100, warmup_steps=10)
+    for run in (100, -1, None):
+        lightning_schedule(schedule, ["bleu"], run)
+    lightning_schedule(InverseSqrtLR(optimizer, warmup_steps=10), ["bleu"], 50)
+    assert not recwarn.list
+    for run, after in ((150, "stays at its floor for the last 50 steps"),
+                       (60, "stops 40 steps before its floor")):  # fmt: skip
+        with pytest.warns(UserWarning) as caught:
+            lightning_schedule(schedule, ["bleu"], run)
+        assert str(caught[0].message) == (
+            f"lr_scheduler CosineLR max_steps 100 is not trainer.max_steps {run}: the learning "
+            f"rate {after}"
+        )
