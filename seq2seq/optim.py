@@ -42,7 +42,7 @@ class InverseSqrtLR(LambdaLR):
 
     def __init__(self, optimizer: torch.optim.Optimizer, warmup_steps: int = 4000) -> None:
         if warmup_steps < 0:
-            raise ValueError(f"warmup_steps must be >= 0, got {warmup_steps}")
+            raise ValueError(f"lr_scheduler warmup_steps must be >= 0, got {warmup_steps}")
         self.warmup_steps = warmup_steps
         super().__init__(optimizer, lr_lambda=self._factor)
 
@@ -87,7 +87,7 @@ class CosineLR(LambdaLR):
         min_lr_ratio: float = 0.0,
     ) -> None:
         if warmup_steps < 0:
-            raise ValueError(f"warmup_steps must be >= 0, got {warmup_steps}")
+            raise ValueError(f"lr_scheduler warmup_steps must be >= 0, got {warmup_steps}")
         if max_steps <= warmup_steps:
             raise ValueError(  # "lr_scheduler": not trainer.max_steps
                 f"lr_scheduler max_steps must be > warmup_steps ({warmup_steps}), got {max_steps}"

@@ -410,7 +410,11 @@ def test_d_model_not_divisible_by_n_heads():
         ("data.vocab_size", "3", r"data\.vocab_size must be > 4, got 3: the vocabulary holds"),
         ("data.vocab_size", "0", r"^vocab_size must be >= 1, got 0$"),
         ("model.d_ff", "0", r"^d_ff must be >= 1, got 0$"),
-        ("model.lr_scheduler.init_args.warmup_steps", "-1", r"^warmup_steps must be >= 0, got -1$"),
+        (
+            "model.lr_scheduler.init_args.warmup_steps",
+            "-1",
+            r"^lr_scheduler warmup_steps must be >= 0, got -1$",
+        ),
         ("model.optimizer.init_args.lr", "-1", r"^Invalid learning rate: -1\.0$"),
     ],
 )
