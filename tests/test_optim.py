@@ -98,7 +98,8 @@ def test_cosine_resumes_exactly_from_its_state_dict():
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
-        ({"warmup_steps": -1, "max_steps": 10}, r"^lr_scheduler warmup_steps must be >= 0, got -1$"),
+        ({"warmup_steps": -1, "max_steps": 10},
+         r"^lr_scheduler warmup_steps must be >= 0, got -1$"),
         ({"warmup_steps": 10, "max_steps": 10},
          r"^lr_scheduler max_steps must be > warmup_steps \(10\), got 10$"),
         ({"max_steps": 10, "warmup_steps": 0, "min_lr_ratio": 1.5},
