@@ -11,7 +11,6 @@ import codecs
 import dataclasses
 import itertools
 import os
-import re
 import sys
 import typing
 from collections.abc import Iterator, Sequence
@@ -23,6 +22,7 @@ import torch
 
 from seq2seq.commands.parsing import Parser, check_output, plain
 from seq2seq.data.formats import iter_lines, iter_stream_lines
+from seq2seq.data.language_tags import typed_tag
 from seq2seq.files import atomic_write, stream_errors
 from seq2seq.machine import warn_emulated_bfloat16
 from seq2seq.nn import DecodingConfig
@@ -247,7 +247,7 @@ def translate(argv: Sequence[str]) -> None:
         first = 0
         while window := list(itertools.islice(lines, buffer)):
             if untagged is not None:  # once, at the first line without a tag
-                i = next((i for i, line in enumerate(window) if not TYPED_TAG.match(line)), None)
+                i = next((i for i, line in enumerate(window) if not typed_tag(line)), None)
                 if i is not None:
                     print(untagged.format(line=first + i + 1), file=sys.stderr)
                     untagged = None
@@ -327,10 +327,6 @@ def _prefix_count_error(
         f"--prefix_file {prefix_file} has {has} but the input {where} has {other}; give one "
         "prefix per input line (an empty line for none)"
     )
-
-
-TYPED_TAG = re.compile(r"\s*>>\S+<<")
-"""A target-language tag typed at the start of an input line (``>>fra<< Ein Hund.``)."""
 
 
 def _untagged_warning(tokenizer: Any, tgt_lang: str | None) -> str | None:

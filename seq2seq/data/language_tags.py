@@ -15,6 +15,7 @@ __all__ = [
     "model_tags",
     "same_language",
     "target_tags",
+    "typed_tag",
 ]
 
 LANGUAGE_TAG = re.compile(r">>(\S+)<<")
@@ -33,6 +34,14 @@ def target_tags(pairs: Iterable[tuple[str, str]]) -> list[str]:
     sorted, where there are several; none for one (a bilingual or many-to-one model)."""
     targets = sorted({tgt for _, tgt in pairs})
     return [language_tag(lang) for lang in targets] if len(targets) > 1 else []
+
+
+def typed_tag(text: str) -> str | None:
+    """The tag typed at the start of ``text`` (``>>fra<<`` of ``">>fra<< Ein Hund."``), as
+    Marian's tokenizer takes it: from a leading ``>>`` to the first ``<<``; ``None`` if none."""
+    if text.startswith(">>") and (end := text.find("<<")) != -1:
+        return text[: end + 2]
+    return None
 
 
 def is_language_code(lang: str) -> bool:

@@ -40,7 +40,7 @@ from typing import Any
 
 import sentencepiece as spm
 
-from seq2seq.data.language_tags import same_language
+from seq2seq.data.language_tags import same_language, typed_tag
 from seq2seq.data.tokenizer import (
     CONTAINER_MAGIC,
     EOS_ID,
@@ -330,9 +330,9 @@ class VocabularyTokenizer(Tokenizer):
         codes: list[list[int]] = [[] for _ in texts]
         if self.family == "marian":  # a tag typed at the start is one token
             for i, text in enumerate(texts):
-                if text.startswith(">>") and (end := text.find("<<")) != -1:
-                    codes[i] = [self._piece_ids.get(text[: end + 2], UNK_ID)]
-                    texts[i] = text[end + 2 :]
+                if tag := typed_tag(text):
+                    codes[i] = [self._piece_ids.get(tag, UNK_ID)]
+                    texts[i] = text[len(tag) :]
         options = {"enable_sampling": True, "alpha": alpha, "nbest_size": -1} if sample else {}
         pieces = self._spm[side].encode(texts, out_type=str, **options)
         get = self._piece_ids.get
