@@ -8,6 +8,7 @@ obey (:func:`apply_overrides`). No Lightning.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -163,9 +164,18 @@ def untagged_target(
 
     Raises:
         ValueError: naming the model's one target language, for another ``tgt_lang`` on a
-            model without language tokens whose pairs are known.
+            model without language tokens whose pairs are known; naming the targets, for no
+            ``tgt_lang`` to an imported NLLB or M2M-100 model trained into several.
     """
     targets = {tgt for _, tgt in pairs or ()}
+    family = getattr(tokenizer, "family", None)
+    if tgt_lang is None and len(targets) > 1 and family not in (None, "marian"):
+        # An imported model's default target (NLLB's, from its import) is no choice among
+        # the several its run trained; ours and Marian's tag the source (refused or warned).
+        raise ValueError(
+            f"this model was trained into {', '.join(sorted(targets))}: choose the target "
+            "language (tgt_lang / --tgt_lang)"
+        )
     if tgt_lang is None or getattr(tokenizer, "languages", ()) or len(targets) != 1:
         return tgt_lang
     if _is_one_of(tgt_lang, list(targets)):  # en, or eng
@@ -175,6 +185,58 @@ def untagged_target(
         f"tgt_lang={tgt_lang!r}: this model has no target-language tokens; it translates into "
         f"{only} alone (give {only} or leave tgt_lang out)"
     )
+
+
+def source_language(
+    tokenizer: Tokenizer,
+    pairs: Sequence[tuple[str, str]] | None,
+    src_lang: str | None,
+    tgt_lang: str | None,
+) -> str | None:
+    """``src_lang``; where it is not given to an imported NLLB or M2M-100 model (whose source
+    code is part of the input) trained on known ``pairs``, the one source language of the
+    pairs into ``tgt_lang`` (``None``: the model's one target), instead of the default
+    source of its import; else ``None`` (the tokenizer's default).
+
+    Raises:
+        ValueError: naming the sources, where several pairs lead into ``tgt_lang``.
+    """
+    if src_lang is not None or not pairs or getattr(tokenizer, "family", None) in (None, "marian"):
+        return src_lang
+    into = {tgt for _, tgt in pairs} if tgt_lang is None else None
+    sources = sorted(
+        {src for src, tgt in pairs if (tgt in into if into else _is_one_of(tgt_lang, [tgt]))}
+    )
+    if len(sources) > 1:
+        target = tgt_lang or next(iter(into))
+        raise ValueError(
+            f"this model was trained from {', '.join(sources)} into {target}: name the source "
+            "language (src_lang / --src_lang)"
+        )
+    return sources[0] if sources else None
+
+
+def requested_languages(
+    tokenizer: Tokenizer,
+    pairs: Sequence[tuple[str, str]] | None,
+    tgt_lang: str | None,
+    src_lang: str | None,
+) -> tuple[str | None, str | None, tuple[list[int], list[int]]]:
+    """The languages a translation request selects, checked before any work: ``tgt_lang``
+    (:func:`untagged_target`), ``src_lang`` (:func:`source_language`) and their
+    :func:`language_prefixes`; a direction outside the trained ``pairs`` is warned about
+    (:func:`zero_shot_warning`).
+
+    Raises:
+        ValueError: as those functions.
+    """
+    tgt_lang = untagged_target(tokenizer, pairs, tgt_lang)
+    src_lang = source_language(tokenizer, pairs, src_lang, tgt_lang)
+    prefixes = language_prefixes(tokenizer, tgt_lang, src_lang)
+    zero_shot = zero_shot_warning(pairs, src_lang, tgt_lang)
+    if zero_shot:
+        warnings.warn(zero_shot, UserWarning, stacklevel=3)  # at the translate call
+    return tgt_lang, src_lang, prefixes
 
 
 def default_target_prefix(tokenizer: Tokenizer, tgt_lang: str | None = None) -> list[int]:

@@ -35,11 +35,9 @@ from seq2seq.nn import DecodingConfig, Ensemble, fast
 from seq2seq.text_decoding import (
     apply_overrides,
     decode_batch,
-    language_prefixes,
+    requested_languages,
     sampling_rules,
     source_batch,
-    untagged_target,
-    zero_shot_warning,
 )
 
 __all__ = ["Translator", "decoding_dtype"]
@@ -290,11 +288,9 @@ class Translator:
             ValueError: naming the entry or the setting: a line break; a setting unknown, out
                 of range or against the sampling rules; ``n_best`` above the beam size;
                 ``prefixes`` not one per sentence; a missing or unknown ``tgt_lang``."""
-        tgt_lang = untagged_target(self.tokenizer, self.pairs, tgt_lang)
-        language = language_prefixes(self.tokenizer, tgt_lang, src_lang)  # before any work
-        zero_shot = zero_shot_warning(self.pairs, src_lang, tgt_lang)
-        if zero_shot:
-            warnings.warn(zero_shot, UserWarning, stacklevel=2)
+        tgt_lang, src_lang, language = requested_languages(
+            self.tokenizer, self.pairs, tgt_lang, src_lang
+        )  # before any work
         if "seed" in decoding:  # the seed of sampling, sampling_seed in the settings
             decoding["sampling_seed"] = decoding.pop("seed")
         if beam_size is not None:

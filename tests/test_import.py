@@ -361,8 +361,8 @@ def test_a_tokenizer_config_language_that_is_no_language_of_the_model_is_no_defa
     assert code == 0 and len(out.splitlines()) == 3
     assert err == [
         "seq2seq: warning: line 2 has no >>xx<< tag at its start, and the model translates "
-        "into fra, eng with no default: lines without one are translated without a target "
-        "language (give --tgt_lang, or a tag at the start of each line)"
+        "into fra, eng: lines without one are translated without a target language (give "
+        "--tgt_lang, or a tag at the start of each line)"
     ]
     for extra, text in (([], f">>eng<< {sentences[0]}\n"), (["--tgt_lang", "fr"], "Ein Hund.\n")):
         code, _, err = run_main(monkeypatch, capsys, *argv, *extra, stdin=text.encode())
@@ -667,3 +667,29 @@ def test_fit_refuses_to_resume_from_an_imported_checkpoint(marian, tmp_path, mon
     assert f"{ckpt} was written by `seq2seq import` (from {marian[0].absolute()})" in err[0]
     assert f"--init_from {ckpt}" in err[0]
     assert not (tmp_path / "nodata").exists()
+
+
+def test_a_model_fine_tuned_into_several_languages_asks_which(nllb, tagged_marian, tmp_path):
+    """An imported model trained on several pairs: no target given to NLLB is refused (its
+    import's default is no choice among them); its source is the one trained into the target,
+    or refused among several; Marian's default serves untagged lines, with a warning."""
+    from seq2seq.commands.translating import _untagged_warning
+    from seq2seq.text_decoding import requested_languages
+
+    tok = nllb[2].tokenizer
+    pairs = [("de", "en"), ("fr", "en"), ("en", "fr")]
+    with pytest.raises(ValueError, match=r"^this model was trained into en, fr: choose the targ"):
+        requested_languages(tok, pairs, None, None)
+    with pytest.raises(ValueError, match=r"^this model was trained from de, fr into eng_Latn: "):
+        requested_languages(tok, pairs, "eng_Latn", None)
+    tgt, src, (source, target) = requested_languages(tok, pairs, "fr", None)  # from en alone
+    assert (tgt, src) == ("fr", "en")
+    assert tok.id_to_piece(source + target) == ["eng_Latn", "fra_Latn"]
+    assert requested_languages(tok, pairs, "en", "fra")[1] == "fra"
+    assert requested_languages(tok, None, None, None)[:2] == (None, None)  # pairs not known
+    marian = import_folder(tagged_marian[0], tmp_path / "m.ckpt", tgt_lang="fra").tokenizer
+    assert _untagged_warning(marian, None, [("de", "fr")]) is None  # its one target
+    assert _untagged_warning(marian, "en", [("de", "en"), ("de", "fr")]) is None
+    assert "translated into its default fra (give --tgt_lang" in _untagged_warning(
+        marian, None, [("de", "en"), ("de", "fr")]
+    )

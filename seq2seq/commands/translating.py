@@ -243,7 +243,7 @@ def translate(argv: Sequence[str]) -> None:
         else:
             lines = iter_lines(args.input)
         prefixes = iter_lines(prefix_source) if prefix_source is not None else None
-        untagged = _untagged_warning(translator.tokenizer, args.tgt_lang)
+        untagged = _untagged_warning(translator.tokenizer, args.tgt_lang, translator.pairs)
         first = 0
         while window := list(itertools.islice(lines, buffer)):
             if untagged is not None:  # once, at the first line without a tag
@@ -329,20 +329,23 @@ def _prefix_count_error(
     )
 
 
-def _untagged_warning(tokenizer: Any, tgt_lang: str | None) -> str | None:
+def _untagged_warning(tokenizer: Any, tgt_lang: str | None, pairs: Any) -> str | None:
     """The warning (``{line}`` to fill) for an input line without a typed ``>>xx<<`` tag to
-    a Marian model of several target languages and no default one, given no ``--tgt_lang``:
-    such a line is translated without a tag, into whichever language the model makes of it;
-    ``None`` where a target is set."""
+    a Marian model of several target languages, given no ``--tgt_lang``, where the model has
+    no default target (the line is translated without a tag) or was trained into several
+    (``pairs``: its default, from its import, is no choice among them); else ``None``."""
     languages = getattr(tokenizer, "languages", ())
     if getattr(tokenizer, "family", None) != "marian" or not languages or tgt_lang:
         return None
-    if getattr(tokenizer, "tgt_lang", None) is not None:
+    default = getattr(tokenizer, "tgt_lang", None)
+    trained = sorted({tgt for _, tgt in pairs or ()})
+    if default is not None and len(trained) < 2:
         return None
+    into = f"into its default {default}" if default else "without a target language"
     return (
         "seq2seq: warning: line {line} has no >>xx<< tag at its start, and the model translates "
-        f"into {', '.join(languages)} with no default: lines without one are translated "
-        "without a target language (give --tgt_lang, or a tag at the start of each line)"
+        f"into {', '.join(trained if len(trained) > 1 else languages)}: lines without one are "
+        f"translated {into} (give --tgt_lang, or a tag at the start of each line)"
     )
 
 

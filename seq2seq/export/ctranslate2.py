@@ -43,7 +43,7 @@ from seq2seq.export.common import (
     write_folder,
 )
 from seq2seq.nn.decoding import DecodingConfig
-from seq2seq.text_decoding import language_prefixes, untagged_target, zero_shot_warning
+from seq2seq.text_decoding import requested_languages
 
 #: ``--quantization`` values: CTranslate2's weight types (``none`` keeps float32).
 QUANTIZATIONS = (
@@ -380,11 +380,9 @@ class CTranslate2Translator:
                 ``prefixes`` of another length than ``sentences``, or a ``tgt_lang`` the model
                 has no token for.
         """
-        tgt_lang = untagged_target(self.tokenizer, self.pairs, tgt_lang)
-        language = language_prefixes(self.tokenizer, tgt_lang, src_lang)
-        zero_shot = zero_shot_warning(self.pairs, src_lang, tgt_lang)
-        if zero_shot:
-            warnings.warn(zero_shot, UserWarning, stacklevel=2)
+        tgt_lang, src_lang, language = requested_languages(
+            self.tokenizer, self.pairs, tgt_lang, src_lang
+        )  # before any work
         _check_known(decoding, set(DecodingConfig.field_names()) - {"beam_size"})
         if beam_size is not None:
             decoding = {**decoding, "beam_size": beam_size}
