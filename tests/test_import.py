@@ -688,8 +688,23 @@ def test_a_model_fine_tuned_into_several_languages_asks_which(nllb, tagged_maria
     assert requested_languages(tok, pairs, "en", "fra")[1] == "fra"
     assert requested_languages(tok, None, None, None)[:2] == (None, None)  # pairs not known
     marian = import_folder(tagged_marian[0], tmp_path / "m.ckpt", tgt_lang="fra").tokenizer
+    assert marian.language_name(">>eng<<") == marian.language_name("en") == "eng"  # any spelling
     assert _untagged_warning(marian, None, [("de", "fr")]) is None  # its one target
     assert _untagged_warning(marian, "en", [("de", "en"), ("de", "fr")]) is None
     assert "translated into its default fra (give --tgt_lang" in _untagged_warning(
         marian, None, [("de", "en"), ("de", "fr")]
     )
+
+
+def test_a_folder_with_tokenizer_json_alone_says_where_the_model_file_is(nllb, tmp_path):
+    """transformers 5 saves an NLLB tokenizer as tokenizer.json alone: the missing
+    SentencePiece model is named with where to get it."""
+    from seq2seq.importing import import_huggingface
+
+    folder = tmp_path / "nllb"
+    shutil.copytree(nllb[0], folder)
+    (folder / "sentencepiece.bpe.model").unlink()
+    (folder / "tokenizer.json").write_text("{}", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"sentencepiece\.bpe\.model: file not found .*; the "
+                       r"folder has tokenizer\.json alone, .*hf download has it"):  # fmt: skip
+        import_huggingface(folder, tmp_path / "n.ckpt", src_lang="de", tgt_lang="en")

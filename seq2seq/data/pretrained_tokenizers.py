@@ -219,7 +219,17 @@ def _content(token: Any) -> str | None:
 
 def _read(path: Path) -> bytes:
     if not path.is_file():
-        raise ValueError(f"{path}: file not found (the tokenizer needs it)")
+        fast_only = path.suffix in (".model", ".spm") and (path.parent / "tokenizer.json").is_file()
+        raise ValueError(
+            f"{path}: file not found (the tokenizer needs it)"
+            + (
+                "; the folder has tokenizer.json alone, as transformers 5's save_pretrained "
+                "writes it: copy the SentencePiece model in from the model's Hub repository "
+                "(hf download has it)"
+                if fast_only
+                else ""
+            )
+        )
     return path.read_bytes()
 
 

@@ -40,7 +40,7 @@ from typing import Any
 
 import sentencepiece as spm
 
-from seq2seq.data.language_tags import same_language, typed_tag
+from seq2seq.data.language_tags import LANGUAGE_TAG, same_language, typed_tag
 from seq2seq.data.tokenizer import (
     CONTAINER_MAGIC,
     EOS_ID,
@@ -215,14 +215,16 @@ class VocabularyTokenizer(Tokenizer):
         (``train.de``, ``data.src_lang de``) trains and tests an imported model: ``lang``
         itself where the model has it, else the one of :attr:`languages` that is the same
         language (:func:`~seq2seq.data.language_tags.same_language`: ``de`` -> NLLB's
-        ``deu_Latn``, Marian's ``deu`` of ``>>deu<<``); ``None`` for ``None`` or a language
-        the model lacks.
+        ``deu_Latn``, Marian's ``deu`` of ``>>deu<<``, which ``>>deu<<`` names too); ``None``
+        for ``None`` or a language the model lacks.
 
         Raises:
             ValueError: if several of the model's names are that language (naming them).
         """
         if lang is None or lang in self._languages:
             return lang
+        if (tag := LANGUAGE_TAG.fullmatch(lang)) and tag[1] in self._languages:
+            return tag[1]  # Marian's tag spelt whole: >>fra<<
         if lang not in self._names:
             self._names[lang] = same_language(lang, self._languages)
         return self._names[lang]
