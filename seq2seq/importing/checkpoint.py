@@ -202,7 +202,8 @@ def import_huggingface(
     notes += _languages_left_out(
         source.path, tokenizer, {"src_lang": src_lang, "tgt_lang": tgt_lang}
     )
-    languages = (src_lang, tgt_lang) if src_lang and tgt_lang else None
+    # As the model names them (de given: NLLB's deu_Latn)
+    languages = (tokenizer.src_lang, tokenizer.tgt_lang) if src_lang and tgt_lang else None
     # The model's codes (deu_Latn) are not the data files' names (de): no pair is recorded.
     checkpoint = build_checkpoint(config, state, tokenizer, decoding, None)
     checkpoint[CHECKPOINT_KEY][IMPORTED_FROM] = {
