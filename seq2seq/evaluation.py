@@ -248,6 +248,10 @@ def write_report(
             "the whole set's score"
         ]
         lines.append(f"  {partial[0]}")
+    if hypotheses and not any(h.strip() for h in hypotheses):  # not a scoring fault
+        lines.append(
+            "  every hypothesis is empty: the model ends each at once (too little training?)"
+        )
     if trainer.fast_dev_run:  # a smoke run writes no files (no logs, no checkpoints)
         print_fn("\n".join(lines))
         return

@@ -171,6 +171,17 @@ def test_report_outside_fit_names_the_checkpoints_step_and_other_ranks_stay_quie
     assert "  scored on 3 of the 4 sentences (--trainer.fast_dev_run)" in smoke[0]
 
 
+def test_a_set_of_empty_hypotheses_says_so(tmp_path):
+    """BLEU 0 from a model that ends every hypothesis at once is told apart from a bad one."""
+    empty = ["", " ", ""]
+    printed = []
+    trainer = _report_trainer(tmp_path, datamodule=None)
+    write_report(trainer, "val", empty, corpus_scores(empty, REFS, ["bleu"]), None, printed.append)
+    assert "  every hypothesis is empty: the model ends each at once" in printed[0]
+    write_report(trainer, "val", HYPS, corpus_scores(HYPS, REFS, ["bleu"]), None, printed.append)
+    assert "every hypothesis is empty" not in printed[1]
+
+
 def test_score_table_has_a_row_per_set_and_names_the_first():
     scores = {
         "test/newstest2013": corpus_scores(HYPS, REFS, ["bleu", "ter"]),
