@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 from sacrebleu.metrics import BLEU, CHRF, TER
 
+from seq2seq.data.language_tags import base_language
 from seq2seq.files import atomic_write
 
 #: The metrics that ``model.metrics`` names, by their logged name (``val/chrfpp``): sacreBLEU's
@@ -50,17 +51,6 @@ class Score:
     signature: str
 
 
-def _iso639_1(lang: str) -> str:
-    """The two-letter code sacreBLEU knows a language by, for a code of an imported model's
-    kind (``zho_Hans``, ``jpn``: ``zh``, ``ja``); ``lang`` itself where it is no language code."""
-    import langcodes
-
-    try:
-        return langcodes.Language.get(lang.replace("_", "-")).language or lang
-    except (langcodes.LanguageTagError, ValueError):
-        return lang
-
-
 def check_metrics(names: Iterable[str]) -> list[str]:
     """``names`` as a list, checked to be of :data:`KNOWN_METRICS`.
 
@@ -79,7 +69,7 @@ def check_metrics(names: Iterable[str]) -> list[str]:
 def _metric(name: str, tgt_lang: str | None):
     if name == "bleu":
         # trg_lang picks sacreBLEU's default tokenizer for that language (zh, ja-mecab, ko-mecab).
-        return BLEU(trg_lang=_iso639_1(tgt_lang) if tgt_lang else "")
+        return BLEU(trg_lang=base_language(tgt_lang) if tgt_lang else "")
     if name == "chrf":
         return CHRF()
     if name == "chrfpp":

@@ -192,3 +192,10 @@ def test_score_table_has_a_row_per_set_and_names_the_first():
     assert lines[1].split()[0] == "newstest2013" and lines[2].split()[0] == "newstest2014"
     assert lines[1].split()[1] == f"{scores['test/newstest2013']['bleu'].value:.2f}"
     assert lines[-1] == "(test/bleu, test/ter: newstest2013's)"
+
+
+def test_sacrebleus_tokenizer_follows_any_code_of_the_language():
+    """An imported model's code (zho_Hans, jpn) picks sacreBLEU's tokenizer as zh, ja do."""
+    hyps, refs = ["一只狗在跑"], ["一只狗在草地上跑"]
+    for lang, tok in (("zh", "tok:zh"), ("zho_Hans", "tok:zh"), ("en", "tok:13a")):
+        assert tok in corpus_scores(hyps, refs, ["bleu"], tgt_lang=lang)["bleu"].signature

@@ -10,6 +10,7 @@ import sentencepiece as spm
 
 __all__ = [
     "LANGUAGE_TAG",
+    "base_language",
     "is_language_code",
     "language_tag",
     "model_tags",
@@ -52,13 +53,25 @@ def is_language_code(lang: str) -> bool:
     return langcodes.tag_is_valid(lang.replace("_", "-"))
 
 
+def base_language(lang: str) -> str:
+    """The shortest code of ``lang``'s language alone, as sacreBLEU knows languages
+    (``zho_Hans``: ``zh``, ``jpn``: ``ja``, ``en``: ``en``); ``lang`` itself where it is no
+    language code."""
+    import langcodes
+
+    try:
+        return langcodes.Language.get(lang.replace("_", "-")).language or lang
+    except (langcodes.LanguageTagError, ValueError):
+        return lang
+
+
 def same_language(lang: str, names: Iterable[str]) -> str | None:
     """The one of a model's language ``names`` that means language ``lang``: ``lang`` itself,
     else the name at distance 0 from it by CLDR's language matching (``langcodes.tag_distance``:
     ``de`` is NLLB's ``deu_Latn``, Marian's ``deu``; ``ar`` NLLB's ``arb_Arab``, the standard
     Arabic of the macrolanguage; ``zh`` is ``zho_Hans``, not ``zho_Hant``; ``pt`` is ``pt_BR``,
-    not ``pt_PT``); ``None`` if none
-    is. Names that are no language code (``ROMANCE``) match only themselves.
+    not ``pt_PT``); ``None`` if none is. Names that are no language code (``ROMANCE``) match
+    only themselves.
 
     Raises:
         ValueError: naming them, if several names are all that language (``zh_Hans`` and
