@@ -216,7 +216,8 @@ def test_chrfpp_is_a_metric_to_choose_and_monitor():
 
     assert tiny_model(metrics=["bleu", "chrfpp"]).metrics == ["bleu", "chrfpp"]
     with pytest.raises(
-        ValueError, match=r"unknown metric 'chrf\+\+' in metrics; choose .*'chrfpp'"
+        ValueError,
+        match=r"unknown metric 'chrf\+\+' in metrics; choose from bleu, chrf, chrfpp, ter$",
     ):
         tiny_model(metrics=["chrf++"])
     monitored = partial(Named, monitor="val/chrfpp", mode="max")
