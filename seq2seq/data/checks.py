@@ -9,7 +9,8 @@ from pathlib import Path
 
 from seq2seq.data.corpus import CorpusSplit
 from seq2seq.data.pairs import parse_pairs
-from seq2seq.data.tokenizer import MIN_VOCAB_SIZE, SPM_CHARACTER_COVERAGE
+from seq2seq.data.spm_errors import SPM_CHARACTER_COVERAGE
+from seq2seq.data.tokenizer import MIN_VOCAB_SIZE
 
 
 def check_settings(

@@ -21,7 +21,8 @@ import numpy as np
 
 from seq2seq.data.corpus import CorpusSplit
 from seq2seq.data.language_tags import LANGUAGE_TAG
-from seq2seq.data.tokenizer import Tokenizer, VocabularyError
+from seq2seq.data.spm_errors import VocabularyError
+from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.data.vocabulary import load_tokenizer
 from seq2seq.temporaries import remove_abandoned
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import io
 import random
-import re
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import chain
@@ -34,6 +33,7 @@ import numpy as np
 import sentencepiece as spm
 
 from seq2seq.data.language_tags import model_tags
+from seq2seq.data.spm_errors import vocabulary_error
 from seq2seq.files import atomic_write
 from seq2seq.spelling import did_you_mean
 
@@ -48,16 +48,6 @@ MIN_VOCAB_SIZE = len(_SPECIAL_IDS) + 1
 """Smallest vocabulary :meth:`Tokenizer.train` accepts: the 4 special pieces and one more.
 SentencePiece itself needs one piece per character of the corpus besides the special ones
 (``unigram`` and ``bpe`` models also the word-boundary piece ``▁``: at least 6 pieces)."""
-
-SPM_CHARACTER_COVERAGE = (0.98, 1.0)
-"""The ``character_coverage`` values SentencePiece accepts (its trainer checks this range)."""
-
-# Parts of the trainer's errors: its source location and failed check ("INTERNAL:
-# src/trainer_interface.cc(638) [...] "), and the bounds it reports for a vocabulary below the
-# corpus's characters or beyond what the corpus can fill.
-_SPM_LOCATION = re.compile(r"^\w+: \S+\(\d+\) \[[^\]]*\]\s*")
-_TOO_SMALL = re.compile(r"smaller than required_chars\. (\d+) vs (\d+)")
-_TOO_HIGH = re.compile(r"too high \((\d+)\)\. Please set it to a value <= (\d+)")
 
 
 def id_dtype(vocab_size: int) -> np.dtype:
@@ -161,8 +151,8 @@ class Tokenizer:
 
         Raises:
             ValueError: If ``vocab_size`` < :data:`MIN_VOCAB_SIZE` (before reading).
-            VocabularyError: (a ``ValueError``) if the corpus cannot give that many pieces
-                (naming SentencePiece's bound and the fix).
+            VocabularyError: (:mod:`seq2seq.data.spm_errors`, a ``ValueError``) if the
+                corpus cannot give that many pieces (naming SentencePiece's bound and the fix).
             WriteError: (an ``OSError``) naming ``model_path`` if the machine refuses to
                 write it (a full disk, ...); no partial model file is left.
         """
@@ -214,12 +204,8 @@ class Tokenizer:
         except RuntimeError as err:
             if reading_errors:  # e.g. a misaligned corpus: its own error, not a vocabulary one
                 raise reading_errors[0] from None
-            problem = _vocabulary_problem(str(err), byte_fallback, character_coverage)
-            too_high = _TOO_HIGH.search(str(err))
-            raise VocabularyError(
-                f"SentencePiece could not build a {model_type} vocabulary of exactly "
-                f"vocab_size={vocab_size} pieces from the training corpus: {problem}",
-                max_pieces=int(too_high.group(2)) if too_high else None,
+            raise vocabulary_error(
+                str(err), model_type, vocab_size, byte_fallback, character_coverage
             ) from err
         data = model.getvalue()
         kept = "No SentencePiece model was kept; nothing was tokenised."
@@ -464,55 +450,6 @@ def unknown_rate(tokenizer: Tokenizer, texts: Sequence[str]) -> float:
     ids = tokenizer.encode(list(texts))
     total = sum(map(len, ids))
     return sum(seq.count(tokenizer.unk_id) for seq in ids) / total if total else 0.0
-
-
-class VocabularyError(ValueError):
-    """SentencePiece refused to build a vocabulary of the size asked for. ``max_pieces`` is
-    the most pieces it said the corpus allows, where the vocabulary was too large for it (a
-    caller that sampled the corpus can then say what bounded the sample); None otherwise."""
-
-    def __init__(self, message: str, max_pieces: int | None = None) -> None:
-        super().__init__(message)
-        self.max_pieces = max_pieces
-
-
-def _vocabulary_problem(error: str, byte_fallback: bool, character_coverage: float) -> str:
-    """Why SentencePiece's trainer refused to build a vocabulary with ``error``, and what to
-    change; it names a bound only where SentencePiece reported one."""
-    setting = "(set `data.vocab_size`; `model.vocab_size` follows it)"
-    if match := _TOO_SMALL.search(error):
-        needed = match.group(2)
-        parts = "the 4 special pieces" + (
-            ", 256 byte pieces (byte_fallback)" if byte_fallback else ""
-        )
-        low = SPM_CHARACTER_COVERAGE[0]
-        lower = (
-            f", or lower character_coverage (down to {low}) so that its rarest characters map "
-            "to <unk>"
-            if character_coverage > low
-            else ""
-        )
-        return (
-            f"SentencePiece needs at least {needed} pieces for it ({parts} and one per "
-            f"character of the corpus that character_coverage={character_coverage} keeps, the "
-            f"word boundary ▁ included). Set vocab_size to {needed} or more {setting}{lower}."
-        )
-    if match := _TOO_HIGH.search(error):
-        return (
-            f"SentencePiece can build at most {match.group(2)} pieces from it. Set vocab_size "
-            f"to at most {match.group(2)} {setting} or train on more text."
-        )
-    if "character_coverage" in error:
-        low, high = SPM_CHARACTER_COVERAGE
-        return (
-            f"character_coverage={character_coverage} is outside [{low}, {high}], which "
-            "SentencePiece accepts (`data.character_coverage`)."
-        )
-    reason = _SPM_LOCATION.sub("", error).strip().rstrip(".") or error
-    return (
-        f"{reason}. Check vocab_size {setting} and the other SentencePiece settings, or train "
-        "on more text."
-    )
 
 
 def _reservoir_sample(items: Iterable[str], k: int, seed: int) -> list[str]:
