@@ -205,7 +205,7 @@ class HeldOutScores:
 def write_report(
     trainer: Any,
     key: str,
-    hypotheses: Sequence[str],
+    ordered: Sequence[tuple[int, str, str]],
     scores: dict[str, Score],
     checkpoint_label: str | None,
     print_fn: Callable[[str], None],
@@ -215,10 +215,15 @@ def write_report(
     average of K checkpoints) and the score lines beside them (``.scores``); in a
     ``fast_dev_run``, which writes no files, prints only.
 
+    Where ``limit_*_batches`` left sentences out, the line numbers (1-based) in the set of those
+    decoded are written beside the hypotheses (``.lines``), one per hypothesis.
+
     Args:
         trainer: the Lightning trainer; its logger's ``log_dir`` (else ``default_root_dir``)
             holds the files, and its data module's ``val_set`` / ``test_sets`` tell whether
             ``limit_*_batches`` left sentences out.
+        ordered: the set's ``(index, hypothesis, reference)`` triples in corpus order
+            (:meth:`HeldOutScores.gathered`; ``index`` 0-based in the set).
         checkpoint_label: outside ``fit``, the checkpoint's
             :func:`~seq2seq.checkpoint.format.checkpoint_label`, which names the files (else
             the trainer's step does).
@@ -227,6 +232,7 @@ def write_report(
     """
     if trainer.global_rank != 0:
         return
+    hypotheses = [hyp for _, hyp, _ in ordered]
     lines = [f"{key}: {score.text}\n  signature: {score.signature}" for score in scores.values()]
     total, partial = _heldout_size(trainer, key), []
     if total is not None and len(hypotheses) < total:
@@ -253,7 +259,11 @@ def write_report(
     if trainer.state.fn != "fit" and checkpoint_label is not None:
         label = checkpoint_label
     hyp_path = write_lines(log_dir / "hypotheses" / f"{name}.{label}.txt", hypotheses)
-    print_fn("\n".join(lines) + f"\n  hypotheses: {hyp_path}")
+    shown = f"\n  hypotheses: {hyp_path}"
+    if partial:  # which sentences they are, to score them again
+        numbers = write_lines(hyp_path.with_suffix(".lines"), [str(i + 1) for i, _, _ in ordered])
+        shown += f" (their line numbers in the set: {numbers.name})"
+    print_fn("\n".join(lines) + shown)
     score_lines = [f"{s.text}\t{s.signature}" for s in scores.values()]
     write_lines(hyp_path.with_suffix(".scores"), score_lines + partial)
 

@@ -569,7 +569,7 @@ class TranslationModule(L.LightningModule):
             if key.startswith("val/"):
                 per_pair.append((loss, nll, values))
             results[key] = scores
-            write_report(trainer, key, hyps, scores, self._checkpoint_label, self.print)
+            write_report(trainer, key, ordered, scores, self._checkpoint_label, self.print)
         if per_pair:
             n = len(per_pair)
             loss, nll = (sum(p[i] for p in per_pair) / n for i in (0, 1))

@@ -121,6 +121,12 @@ def test_held_out_loss_is_the_sum_over_the_set_per_token_after_the_reduction():
     assert float(loss) == pytest.approx(10.0 / 5) and float(nll) == pytest.approx(5.0 / 5)
 
 
+def _ordered(hyps, indices=None):
+    """``write_report``'s triples: (index in the set, hypothesis, reference)."""
+    indices = range(len(hyps)) if indices is None else indices
+    return list(zip(indices, hyps, REFS, strict=True))
+
+
 def _report_trainer(tmp_path, **overrides):
     datamodule = SimpleNamespace(val_set=[0] * 4, test_sets={"newstest": [0] * 3})
     trainer = SimpleNamespace(
@@ -134,9 +140,12 @@ def _report_trainer(tmp_path, **overrides):
 def test_report_prints_the_scores_and_writes_hypotheses_and_scores(tmp_path):
     scores = corpus_scores(HYPS, REFS, ["bleu", "chrf"])
     printed = []
-    write_report(_report_trainer(tmp_path), "val", HYPS, scores, None, printed.append)
+    ordered = _ordered(HYPS, [0, 2, 3])  # 3 of the 4 sentences: their line numbers written
+    write_report(_report_trainer(tmp_path), "val", ordered, scores, None, printed.append)
     hyp_path = tmp_path / "hypotheses" / "val.step12.txt"
     assert hyp_path.read_text(encoding="utf-8").splitlines() == HYPS
+    numbers = hyp_path.with_suffix(".lines")
+    assert numbers.read_text(encoding="utf-8").splitlines() == ["1", "3", "4"]
     lines = hyp_path.with_suffix(".scores").read_text(encoding="utf-8").splitlines()
     assert lines == [f"{s.text}\t{s.signature}" for s in scores.values()] + [
         "scored on 3 of the 4 sentences (--trainer.limit_val_batches): not the whole set's score"
@@ -145,7 +154,7 @@ def test_report_prints_the_scores_and_writes_hypotheses_and_scores(tmp_path):
         f"val: {scores['bleu'].text}\n  signature: {scores['bleu'].signature}\n"
         f"val: {scores['chrf'].text}\n  signature: {scores['chrf'].signature}\n"
         "  scored on 3 of the 4 sentences (--trainer.limit_val_batches): not the whole set's "
-        f"score\n  hypotheses: {hyp_path}"
+        f"score\n  hypotheses: {hyp_path} (their line numbers in the set: val.step12.lines)"
     ]
 
 
@@ -154,18 +163,24 @@ def test_report_outside_fit_names_the_checkpoints_step_and_other_ranks_stay_quie
     printed = []
     logger = SimpleNamespace(log_dir=str(tmp_path / "logs"))
     trainer = _report_trainer(tmp_path, state=SimpleNamespace(fn="test"), logger=logger)
-    write_report(trainer, "test/newstest", HYPS, scores, "step40", printed.append)
+    write_report(trainer, "test/newstest", _ordered(HYPS), scores, "step40", printed.append)
     assert (tmp_path / "logs" / "hypotheses" / "test.newstest.step40.txt").is_file()
     # an average of three checkpoints says so in its files' names
     averaged = {"global_step": 40, AVERAGED_FROM: ["a.ckpt", "b.ckpt", "c.ckpt"]}
     assert checkpoint_label(averaged) == "step40.avg3"
     assert checkpoint_label({"global_step": 40}) == "step40" and checkpoint_label({}) is None
-    write_report(trainer, "test/newstest", HYPS, scores, checkpoint_label(averaged), print)
+    write_report(
+        trainer, "test/newstest", _ordered(HYPS), scores, checkpoint_label(averaged), print
+    )
     assert (tmp_path / "logs" / "hypotheses" / "test.newstest.step40.avg3.txt").is_file()
     assert "scored on" not in printed[0]  # all 3 sentences
-    write_report(_report_trainer(tmp_path, global_rank=1), "val", HYPS, scores, None, print)
+    write_report(
+        _report_trainer(tmp_path, global_rank=1), "val", _ordered(HYPS), scores, None, print
+    )
     smoke = []
-    write_report(_report_trainer(tmp_path, fast_dev_run=2), "val", HYPS, scores, None, smoke.append)
+    write_report(
+        _report_trainer(tmp_path, fast_dev_run=2), "val", _ordered(HYPS), scores, None, smoke.append
+    )
     assert not (tmp_path / "hypotheses").exists()
     # a smoke run limits the batches itself: the message names the flag that was given
     assert "  scored on 3 of the 4 sentences (--trainer.fast_dev_run)" in smoke[0]
@@ -176,9 +191,11 @@ def test_a_set_of_empty_hypotheses_says_so(tmp_path):
     empty = ["", " ", ""]
     printed = []
     trainer = _report_trainer(tmp_path, datamodule=None)
-    write_report(trainer, "val", empty, corpus_scores(empty, REFS, ["bleu"]), None, printed.append)
+    scores = corpus_scores(empty, REFS, ["bleu"])
+    write_report(trainer, "val", _ordered(empty), scores, None, printed.append)
     assert "  every hypothesis is empty: the model ends each at once" in printed[0]
-    write_report(trainer, "val", HYPS, corpus_scores(HYPS, REFS, ["bleu"]), None, printed.append)
+    scores = corpus_scores(HYPS, REFS, ["bleu"])
+    write_report(trainer, "val", _ordered(HYPS), scores, None, printed.append)
     assert "every hypothesis is empty" not in printed[1]
 
 
