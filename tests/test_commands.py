@@ -576,14 +576,17 @@ def test_traceback_switch_off_keeps_argument_errors_brief(monkeypatch, capsys):
 
 
 @pytest.mark.parametrize("alias", ["best", "last"])
-def test_translate_with_an_alias_says_it_needs_a_file(alias, tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize(
+    "command", [["translate"], ["export", "--format", "ctranslate2", "--output", "out"]]
+)
+def test_an_alias_without_a_folder_says_it_needs_one(alias, command, tmp_path, monkeypatch, capsys):
     """best and last without --checkpoint_dir: one line saying to give it (or a file)."""
     monkeypatch.delenv("SEQ2SEQ_TRACEBACK", raising=False)
     monkeypatch.chdir(tmp_path)
-    code, out, err = run_main(monkeypatch, capsys, "translate", "--ckpt_path", alias)
+    code, out, err = run_main(monkeypatch, capsys, *command, "--ckpt_path", alias)
     assert (code, out) == (2, "")
     assert err == [
-        f"seq2seq translate: error: --ckpt_path {alias} needs --checkpoint_dir, the run's "
+        f"seq2seq {command[0]}: error: --ckpt_path {alias} needs --checkpoint_dir, the run's "
         "checkpoint folder (e.g. checkpoints/multi30k_de_en), or give the path of a "
         "checkpoint file"
     ]

@@ -124,7 +124,8 @@ def test_a_dotted_option_that_is_no_flag_gets_no_hint(monkeypatch, capsys):
 
 def test_best_and_last_are_found_in_the_checkpoint_dir(tiny_run, monkeypatch, capsys):
     """``--ckpt_path best --checkpoint_dir DIR`` translates with the checkpoint the run's
-    ModelCheckpoint recorded (as ``seq2seq test --ckpt_path best``), named on stderr."""
+    ModelCheckpoint recorded (as ``seq2seq test --ckpt_path best``), named on stderr; export
+    finds it alike."""
     from seq2seq.checkpoint import resolve_ckpt_path
 
     monkeypatch.delenv("SEQ2SEQ_TRACEBACK", raising=False)
@@ -142,3 +143,8 @@ def test_best_and_last_are_found_in_the_checkpoint_dir(tiny_run, monkeypatch, ca
         translations[ckpt] = out
     assert err[0] == f"seq2seq: --ckpt_path best: {best}"
     assert translations["best"] == translations[str(best)] and translations["best"].strip()
+    pytest.importorskip("ctranslate2")
+    argv = ["export", "--ckpt_path", "best", "--checkpoint_dir", folder, "--output", "ct2"]
+    code, out, err = run_main(monkeypatch, capsys, *argv, "--format", "ctranslate2")
+    assert code == 0 and err[0] == f"seq2seq: --ckpt_path best: {best}", err
+    assert f"{best} to ct2 (ctranslate2)" in out

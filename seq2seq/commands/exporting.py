@@ -6,7 +6,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from seq2seq.commands.parsing import Parser, plain
+from seq2seq.commands.parsing import Parser, add_checkpoint_dir, checkpoint_alias, plain
 
 __all__ = ["export"]
 
@@ -25,7 +25,12 @@ def export(argv: Sequence[str]) -> None:
     from seq2seq.export.ctranslate2 import QUANTIZATIONS
 
     parser = Parser(prog="seq2seq export", description=plain(export.__doc__), allow_abbrev=False)
-    parser.add_argument("--ckpt_path", required=True, help="checkpoint written by seq2seq fit")
+    parser.add_argument(
+        "--ckpt_path",
+        required=True,
+        help="checkpoint written by seq2seq fit (best or last with --checkpoint_dir)",
+    )
+    add_checkpoint_dir(parser)
     parser.add_argument(
         "--format", required=True, choices=("ctranslate2", "huggingface"), help="target engine"
     )
@@ -37,6 +42,7 @@ def export(argv: Sequence[str]) -> None:
         help="ctranslate2 only: weight type (default: none = float32)",
     )
     args = parser.parse_args(list(argv))
+    args.ckpt_path = checkpoint_alias(parser, args.ckpt_path, args.checkpoint_dir)
     if args.quantization not in (None, "none", "float32") and args.format != "ctranslate2":
         parser.error(f"--quantization {args.quantization} applies to --format ctranslate2 only")
     from seq2seq.export.common import check_output_folder

@@ -91,3 +91,30 @@ def check_output(parser: argparse.ArgumentParser, output: Path) -> None:
         check_output_file(output, "--output")
     except OSError as err:
         parser.error(str(err))
+
+
+def add_checkpoint_dir(parser: argparse.ArgumentParser) -> None:
+    """``--checkpoint_dir``, where ``--ckpt_path best`` and ``last`` are looked up."""
+    parser.add_argument(
+        "--checkpoint_dir",
+        default=None,
+        help="a run's checkpoint folder, where --ckpt_path best and last are looked up (best: "
+        "the file its ModelCheckpoint recorded in last.ckpt, as for seq2seq test)",
+    )
+
+
+def checkpoint_alias(parser: argparse.ArgumentParser, ckpt: str, checkpoint_dir: str | None) -> str:
+    """The checkpoint file of ``--ckpt_path best`` or ``last`` in ``--checkpoint_dir`` (named
+    on stderr); any other ``ckpt``, or a file of that name, as it is."""
+    if ckpt not in ("best", "last") or Path(ckpt).exists():
+        return ckpt
+    if checkpoint_dir is None:
+        parser.error(
+            f"--ckpt_path {ckpt} needs --checkpoint_dir, the run's checkpoint folder (e.g. "
+            "checkpoints/multi30k_de_en), or give the path of a checkpoint file"
+        )
+    from seq2seq.checkpoint import resolve_ckpt_path
+
+    path = resolve_ckpt_path(ckpt, [checkpoint_dir])
+    print(f"seq2seq: --ckpt_path {ckpt}: {path}", file=sys.stderr)
+    return str(path)

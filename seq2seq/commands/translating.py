@@ -20,7 +20,13 @@ from typing import Any
 import docstring_parser
 import torch
 
-from seq2seq.commands.parsing import Parser, check_output, plain
+from seq2seq.commands.parsing import (
+    Parser,
+    add_checkpoint_dir,
+    check_output,
+    checkpoint_alias,
+    plain,
+)
 from seq2seq.data.formats import iter_lines, iter_stream_lines
 from seq2seq.data.language_tags import typed_tag
 from seq2seq.files import atomic_write, stream_errors
@@ -97,12 +103,7 @@ def translate(argv: Sequence[str]) -> None:
         "ensemble (the mean of their log-probabilities; same SentencePiece model and language "
         "pair; decoding settings from the first); best or last with --checkpoint_dir",
     )
-    parser.add_argument(
-        "--checkpoint_dir",
-        default=None,
-        help="a run's checkpoint folder, where --ckpt_path best and last are looked up (best: "
-        "the file its ModelCheckpoint recorded in last.ckpt, as for seq2seq test)",
-    )
+    add_checkpoint_dir(parser)
     parser.add_argument(
         "--input", default="-", help="source file, one sentence per line (- = stdin)"
     )
@@ -188,7 +189,9 @@ def translate(argv: Sequence[str]) -> None:
     if prefix_source is not None and (prefix_source.is_dir() or not prefix_source.exists()):
         what = "is a folder" if prefix_source.is_dir() else "not found"
         parser.error(f"--prefix_file {args.prefix_file}: {what}")
-    args.ckpt_path = [_resolve_alias(parser, ckpt, args.checkpoint_dir) for ckpt in args.ckpt_path]
+    args.ckpt_path = [
+        checkpoint_alias(parser, ckpt, args.checkpoint_dir) for ckpt in args.ckpt_path
+    ]
     from seq2seq.translator import Translator
 
     if len(args.ckpt_path) > 1:
@@ -347,23 +350,6 @@ def _untagged_warning(tokenizer: Any, tgt_lang: str | None, pairs: Any) -> str |
         f"into {', '.join(trained if len(trained) > 1 else languages)}: lines without one are "
         f"translated {into} (give --tgt_lang, or a tag at the start of each line)"
     )
-
-
-def _resolve_alias(parser: Parser, ckpt: str, checkpoint_dir: str | None) -> str:
-    """The checkpoint file of ``--ckpt_path best`` or ``last`` in ``--checkpoint_dir`` (named
-    on stderr); any other ``ckpt``, or a file of that name, as it is."""
-    if ckpt not in ("best", "last") or Path(ckpt).exists():
-        return ckpt
-    if checkpoint_dir is None:
-        parser.error(
-            f"--ckpt_path {ckpt} needs --checkpoint_dir, the run's checkpoint folder (e.g. "
-            "checkpoints/multi30k_de_en), or give the path of a checkpoint file"
-        )
-    from seq2seq.checkpoint import resolve_ckpt_path
-
-    path = resolve_ckpt_path(ckpt, [checkpoint_dir])
-    print(f"seq2seq: --ckpt_path {ckpt}: {path}", file=sys.stderr)
-    return str(path)
 
 
 def _check_text_after_checkpoint(
