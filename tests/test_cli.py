@@ -1488,6 +1488,39 @@ def test_best_of_a_copied_run_folder_is_its_own_file(tiny_run, tmp_path):
     assert (tiny_run / "checkpoints/tiny" / best.name).is_file()  # the original is still there
 
 
+def test_a_resume_in_a_copied_run_folder_keeps_the_scores_of_its_checkpoints(
+    tiny_run, multi30k_dir, in_tmp
+):
+    """Resumed in a copy of its checkpoint folder, a run keeps ModelCheckpoint's ranking (the
+    files of the copy, their scores): Lightning would drop it for the folder it recorded, and
+    the next validation would become best whatever its score."""
+    from seq2seq.callbacks.last_checkpoint import state_in_folder
+
+    original = tiny_run / "checkpoints/tiny"
+    shutil.copytree(original, in_tmp / "copy")
+    saved = load_checkpoint(original / "last.ckpt")
+    (key,) = [k for k in saved["callbacks"] if k.startswith("ModelCheckpoint")]
+    state = saved["callbacks"][key]
+    assert state["best_model_score"] is not None and state["best_k_models"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cli = cli_main([
+            "fit", "--config", str(CONFIGS / "tiny.yaml"), "--data.data_dir", str(multi30k_dir),
+            "--data.cache_dir", str(tiny_run / "data/cache"), "--checkpoint_dir", "copy",
+            "--ckpt_path", "last", "--trainer.max_steps", str(saved["global_step"] + 1),
+            "--trainer.limit_val_batches", "0",
+        ])  # fmt: skip
+    assert not [w for w in caught if "dirpath has changed" in str(w.message)]
+    callback = cli.trainer.checkpoint_callback
+    assert float(callback.best_model_score) == float(state["best_model_score"])
+    copy = os.path.realpath("copy")
+    assert {Path(p).parent for p in callback.best_k_models} == {Path(copy)}
+    assert Path(callback.best_model_path) == Path(copy) / Path(state["best_model_path"]).name
+    assert state_in_folder(state, state["dirpath"]) is state  # its own folder: as it is
+    (in_tmp / "copy" / Path(state["best_model_path"]).name).unlink()
+    assert state_in_folder(state, copy) is state  # a ranked file missing: as it is
+
+
 def test_best_of_a_run_stopped_before_its_first_validation_points_to_last(tiny_run, tmp_path):
     """FileNotFoundError: '--ckpt_path best: .../last.ckpt records no best checkpoint (the run
     stopped before its first validation, ...); use --ckpt_path last, ...'."""

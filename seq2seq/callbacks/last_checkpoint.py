@@ -3,6 +3,7 @@ run stops (Ctrl-C, SIGTERM, an error), with a Ctrl-C inside a batch finishing th
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -100,6 +101,18 @@ class LastCheckpoint(L.Callback):
             # validation due here), with the batch counted as done.
             if not compat.set_sigterm_received(trainer, True):
                 raise KeyboardInterrupt
+
+    def on_load_checkpoint(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        # A resume from a copied or moved run folder: its ModelCheckpoint state names the old
+        # folder, and Lightning would drop the scores of the kept checkpoints for it (the
+        # next validation's becoming "best" whatever its score). Runs before any restore.
+        states = checkpoint.get("callbacks") or {}
+        for callback in getattr(trainer, "checkpoint_callbacks", []):
+            state = states.get(callback.state_key)
+            if isinstance(state, dict) and callback.dirpath:
+                states[callback.state_key] = state_in_folder(state, callback.dirpath)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._restore_sigint()
@@ -218,3 +231,28 @@ class LastCheckpoint(L.Callback):
                 f"and resume with {resume}"
             )
         return f"{path} still holds step {step}; free space and resume with {resume}"
+
+
+def state_in_folder(state: dict[str, Any], dirpath: str) -> dict[str, Any]:
+    """``ModelCheckpoint``'s state with the files it records moved to ``dirpath`` (by name),
+    where it recorded another folder and each of its ranked files is in ``dirpath``; ``state``
+    as it is otherwise (the same folder, or a file missing: Lightning then keeps the best
+    path alone, and says so)."""
+    recorded = state.get("dirpath")
+    if not recorded or os.path.realpath(recorded) == os.path.realpath(dirpath):
+        return state
+    folder = Path(dirpath)
+    ranked = [*state.get("best_k_models", {}), state.get("best_model_path")]
+    if not all((folder / Path(path).name).is_file() for path in ranked if path):
+        return state
+
+    def moved(path: str | None) -> str | None:
+        return str(folder / Path(path).name) if path else path
+
+    return state | {
+        "dirpath": dirpath,
+        "best_model_path": moved(state.get("best_model_path")),
+        "kth_best_model_path": moved(state.get("kth_best_model_path")),
+        "last_model_path": moved(state.get("last_model_path")),
+        "best_k_models": {moved(k): v for k, v in state.get("best_k_models", {}).items()},
+    }
