@@ -276,9 +276,7 @@ def resume_over_init_from(config, read: CheckpointReader) -> None:
         except FileNotFoundError:
             config["ckpt_path"] = None  # nothing to resume: the run starts from --init_from
             return
-    if ckpt_path in ("best", "last") or not Path(ckpt_path).is_file():
-        return
-    started = (read(ckpt_path).get(CHECKPOINT_KEY) or {}).get(INIT_FROM)
+    started = _started_from(ckpt_path, read)
     if started is not None and _same_file(started, init_from):
         config["ckpt_path"], config["init_from"] = ckpt_path, None
         rank_zero_info(
@@ -300,9 +298,17 @@ def _other_start(config, read: CheckpointReader) -> str:
     path = config["ckpt_path"]
     if path in ("best", "last") or not Path(path).is_file():
         return ""
-    started = (read(path).get(CHECKPOINT_KEY) or {}).get(INIT_FROM)
+    started = _started_from(path, read)
     what = f"a run started from {started}" if started else "a run not started by --init_from"
     return f" ({path} is {what})"
+
+
+def _started_from(path: str, read: CheckpointReader) -> str | None:
+    """The ``--init_from`` checkpoint the run of checkpoint file ``path`` started from, if any
+    (``None`` also for an alias or a missing file, which other checks name)."""
+    if path in ("best", "last") or not Path(path).is_file():
+        return None
+    return (read(path).get(CHECKPOINT_KEY) or {}).get(INIT_FROM)
 
 
 def apply_init_from(
