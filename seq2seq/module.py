@@ -15,14 +15,18 @@ from seq2seq.callbacks.throughput import TokenThroughput
 from seq2seq.checkpoint.format import (
     CHECKPOINT_KEY,
     INIT_FROM,
+    OPTIMIZER_KEY,
     ORIGIN,
+    SCHEDULE_KEY,
     TRAINING_WEIGHTS,
     checkpoint_label,
+    class_name,
     tokenizer_tensor,
     weights_origin,
 )
 from seq2seq.checkpoint.restore import (
     check_model_settings,
+    check_resumed_training,
     check_same_tokenizer,
     check_vocab_size,
     tokenizer_from_checkpoint,
@@ -51,12 +55,8 @@ from seq2seq.nn import (
     linear_label_smoothed_cross_entropy,
 )
 from seq2seq.optim import (
-    OPTIMIZER_KEY,
-    SCHEDULE_KEY,
     InverseSqrtLR,
     check_plateau_monitor,
-    check_resumed_training,
-    class_name,
     lightning_schedule,
     step_plateau_schedules,
 )

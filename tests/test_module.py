@@ -233,7 +233,7 @@ def test_chrfpp_is_a_metric_to_choose_and_monitor():
 
 
 def test_resumed_schedule_check_of_checkpoints_with_and_without_the_record():
-    from seq2seq.optim import check_resumed_schedule
+    from seq2seq.checkpoint.restore import check_resumed_schedule
 
     inverse = "seq2seq.optim.InverseSqrtLR"
     check_resumed_schedule({"seq2seq": {"lr_scheduler": inverse}}, inverse)
@@ -355,7 +355,8 @@ def test_plateau_checks_before_training():
     from lightning.pytorch.cli import ReduceLROnPlateau as Named
     from torch.optim.lr_scheduler import ReduceLROnPlateau
 
-    from seq2seq.optim import changed_settings, check_plateau_monitor, lightning_schedule
+    from seq2seq.checkpoint.restore import changed_settings
+    from seq2seq.optim import check_plateau_monitor, lightning_schedule
 
     def schedule(monitor: str, mode: str = "max") -> dict:
         optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
@@ -382,7 +383,8 @@ def test_resume_with_another_plateau_mode_is_refused():
     the mode follows the configured one: a resume with another mode is refused, naming both."""
     from torch.optim.lr_scheduler import ReduceLROnPlateau
 
-    from seq2seq.optim import check_resumed_training, class_name
+    from seq2seq.checkpoint.format import class_name
+    from seq2seq.checkpoint.restore import check_resumed_training
 
     optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=0.001)
     saved = ReduceLROnPlateau(optimizer, mode="max").state_dict()

@@ -14,7 +14,8 @@ states; seq2seq adds ``checkpoint[CHECKPOINT_KEY]``, a dictionary of:
   logs into the same folder (a copy of the checkpoints, in another folder, into a new one);
 * ``"optimizer"``, ``"lr_scheduler"``: the classes of the run's optimizer and learning-rate
   schedule (training only; ``None``: no schedule), which a resume must configure again
-  (:func:`seq2seq.optim.check_resumed_training`);
+  (:data:`OPTIMIZER_KEY`, :data:`SCHEDULE_KEY`, spelt by :func:`class_name`;
+  :func:`seq2seq.checkpoint.restore.check_resumed_training`);
 * :data:`IMPORTED_FROM`: in a checkpoint written by ``seq2seq import``, where it came from;
 * :data:`INIT_FROM`: in the checkpoints of a run started with ``fit --init_from``, that file;
 * :data:`ORIGIN`: the fingerprint of the initial weights the run's weights descend from
@@ -51,8 +52,11 @@ __all__ = [
     "INIT_FROM",
     "LIGHTNING_VERSION",
     "NON_STRUCTURAL",
+    "OPTIMIZER_KEY",
     "ORIGIN",
+    "SCHEDULE_KEY",
     "TRAINING_WEIGHTS",
+    "class_name",
     "differing_settings",
     "language_pair",
     "language_pairs",
@@ -112,6 +116,24 @@ average of them (written by :class:`seq2seq.callbacks.EMA`; a resumed ``fit`` tr
 EMA_KEY = "ema"
 """Key of the moving average's settings in such a checkpoint: ``decay``, ``start_step``,
 ``every_n_steps`` and ``updates`` (the number of averaging steps so far)."""
+
+OPTIMIZER_KEY = "optimizer"
+"""Key of ``checkpoint[CHECKPOINT_KEY]``: the class of a training run's optimizer
+(:func:`class_name`)."""
+
+SCHEDULE_KEY = "lr_scheduler"
+"""Key of ``checkpoint[CHECKPOINT_KEY]``: the class of a training run's learning-rate schedule
+(:func:`class_name`; ``None``: none), which a resume must configure again."""
+
+
+def class_name(instance: object | None) -> str | None:
+    """``module.QualifiedName`` of a schedule's or optimizer's class (or of a class given
+    itself), ``None`` for none: the spelling of :data:`OPTIMIZER_KEY` and :data:`SCHEDULE_KEY`."""
+    if instance is None:
+        return None
+    cls = instance if isinstance(instance, type) else type(instance)
+    return f"{cls.__module__}.{cls.__qualname__}"
+
 
 NON_STRUCTURAL = frozenset({"dropout", "attention_dropout", "activation_dropout"})
 """Model settings that act in training only. Every other field of the model configuration is

@@ -29,11 +29,17 @@ from seq2seq.checkpoint.format import (
     IMPORTED_FROM,
     INIT_FROM,
     ORIGIN,
+    class_name,
     differing_settings,
     language_pairs,
     weights_name,
 )
-from seq2seq.checkpoint.restore import tokenizer_from_checkpoint
+from seq2seq.checkpoint.restore import (
+    check_resumed_optimizer,
+    check_resumed_plateau_mode,
+    check_resumed_schedule,
+    tokenizer_from_checkpoint,
+)
 from seq2seq.cli.callback_args import callback_init_args
 from seq2seq.cli.checkpoint_languages import (
     check_target_tags,
@@ -52,12 +58,6 @@ from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.data.vocabulary import load_tokenizer
 from seq2seq.files import check_output_file, new_folder_hint
 from seq2seq.nn import TransformerConfig
-from seq2seq.optim import (
-    check_resumed_optimizer,
-    check_resumed_plateau_mode,
-    check_resumed_schedule,
-    class_name,
-)
 
 
 class CheckpointReader:
@@ -173,8 +173,9 @@ def resolve_ckpt_arguments(
 
 
 def _configured_class(value: Any) -> str | None | bool:
-    """:func:`~seq2seq.optim.class_name` of a ``model.optimizer`` or ``model.lr_scheduler``
-    value (``None``: null); ``False`` where the value names no class (the default)."""
+    """:func:`~seq2seq.checkpoint.format.class_name` of a ``model.optimizer`` or
+    ``model.lr_scheduler`` value (``None``: null); ``False`` where the value names no class (the
+    default)."""
     if value is None:
         return None
     path = value.get("class_path") if hasattr(value, "get") else None
