@@ -55,8 +55,10 @@ from seq2seq.nn import (
     linear_label_smoothed_cross_entropy,
 )
 from seq2seq.optim import (
-    InverseSqrtLR,
+    check_optimizer_settings,
     check_plateau_monitor,
+    default_optimizer,
+    default_scheduler,
     lightning_schedule,
     step_plateau_schedules,
 )
@@ -66,40 +68,9 @@ from seq2seq.train_step import StepWindow
 __all__ = ["TranslationModule", "tokenizer_from_checkpoint"]
 
 
-def _default_optimizer(params) -> torch.optim.Optimizer:
-    return torch.optim.AdamW(params, lr=5e-4, betas=(0.9, 0.98), eps=1e-8, weight_decay=0.0)
-
-
-def _default_scheduler(optimizer: torch.optim.Optimizer) -> InverseSqrtLR:
-    return InverseSqrtLR(optimizer, warmup_steps=4000)
-
-
-def _check_optimizer_settings(optimizer, lr_scheduler, metrics: list[str]) -> tuple | None:
-    """Builds the optimizer and schedule once over a stand-in parameter, so that settings they
-    refuse with ``ValueError`` (a negative ``lr`` or ``warmup_steps``, a plateau schedule's
-    metric that validation does not log) fail when the module is built, before any data is
-    prepared, not when training starts. Other errors (an optimizer that takes no CPU
-    parameter, say) are left to ``configure_optimizers``.
-
-    Returns:
-        The stand-in optimizer and schedule (``None`` for none), which a resume compares with
-        the checkpoint's; ``None`` if they could not be built.
-
-    Raises:
-        ValueError: as the optimizer or the schedule raises it.
-    """
-    try:
-        built = optimizer([torch.nn.Parameter(torch.zeros(1))])
-        defaults = dict(built.defaults)  # before a schedule sets the first step's rate
-        schedule = None if lr_scheduler is None else lr_scheduler(built)
-        if schedule is not None:
-            lightning_schedule(schedule, metrics)
-        built.defaults = defaults
-        return built, schedule
-    except ValueError:
-        raise
-    except Exception:  # only the settings' own errors are reported here
-        return None
+# The names of the defaults in configs that --print_config and the logged config.yaml wrote
+# before they moved to seq2seq.optim.
+_default_optimizer, _default_scheduler = default_optimizer, default_scheduler
 
 
 def _warn_unused_sampling_fields(decoding: DecodingConfig) -> None:
@@ -179,8 +150,8 @@ class TranslationModule(L.LightningModule):
     def __init__(
         self,
         label_smoothing: float = 0.1,
-        optimizer: OptimizerCallable = _default_optimizer,
-        lr_scheduler: LRSchedulerCallable | None = _default_scheduler,
+        optimizer: OptimizerCallable = default_optimizer,
+        lr_scheduler: LRSchedulerCallable | None = default_scheduler,
         # Frozen, so that LightningCLI lists every field under --model.decoding.*.
         decoding: DecodingConfig = DecodingConfig(),  # noqa: B008
         val_beam_size: int | None = None,
@@ -216,7 +187,7 @@ class TranslationModule(L.LightningModule):
         self.optimizer_factory = optimizer
         self.scheduler_factory = lr_scheduler
         self.metrics = check_metrics(metrics if metrics is not None else METRICS)
-        self._stand_ins = _check_optimizer_settings(optimizer, lr_scheduler, self.metrics)
+        self._stand_ins = check_optimizer_settings(optimizer, lr_scheduler, self.metrics)
         self.tokenizer: Tokenizer | None = None
         self.initialised_from: str | None = None  # fit --init_from's checkpoint
         #: The fingerprint of the initial weights of the run (seq2seq.checkpoint.format.ORIGIN).

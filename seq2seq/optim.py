@@ -1,5 +1,6 @@
-"""Learning-rate schedules for Transformer training, and how the module steps them (a resumed
-run's optimizer and schedule are checked in :mod:`seq2seq.checkpoint.restore`)."""
+"""Learning-rate schedules for Transformer training, the module's default optimizer and
+schedule, and how the module checks and steps them (a resumed run's optimizer and schedule are
+checked in :mod:`seq2seq.checkpoint.restore`)."""
 
 from __future__ import annotations
 
@@ -99,6 +100,47 @@ class CosineLR(LambdaLR):
         progress = min(1.0, (step - self.warmup_steps) / (self.max_steps - self.warmup_steps))
         cosine = 0.5 * (1.0 + math.cos(math.pi * progress))
         return self.min_lr_ratio + (1.0 - self.min_lr_ratio) * cosine
+
+
+def default_optimizer(params) -> torch.optim.Optimizer:
+    """The module's optimizer where a config names none: AdamW, lr 5e-4, betas (0.9, 0.98) of
+    Vaswani et al. (2017), Section 5.3 (as fairseq's Transformer recipes), eps 1e-8, no weight
+    decay."""
+    return torch.optim.AdamW(params, lr=5e-4, betas=(0.9, 0.98), eps=1e-8, weight_decay=0.0)
+
+
+def default_scheduler(optimizer: torch.optim.Optimizer) -> InverseSqrtLR:
+    """The module's schedule where a config names none: :class:`InverseSqrtLR`, 4,000 warm-up
+    steps."""
+    return InverseSqrtLR(optimizer, warmup_steps=4000)
+
+
+def check_optimizer_settings(optimizer, lr_scheduler, metrics: list[str]) -> tuple | None:
+    """Builds the optimizer and schedule once over a stand-in parameter, so that settings they
+    refuse with ``ValueError`` (a negative ``lr`` or ``warmup_steps``, a plateau schedule's
+    metric that validation does not log) fail when the module is built, before any data is
+    prepared, not when training starts. Other errors (an optimizer that takes no CPU
+    parameter, say) are left to ``configure_optimizers``.
+
+    Returns:
+        The stand-in optimizer and schedule (``None`` for none), which a resume compares with
+        the checkpoint's; ``None`` if they could not be built.
+
+    Raises:
+        ValueError: as the optimizer or the schedule raises it.
+    """
+    try:
+        built = optimizer([torch.nn.Parameter(torch.zeros(1))])
+        defaults = dict(built.defaults)  # before a schedule sets the first step's rate
+        schedule = None if lr_scheduler is None else lr_scheduler(built)
+        if schedule is not None:
+            lightning_schedule(schedule, metrics)
+        built.defaults = defaults
+        return built, schedule
+    except ValueError:
+        raise
+    except Exception:  # only the settings' own errors are reported here
+        return None
 
 
 def lightning_schedule(

@@ -59,6 +59,21 @@ def test_every_trainer_piece_parses(piece, capsys):
     assert exit_info.value.code == 0
 
 
+def test_a_config_naming_the_old_default_optimizer_paths_parses(tmp_path, capsys):
+    """Configs printed before the defaults moved to seq2seq.optim name them in seq2seq.module."""
+    config = yaml.safe_load((CONFIGS / "tiny.yaml").read_text())
+    config["model"]["optimizer"] = "seq2seq.module._default_optimizer"
+    config["model"]["lr_scheduler"] = "seq2seq.module._default_scheduler"
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(["fit", "--config", str(path), "--print_config"])
+    assert exit_info.value.code == 0
+    printed = yaml.safe_load(capsys.readouterr().out)["model"]
+    assert printed["optimizer"] == "seq2seq.optim.default_optimizer"
+    assert printed["lr_scheduler"] == "seq2seq.optim.default_scheduler"
+
+
 def test_unknown_config_key_is_named(capsys):
     with pytest.raises(SystemExit) as exit_info:
         cli_main(["fit", "--config", str(CONFIGS / "tiny.yaml"), "--model.d_modle", "64"])
