@@ -39,6 +39,7 @@ from seq2seq.text_decoding import (
     sampling_rules,
     source_batch,
 )
+from seq2seq.text_scoring import ReferenceScore, reference_batches, token_log_probs
 
 __all__ = ["Translator", "decoding_dtype"]
 
@@ -341,6 +342,96 @@ class Translator:
                 results[i] = h[0][0] if n_out == 1 and not return_scores else h
             start = end
         return results[0] if single else results
+
+    def score(
+        self,
+        sources: Sequence[str],
+        targets: Sequence[str],
+        tgt_lang: str | None = None,
+        src_lang: str | None = None,
+        first_line: int = 1,
+    ) -> list[ReferenceScore]:
+        """The model's log-probability of each given translation (teacher-forced, "forced
+        decoding"; :mod:`seq2seq.text_scoring`): for filtering a corpus, reranking n-best
+        lists or comparing references, as fairseq's ``--score-reference`` and Marian's
+        ``marian-scorer``.
+
+        Args:
+            sources: source sentences (a list of str, no line breaks).
+            targets: one translation per source (``""``: EOS alone is scored).
+            tgt_lang, src_lang: as for :meth:`translate`.
+            first_line: the first pair's number in the warnings that name lines.
+
+        Returns:
+            One :class:`~seq2seq.text_scoring.ReferenceScore` per pair, in input order:
+            ``log_prob`` (natural log, EOS included), ``per_token``, the scored pieces and
+            their log-probabilities. A source longer than ``max_positions`` is cut (a
+            ``UserWarning``, as :meth:`translate`); a target longer than
+            ``max_positions - 1`` pieces scores ``nan`` (a ``UserWarning`` naming the lines).
+
+        Raises:
+            TypeError: as :meth:`encode`, for either list.
+            ValueError: for lists of different lengths, a line break, or a missing or unknown
+                ``tgt_lang``.
+        """
+        tgt_lang, src_lang, language = requested_languages(
+            self.tokenizer, self.pairs, tgt_lang, src_lang
+        )  # before any work
+        if isinstance(targets, str) or isinstance(sources, str):
+            raise TypeError("sources and targets must be lists of str (one sentence each)")
+        sources, targets = list(sources), list(targets)
+        if len(sources) != len(targets):
+            raise ValueError(
+                f"{len(sources)} sources but {len(targets)} targets; give one target per source"
+            )
+        encoded = self._encode(sources, tgt_lang, src_lang, first_line)
+        for i, target in enumerate(targets):
+            if not isinstance(target, str):
+                raise TypeError(f"targets[{i}] is {type(target).__name__}, not a string")
+            if "\n" in target:
+                raise ValueError(f"targets[{i}] holds a line break (\\n): one sentence each")
+        tgt_ids = self.tokenizer.encode(targets, side="target", tgt_lang=tgt_lang)
+        forced = len(language[1])  # the target-language token, forced and not scored
+        limit = self.model.max_positions - 1
+        too_long = [i for i, ids in enumerate(tgt_ids) if len(ids) > limit]
+        if too_long:
+            lines = ", ".join(str(first_line + i) for i in too_long[:10])
+            warnings.warn(
+                f"{len(too_long)} target(s) longer than the model's max_positions - 1 = "
+                f"{limit} pieces score nan (line(s) {lines}"
+                f"{', ...' if len(too_long) > 10 else ''})",
+                UserWarning,
+                stacklevel=2,
+            )
+        results: list[ReferenceScore] = [
+            ReferenceScore(float("nan"), (), ()) for _ in range(len(sources))
+        ]
+        kept = [i for i in range(len(sources)) if len(tgt_ids[i]) <= limit]
+        batches = reference_batches(
+            [len(encoded[i]) for i in kept],
+            [len(tgt_ids[i]) + 1 for i in kept],
+            self.max_tokens,
+            self.model.vocab_size,
+        )
+        bf16 = self.dtype == torch.bfloat16
+        for batch_rows in batches:
+            chunk = [kept[j] for j in batch_rows]
+            batch = source_batch([encoded[i] for i in chunk], self.tokenizer.pad_id, self.device)
+            with torch.autocast(self.device.type, torch.bfloat16, enabled=bf16):
+                scores = token_log_probs(
+                    self.model,
+                    batch["src"],
+                    batch["src_mask"],
+                    [tgt_ids[i] for i in chunk],
+                    self.tokenizer.bos_id,
+                    self.tokenizer.eos_id,
+                )
+            for i, token_scores in zip(chunk, scores, strict=True):
+                ids = [*tgt_ids[i], self.tokenizer.eos_id][forced:]
+                kept_scores = tuple(token_scores[forced:])
+                pieces = tuple(self.tokenizer.id_to_piece(ids))
+                results[i] = ReferenceScore(sum(kept_scores), pieces, kept_scores)
+        return results
 
     def _encode_prefixes(
         self, prefixes: Sequence[str] | str | None, count: int, tgt_lang: str | None = None

@@ -274,6 +274,34 @@ def test_our_score_of_a_target_is_hugging_faces_log_probability(marian, nllb, li
         torch.testing.assert_close(-nll, expected, atol=1e-4, rtol=1e-6)
 
 
+def test_translator_score_is_hugging_faces_log_probability_less_the_forced_code(
+    marian, nllb, lines
+):
+    """Translator.score sums Hugging Face's log-probabilities of each target's labels, EOS
+    included, leaving out NLLB's target-language code (forced, as translate leaves it out)."""
+    for _, model, translator in (marian, nllb):
+        tok = translator.tokenizer
+        _, (hf_src, hf_tgt), src_rows, tgt_rows = _batch(
+            translator, lines["de"][:6], lines["en"][:6]
+        )
+        forced = 1 if tok.family == "nllb" else 0
+        with torch.no_grad():
+            hf_mask = (hf_src != tok.hf_ids[tok.pad_id]).long()
+            hf = model(input_ids=hf_src, attention_mask=hf_mask, decoder_input_ids=hf_tgt)
+        log_probs = hf.logits.log_softmax(-1)
+        expected = []
+        for i, row in enumerate(tgt_rows):
+            labels = torch.tensor(tok.to_hf_ids(row[1:] + [tok.eos_id]))
+            picked = log_probs[i, : len(labels)].gather(1, labels[:, None]).squeeze(1)
+            expected.append(float(picked[forced:].sum()))
+        scores = translator.score(lines["de"][:6], lines["en"][:6])
+        assert [s.pieces[-1] for s in scores] == [tok.id_to_piece([tok.eos_id])[0]] * 6
+        assert [len(s.pieces) for s in scores] == [len(r) - forced for r in tgt_rows]
+        torch.testing.assert_close(
+            torch.tensor([s.log_prob for s in scores]), torch.tensor(expected), atol=1e-4, rtol=0
+        )
+
+
 def _with_tokenizer_config(folder: Path, tmp_path: Path, **changes) -> Path:
     """A copy of ``folder`` with ``tokenizer_config.json`` keys changed."""
     copy = tmp_path / f"tokenizer{len(list(tmp_path.iterdir()))}"

@@ -1,6 +1,6 @@
 """``main``: the ``seq2seq`` console script's dispatch, exit statuses and one-line reports.
 
-The plain commands (``translate``, ``average``, ``export`` and ``import``, see
+The plain commands (``translate``, ``score``, ``average``, ``export`` and ``import``, see
 :mod:`seq2seq.commands`)
 are dispatched before anything of Lightning is imported; ``fit``/``validate``/``test``/
 ``predict`` run :class:`seq2seq.cli.app.Seq2SeqCLI`.

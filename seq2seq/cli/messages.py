@@ -427,6 +427,7 @@ SUBCOMMAND_HELP = {
 
 _PLAIN_HELP = {
     "translate": "translate text with a checkpoint alone (stdin/stdout or --input/--output)",
+    "score": "the model's log-probability of given translations (--src, --tgt), one per line",
     "average": "average the parameters of several checkpoints",
     "export": "export a checkpoint to CTranslate2 or Hugging Face Transformers",
     "import": "import a Hugging Face Transformers folder (Marian, M2M-100, NLLB) as a checkpoint",

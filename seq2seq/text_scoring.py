@@ -1,0 +1,138 @@
+"""Teacher-forced log-probabilities of given translations ("forced decoding"): what
+:meth:`seq2seq.translator.Translator.score` and ``seq2seq score`` report, as fairseq-generate's
+``--score-reference``, Marian's ``marian-scorer`` and CTranslate2's ``score_batch`` do.
+
+A target is scored as the model would produce it: the decoder reads BOS and then the target's
+pieces, and each piece and the final EOS count ``log p(y_t | y_<t, x)`` under the model's
+softmax (an :class:`~seq2seq.nn.Ensemble`: the renormalised mean of its models'
+log-probabilities, as its searches score a step). No decoding rule applies (length limits,
+``min_len``, n-gram blocking, the repetition penalty, the unknown-token ban): the score is the
+model's probability of the text, which a search with ``length_penalty 0`` and none of those
+rules reports for its own hypothesis.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from seq2seq.nn import Ensemble
+
+__all__ = ["LOGITS_BUDGET", "ReferenceScore", "reference_batches", "token_log_probs"]
+
+#: Elements of the ``(positions, vocabulary)`` logits computed at once (256 MiB in float32):
+#: an NLLB vocabulary of 256,206 pieces takes 262 target positions per batch, ours of 8,000
+#: take 8,388.
+LOGITS_BUDGET = 1 << 26
+
+
+@dataclass(frozen=True)
+class ReferenceScore:
+    """The log-probability a model gives one translation of one source.
+
+    Attributes:
+        log_prob: the sum of the natural-log probabilities of the target's pieces and its EOS
+            (``nan`` for a target too long for the model: more than ``max_positions - 1``
+            pieces). A target-language token forced first (NLLB's and M2M-100's code) is not
+            scored, as in the scores ``translate`` reports.
+        pieces: the scored pieces, ``</s>`` (EOS) last.
+        token_log_probs: the log-probability of each piece, in order.
+    """
+
+    log_prob: float
+    pieces: tuple[str, ...]
+    token_log_probs: tuple[float, ...]
+
+    @property
+    def per_token(self) -> float:
+        """``log_prob`` per scored piece (EOS included): Marian's ``--normalize``, fairseq's
+        reported score."""
+        return self.log_prob / len(self.pieces) if self.pieces else math.nan
+
+
+def reference_batches(
+    src_lengths: Sequence[int], tgt_lengths: Sequence[int], max_tokens: int, vocab_size: int
+) -> list[list[int]]:
+    """Indices of pairs in batches, sorted by length: each batch holds at most ``max_tokens``
+    padded source or target positions, and its logits at most :data:`LOGITS_BUDGET` elements
+    (``vocab_size`` per target position); a pair above either forms a batch of its own.
+
+    Args:
+        src_lengths, tgt_lengths: per pair, its source ids (EOS included) and decoder inputs
+            (BOS and the target's pieces).
+        max_tokens: padded positions per batch.
+        vocab_size: the model's output size.
+    """
+    order = sorted(range(len(src_lengths)), key=lambda i: (tgt_lengths[i], src_lengths[i]))
+    batches: list[list[int]] = []
+    batch: list[int] = []
+    longest_src = longest_tgt = real_tgt = 0
+    for i in order:
+        src, tgt = max(longest_src, src_lengths[i]), max(longest_tgt, tgt_lengths[i])
+        rows = len(batch) + 1
+        fits = rows * max(src, tgt) <= max_tokens
+        fits &= (real_tgt + tgt_lengths[i]) * vocab_size <= LOGITS_BUDGET
+        if batch and not fits:
+            batches.append(batch)
+            batch, src, tgt, real_tgt = [], src_lengths[i], tgt_lengths[i], 0
+        batch.append(i)
+        longest_src, longest_tgt, real_tgt = src, tgt, real_tgt + tgt_lengths[i]
+    if batch:
+        batches.append(batch)
+    return batches
+
+
+@torch.no_grad()
+def token_log_probs(
+    model: torch.nn.Module,
+    src: torch.Tensor,
+    src_mask: torch.Tensor,
+    targets: Sequence[Sequence[int]],
+    bos_id: int,
+    eos_id: int,
+) -> list[list[float]]:
+    """``log p(y_t | y_<t, x)`` of each target id and of the EOS after it, teacher-forced.
+
+    Args:
+        model: a :class:`~seq2seq.nn.Transformer` or :class:`~seq2seq.nn.Ensemble`, in the
+            mode the caller chose (``eval()`` for scores without dropout).
+        src: ``(B, S)`` long source ids (EOS included), right-padded.
+        src_mask: ``(B, 1, 1, S)`` bool, True at real source positions.
+        targets: ``B`` lists of target ids without BOS or EOS, each at most
+            ``max_positions - 1`` long.
+        bos_id, eos_id: the decoder's first input and the end of a target.
+
+    Returns:
+        Per target, ``len(target) + 1`` float log-probabilities (natural log, computed in
+        float32 whatever the model's dtype).
+
+    Raises:
+        ValueError: for another number of targets than sources, or a target too long.
+    """
+    if len(targets) != src.size(0):
+        raise ValueError(f"{len(targets)} targets for {src.size(0)} sources")
+    lengths = [len(target) + 1 for target in targets]
+    width = max(lengths)
+    pad = model.pad_id
+    tgt_in = torch.full((len(targets), width), pad, dtype=torch.long)
+    tgt_out = torch.full((len(targets), width), pad, dtype=torch.long)
+    for row, target in enumerate(targets):
+        tgt_in[row, : lengths[row]] = torch.tensor([bos_id, *target], dtype=torch.long)
+        tgt_out[row, : lengths[row]] = torch.tensor([*target, eos_id], dtype=torch.long)
+    index = torch.cat([torch.arange(n) + row * width for row, n in enumerate(lengths)])
+    tgt_in, index = tgt_in.to(src.device), index.to(src.device)
+    if isinstance(model, Ensemble):  # the mean of its models' log-probabilities, (B, T, V)
+        output = model(src, tgt_in, src_mask).flatten(0, 1).index_select(0, index)
+    else:  # the output projection at the real positions only
+        output = model(src, tgt_in, src_mask, output_index=index)
+    log_probs = torch.log_softmax(output.float(), dim=-1)
+    gold = tgt_out.flatten().to(src.device).index_select(0, index)
+    scores = log_probs.gather(1, gold.unsqueeze(1)).squeeze(1).tolist()
+    split, start = [], 0
+    for n in lengths:
+        split.append(scores[start : start + n])
+        start += n
+    return split

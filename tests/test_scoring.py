@@ -1,0 +1,169 @@
+"""Teacher-forced scores of given translations: Translator.score and seq2seq score."""
+
+from __future__ import annotations
+
+import math
+import shutil
+
+import pytest
+import torch
+from conftest import multi30k_lines, run_main, write_lines
+
+from seq2seq.nn import DecodingConfig, beam_search
+from seq2seq.text_decoding import source_batch
+from seq2seq.text_scoring import LOGITS_BUDGET, reference_batches, token_log_probs
+from seq2seq.translator import Translator
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_run):
+    """The tiny run's checkpoint, its translator and 60 validation pairs."""
+    ckpt = tiny_run / "checkpoints" / "tiny" / "last.ckpt"
+    lines = {lang: multi30k_lines("val", lang, 60) for lang in ("de", "en")}
+    return ckpt, Translator.from_checkpoint(ckpt, device="cpu"), lines
+
+
+def _searched(model, translator, sources):
+    """The 5 best hypotheses of a beam search of each of ``sources`` (no length penalty, at
+    most 12 tokens), their sources (one row each) and whether each ended with EOS (else the
+    length limit cut it)."""
+    tok = translator.tokenizer
+    encoded = translator.encode(sources)
+    batch = source_batch(encoded, tok.pad_id)
+    config = DecodingConfig(length_penalty=0.0, max_len_a=0.0, max_len_b=12, beam_size=5)
+    found = beam_search(
+        model, batch["src"], batch["src_mask"], tok.bos_id, tok.eos_id, config, n_best=5
+    )
+    hyps = [hyp for nbest in found for hyp in nbest]
+    rows = source_batch([ids for ids, nbest in zip(encoded, found, strict=True) for _ in nbest],
+                        tok.pad_id)  # fmt: skip
+    return rows, hyps, [len(hyp.tokens) < 12 for hyp in hyps]
+
+
+@pytest.mark.parametrize("ensemble", [False, True], ids=["model", "ensemble"])
+def test_a_hypothesis_scores_what_the_search_scored_it(tiny, tmp_path, ensemble):
+    """The teacher-forced log-probability of a beam search's hypothesis is the search's score
+    of it (length penalty 0), ended or cut, for one model and for an ensemble (its
+    renormalised mean)."""
+    ckpt, translator, lines = tiny
+    if ensemble:
+        other = tmp_path / "other.ckpt"
+        checkpoint = torch.load(ckpt, weights_only=False)
+        torch.manual_seed(1)
+        for value in checkpoint["state_dict"].values():
+            if value.is_floating_point():
+                value.add_(0.02 * torch.randn_like(value))
+        torch.save(checkpoint, other)
+        translator = Translator.from_checkpoint([ckpt, other], device="cpu")
+    model = translator.model
+    batch, hyps, ended = _searched(model, translator, lines["de"])
+    assert 50 < sum(ended) < len(ended) - 50
+    tok = translator.tokenizer
+    tokens = [h.tokens for h in hyps]
+    scores = token_log_probs(model, batch["src"], batch["src_mask"], tokens, tok.bos_id, tok.eos_id)
+    assert [len(s) for s in scores] == [len(h.tokens) + 1 for h in hyps]
+    # A hypothesis the limit cut has no EOS: its score is that of its tokens alone.
+    forced = [sum(s if end else s[:-1]) for s, end in zip(scores, ended, strict=True)]
+    torch.testing.assert_close(
+        torch.tensor(forced, dtype=torch.float64),
+        torch.tensor([h.score for h in hyps], dtype=torch.float64),
+        atol=1e-4,
+        rtol=0,
+    )
+
+
+def test_score_of_text_is_the_same_in_any_batching_and_order(tiny):
+    """Small batches or one large one, the scores are the same, each in its input place; a
+    reference scores lower than the model's own translation on most sentences."""
+    _, translator, lines = tiny
+    whole = translator.score(lines["de"], lines["en"])
+    translator.max_tokens = 24
+    small = translator.score(lines["de"], lines["en"])
+    translator.max_tokens = 4096
+    torch.testing.assert_close(
+        torch.tensor([s.log_prob for s in small]), torch.tensor([s.log_prob for s in whole])
+    )
+    for s in whole:
+        assert s.log_prob == pytest.approx(sum(s.token_log_probs))
+        assert s.per_token == pytest.approx(s.log_prob / len(s.pieces))
+        assert s.pieces[-1] == "</s>" and s.log_prob < 0
+    own = translator.translate(lines["de"], beam_size=1)
+    mine = translator.score(lines["de"], own)
+    higher = sum(m.log_prob > w.log_prob for m, w in zip(mine, whole, strict=True))
+    assert higher >= 0.9 * len(whole)
+
+
+def test_reference_batches_keep_to_both_budgets():
+    lengths = [3, 9, 4, 30, 2, 7]
+    batches = reference_batches(lengths, lengths[::-1], max_tokens=20, vocab_size=8)
+    assert sorted(i for batch in batches for i in batch) == list(range(6))
+    for batch in batches:
+        longest = max(max(lengths[i], lengths[::-1][i]) for i in batch)
+        assert len(batch) == 1 or len(batch) * longest <= 20
+    vocab = LOGITS_BUDGET // 10  # ten target positions fit the logits' budget
+    batches = reference_batches([2] * 6, [4] * 6, max_tokens=4096, vocab_size=vocab)
+    assert [len(batch) for batch in batches] == [2, 2, 2]
+
+
+def test_score_refuses_bad_input_and_scores_a_target_too_long_nan(tiny):
+    _, translator, lines = tiny
+    with pytest.raises(ValueError, match="3 sources but 2 targets"):
+        translator.score(lines["de"][:3], lines["en"][:2])
+    with pytest.raises(ValueError, match=r"targets\[1\] holds a line break"):
+        translator.score(lines["de"][:2], ["a", "b\nc"])
+    with pytest.raises(TypeError, match=r"targets\[0\] is int"):
+        translator.score(lines["de"][:1], [3])
+    long = " ".join(["Mann"] * translator.model.max_positions)
+    with pytest.warns(UserWarning, match=r"1 target\(s\) longer .* score nan \(line\(s\) 11\)"):
+        scores = translator.score(lines["de"][:2], [long, ""], first_line=11)
+    assert math.isnan(scores[0].log_prob) and scores[0].pieces == ()
+    assert scores[1].pieces == ("</s>",) and scores[1].log_prob < 0
+
+
+def test_the_score_command_writes_a_score_per_line(tiny, tmp_path, monkeypatch, capsys):
+    ckpt, translator, lines = tiny
+    src = write_lines(tmp_path / "s.de.gz", lines["de"][:20], compress=True)
+    tgt = write_lines(tmp_path / "s.en", lines["en"][:20])
+    code, out, err = run_main(monkeypatch, capsys, "score", "--ckpt_path", str(ckpt),
+                              "--src", str(src), "--tgt", str(tgt))  # fmt: skip
+    assert code == 0, err
+    expected = [f"{s.log_prob:.4f}" for s in translator.score(lines["de"][:20], lines["en"][:20])]
+    assert out.splitlines() == expected
+    output = tmp_path / "scores.txt"
+    code, _, err = run_main(monkeypatch, capsys, "score", "--ckpt_path", str(ckpt),
+                            "--src", str(src), "--tgt", str(tgt), "--output", str(output),
+                            "--normalize", "--token_scores")  # fmt: skip
+    assert code == 0, err
+    rows = output.read_text(encoding="utf-8").splitlines()
+    assert len(rows) == 20
+    for row in rows:
+        mean, tokens = row.split("\t")
+        values = [float(t.rsplit(":", 1)[1]) for t in tokens.split(" ")]
+        assert tokens.endswith(":" + tokens.rsplit(":", 1)[1]) and "</s>:" in tokens
+        assert float(mean) == pytest.approx(sum(values) / len(values), abs=2e-4)
+
+
+def test_the_score_command_refuses_files_of_other_lengths_or_bad_text(
+    tiny, tmp_path, monkeypatch, capsys
+):
+    ckpt, _, lines = tiny
+    src = write_lines(tmp_path / "s.de", lines["de"][:5])
+    tgt = write_lines(tmp_path / "s.en", lines["en"][:4])
+    code, _, err = run_main(monkeypatch, capsys, "score", "--ckpt_path", str(ckpt),
+                            "--src", str(src), "--tgt", str(tgt))  # fmt: skip
+    assert code == 2
+    assert f"--src {src} has 5 lines but --tgt {tgt} has 4" in err[-1]
+    (tmp_path / "bad.en").write_bytes(b"A man.\nA caf\xe9.\nA dog.\nx\ny\n")
+    output = tmp_path / "out.txt"
+    code, _, err = run_main(monkeypatch, capsys, "score", "--ckpt_path", str(ckpt),
+                            "--src", str(src), "--tgt", str(tmp_path / "bad.en"),
+                            "--output", str(output))  # fmt: skip
+    assert code == 1 and "bad.en, line 2: invalid UTF-8" in err[-1]
+    assert "Nothing is scored" in err[-1] and not output.exists()
+    folder = tmp_path / "ct2"
+    shutil.copytree(tmp_path, folder, ignore=lambda *_: ["ct2"])
+    code, _, err = run_main(monkeypatch, capsys, "score", "--ckpt_path", str(folder),
+                            "--src", str(src), "--tgt", str(src))  # fmt: skip
+    assert code == 2 and "score reads checkpoints" in err[-1]
