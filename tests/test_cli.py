@@ -726,17 +726,22 @@ def test_translate_refuses_bad_input_and_settings_before_decoding(
     code, out, err = _translate_main(
         monkeypatch, capsys, "Ein Hund.\nGrüße\n".encode("latin-1"), "--ckpt_path", ckpt
     )
-    assert code == 1 and out == ""
+    assert code == 1 and len(out.splitlines()) == 1  # of the line before it
     assert len(err) == 1 and "<stdin>, line 2: invalid UTF-8" in err[0], err
-    assert "No translation is written." in err[0]
-    # ... met after parts were written: the message says how many lines they hold
+    assert "The translation of the first line is written to standard output." in err[0]
+    code, out, err = _translate_main(monkeypatch, capsys, "Grüße\n".encode("latin-1"),
+                                     "--ckpt_path", ckpt)  # fmt: skip
+    assert code == 1 and out == "" and "No translation is written." in err[0], err
+    # ... met after lines were read: those before it are translated and written, whatever
+    # the buffer; the message says how many lines they hold
     bad = "Ein Hund.\nEine Katze.\nGrüße\nJa.\n".encode("latin-1")
-    code, out, err = _translate_main(monkeypatch, capsys, bad, "--ckpt_path", ckpt,
-                                     "--buffer_size", "1")  # fmt: skip
-    assert code == 1 and len(out.splitlines()) == 2
-    assert "<stdin>, line 3: invalid UTF-8" in err[0] and (
-        "The translations of the first 2 lines are written to standard output." in err[0]
-    ), err
+    for buffer in ("1", "10000"):
+        code, out, err = _translate_main(monkeypatch, capsys, bad, "--ckpt_path", ckpt,
+                                         "--buffer_size", buffer)  # fmt: skip
+        assert code == 1 and len(out.splitlines()) == 2
+        assert "<stdin>, line 3: invalid UTF-8" in err[0] and (
+            "The translations of the first 2 lines are written to standard output." in err[0]
+        ), err
     # An --input file is read through first: its bad line stops translate before any part.
     source.write_bytes(bad)
     for output in ("-", str(tmp_path / "o.en")):

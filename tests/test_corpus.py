@@ -106,6 +106,40 @@ def test_read_lines_invalid_utf8_names_file_and_line(tmp_path):
         read_lines(path)
 
 
+@pytest.mark.parametrize("reader", [read_lines, lambda path: list(iter_lines(path))])
+def test_every_line_that_is_no_utf8_is_named_with_the_conversion(tmp_path, reader):
+    """One run names every line at fault, not the first alone, and says how to convert."""
+    path = tmp_path / "crawl.de"
+    lines = [f"Zeile {i}".encode() for i in range(30)]
+    for i in (4, 11, 25):  # lines 5, 12 and 26: Latin-1
+        lines[i] = "Grüße".encode("latin-1")
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    with pytest.raises(ValueError) as error:
+        reader(path)
+    message = str(error.value)
+    assert "crawl.de, line 5: invalid UTF-8" in message
+    assert "3 lines of it are not UTF-8 (lines 5, 12, 26)" in message
+    assert "iconv -f latin1 -t utf-8" in message
+    lines[11] = lines[25] = b"ok"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    with pytest.raises(ValueError, match="line 5: invalid UTF-8 .* It is its only such line"):
+        reader(path)
+
+
+@pytest.mark.parametrize("reader", [read_lines, lambda path: list(iter_lines(path))])
+def test_lines_ending_in_cr_alone_are_refused(tmp_path, reader):
+    """Classic Mac OS line ends: without the refusal, the file is one line, which
+    SentencePiece skips (an error about vocab_size) and a corpus counts as one pair."""
+    path = tmp_path / "old.de"
+    path.write_bytes(b"Ein Hund.\rEine Katze.\rJa.\r")
+    with pytest.raises(ValueError, match=r"old\.de has no line feed but 3 carriage returns"):
+        reader(path)
+    path.write_bytes(gzip.compress(b"Ein Hund.\r\nEine Katze.\r\n"))  # CRLF: read
+    assert reader(path) == ["Ein Hund.", "Eine Katze."]
+    path.write_bytes(b"Ein Hund.\r")  # one line, ended by CR: one line
+    assert reader(path) == ["Ein Hund."]
+
+
 def test_read_lines_missing_file(tmp_path):
     with pytest.raises(FileNotFoundError, match="nothere.en"):
         read_lines(tmp_path / "nothere.en")

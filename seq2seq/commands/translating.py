@@ -248,7 +248,12 @@ def translate(argv: Sequence[str]) -> None:
         prefixes = iter_lines(prefix_source) if prefix_source is not None else None
         untagged = _untagged_warning(translator.tokenizer, args.tgt_lang, translator.pairs)
         first = 0
-        while window := list(itertools.islice(lines, buffer)):
+        while True:
+            window, stop = _read_window(lines, buffer)
+            if not window:
+                if stop is not None:
+                    raise stop
+                break
             if untagged is not None:  # once, at the first line without a tag
                 i = next((i for i, line in enumerate(window) if not typed_tag(line)), None)
                 if i is not None:
@@ -267,6 +272,8 @@ def translate(argv: Sequence[str]) -> None:
             output = "".join(line + "\n" for line in _output_lines(results, first, rows, args))
             first += len(window)
             yield output, first
+            if stop is not None:  # a line that is no UTF-8 (stdin): the lines before it first
+                raise stop
         if prefixes is not None and next(prefixes, None) is not None:
             _prefix_count_error(parser, args.prefix_file, where, None, first)
 
@@ -287,7 +294,9 @@ def translate(argv: Sequence[str]) -> None:
                     f.write(part)
     except (KeyboardInterrupt, ValueError) as stop:  # Ctrl-C; bad input met on the way
         kept = (
-            f"the translations of the first {_lines(written)} are written to standard output"
+            "the translation of the first line is written to standard output"
+            if args.output == "-" and written == 1
+            else f"the translations of the first {written} lines are written to standard output"
             if args.output == "-" and written
             else "no translation is written"
             if args.output == "-"
@@ -298,6 +307,17 @@ def translate(argv: Sequence[str]) -> None:
             raise ValueError(f"{stop} {kept[0].upper()}{kept[1:]}.") from stop
         print(f"seq2seq: translate stopped: {kept}", file=sys.stderr)
         raise
+
+
+def _read_window(lines: Iterator[str], size: int) -> tuple[list[str], ValueError | None]:
+    """Up to ``size`` lines, and the error that stopped the reading before them, if one did
+    (a line of stdin that is no UTF-8: the lines read before it are translated first)."""
+    window: list[str] = []
+    try:
+        window.extend(itertools.islice(lines, size))
+    except ValueError as stop:
+        return window, stop
+    return window, None
 
 
 BUFFER_SIZE = 10_000

@@ -90,14 +90,13 @@ def decode_lines(data: bytes, name: str) -> list[str]:
     except UnicodeDecodeError as err:
         line = data.count(b"\n", 0, err.start) + 1
         column = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
-        raise ValueError(
-            f"{name}, line {line}: invalid UTF-8 ({err.reason} at byte {column} of the line, "
-            "counting from 1)."
-        ) from err
+        bad = [n for n, row in enumerate(data.split(b"\n"), start=1) if not _is_utf8(row)]
+        raise ValueError(_invalid_utf8(name, line, column, err.reason, bad)) from err
     if text.startswith("\ufeff"):
         text = text[1:]
     if not text:
         return []
+    _check_line_endings(text, "\n" in text, name)
     lines = text.split("\n")
     if lines[-1] == "":
         lines.pop()
@@ -125,7 +124,46 @@ def iter_lines(path: str | Path) -> Iterator[str]:
     path = Path(path)
     _check_readable(path)
     with open(path, "rb") as raw:
-        yield from iter_stream_lines(raw, str(path))
+        yield from iter_stream_lines(raw, str(path), count_invalid=True)
+
+
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _invalid_utf8(
+    name: str, line: int, column: int, reason: str, bad: list[int] | None = None
+) -> str:
+    """The error of a line of ``name`` that is no UTF-8, naming every such line (``bad``)
+    where the whole text was read, and the ways to convert it."""
+    message = (
+        f"{name}, line {line}: invalid UTF-8 ({reason} at byte {column} of the line, counting "
+        "from 1)."
+    )
+    if bad is not None and len(bad) > 1:
+        shown = ", ".join(map(str, bad[:10])) + (", ..." if len(bad) > 10 else "")
+        message += f" {len(bad):,} lines of it are not UTF-8 (lines {shown})."
+    elif bad is not None:
+        message += " It is its only such line."
+    return (
+        f"{message} seq2seq reads UTF-8 alone: convert the text (iconv -f latin1 -t utf-8 for "
+        "Latin-1; iconv -f utf-8 -t utf-8 -c drops the invalid bytes)."
+    )
+
+
+def _check_line_endings(first: str, has_newline: bool, name: str) -> None:
+    """Refuses text whose lines end in CR alone (classic Mac OS): read on LF, it is one line
+    (``first``), which SentencePiece would skip and a corpus would count as one pair."""
+    if not has_newline and "\r" in first.rstrip("\r"):
+        raise ValueError(
+            f"{name} has no line feed but {first.count(chr(13)):,} carriage returns: its lines "
+            "end in CR alone (classic Mac OS), and seq2seq splits lines on LF (\\n); convert "
+            f"it, e.g. tr '\\r' '\\n' < {name} > converted"
+        )
 
 
 def count_lines(path: str | Path, chunk_size: int = 1 << 20) -> int:
@@ -154,10 +192,11 @@ def count_lines(path: str | Path, chunk_size: int = 1 << 20) -> int:
     return count + (last != b"\n")
 
 
-def iter_stream_lines(raw: BinaryIO, name: str) -> Iterator[str]:
+def iter_stream_lines(raw: BinaryIO, name: str, count_invalid: bool = False) -> Iterator[str]:
     """:func:`iter_lines` of an open binary stream (``sys.stdin.buffer``), ``name`` naming it in
     errors (``"<stdin>"``). A line is yielded as soon as it has been read whole, so a reader
-    at a terminal gets each line as it is typed."""
+    at a terminal gets each line as it is typed. ``count_invalid``: at a line that is no UTF-8,
+    read the rest of the stream to name every such line (a file's; not a terminal's)."""
     if not hasattr(raw, "peek"):  # e.g. io.BytesIO
         raw = io.BufferedReader(raw)
     compressed = raw.peek(2)[:2] == _GZIP_MAGIC  # peek: a pipe cannot seek back
@@ -167,14 +206,18 @@ def iter_stream_lines(raw: BinaryIO, name: str) -> Iterator[str]:
             try:
                 text = line.decode("utf-8")
             except UnicodeDecodeError as err:
-                raise ValueError(
-                    f"{name}, line {number}: invalid UTF-8 ({err.reason} at byte "
-                    f"{err.start + 1} of the line, counting from 1)."
-                ) from err
+                bad = None
+                if count_invalid:  # the rest of the file, to name every line at fault
+                    rest = enumerate(stream, start=number + 1)
+                    bad = [number, *(n for n, row in rest if not _is_utf8(row))]
+                message = _invalid_utf8(name, number, err.start + 1, err.reason, bad)
+                raise ValueError(message) from err
             if number == 1 and text.startswith("\ufeff"):
                 text = text[1:]
                 if not text:
                     continue
+            if number == 1:
+                _check_line_endings(text, text.endswith("\n"), name)
             if text.endswith("\n"):
                 text = text[:-1]
             yield text[:-1] if text.endswith("\r") else text
