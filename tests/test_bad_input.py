@@ -234,6 +234,23 @@ def test_missing_heldout_split_is_named_before_sentencepiece_is_trained(
     assert not (tmp_path / "cache").exists()
 
 
+@pytest.mark.parametrize("split", ["val", "test_2016_flickr"])
+def test_misaligned_heldout_files_are_named_before_sentencepiece_is_trained(
+    tmp_path, pairs, caplog, split
+):
+    """A fit's validation and test files are read through before SentencePiece training is
+    announced: misaligned ones end it at once, not after the vocabulary is built."""
+    src, tgt = pairs[split]
+    data = _corpus(tmp_path / "data", pairs, **{split: (src, tgt[:-1])})
+    dm = _datamodule(data, None, cache_dir=str(tmp_path / "cache"))
+    dm.trainer = SimpleNamespace(state=SimpleNamespace(fn=SimpleNamespace(value="fit")))
+    caplog.set_level(logging.INFO)
+    with pytest.raises(ValueError, match=rf"misaligned: .*{split}\.de has \d+ lines but"):
+        dm.prepare_data()
+    assert "SentencePiece" not in caplog.text
+    assert not list((tmp_path / "cache").glob("*.model"))
+
+
 def test_missing_split_of_another_stage_is_skipped(tmp_path, pairs):
     """``validate`` without test files tokenises what it reads."""
     data = _corpus(tmp_path / "data", pairs)

@@ -89,7 +89,9 @@ def check_inputs(
     predict_file: str | None,
 ) -> None:
     """Raises for a missing input of ``stage``, so that a typo in the config fails before
-    training rather than after it.
+    training rather than after it, and for a held-out or test split in text, TSV or JSONL
+    whose files are misaligned or hold a malformed line (read to their end here, before
+    SentencePiece is trained: held-out sets are small).
 
     Args:
         stage: the Lightning stage (``"fit"``, ``"test"``, ...) or None.
@@ -101,14 +103,15 @@ def check_inputs(
 
     Raises:
         FileNotFoundError: naming the missing split or file.
+        ValueError: as :meth:`~seq2seq.data.corpus.CorpusSplit.iter_chunks`, naming the file.
     """
     for split in held_out:
-        locate(split)
+        _read_through(locate(split))
     if stage != "fit":
         return
     for split in test_splits:
         try:
-            locate(split)
+            _read_through(locate(split))
         except FileNotFoundError:
             if not fetched(split):
                 raise
@@ -118,6 +121,14 @@ def check_inputs(
             f"data.predict_file {predict_file} {what}; fix the path or set "
             "--data.predict_file null to train without it."
         )
+
+
+def _read_through(corpus: CorpusSplit) -> None:
+    """Reads a split in text, TSV or JSONL to its end (other formats hold no lines to
+    misalign)."""
+    if corpus.format in ("text", "tsv", "jsonl"):
+        for _ in corpus.iter_chunks():
+            pass
 
 
 def check_model_fits(module: object, vocab_size: int, max_positions: int) -> None:
