@@ -311,3 +311,13 @@ def test_cpu_decoding_stages_and_bfloat16_fits_keep_freed_memory(stage, precisio
         strategy=SimpleNamespace(root_device=torch.device(device)),
     )
     assert _keeps_freed_heap(trainer, stage) is kept
+
+
+def test_a_lone_surrogate_is_refused_naming_the_sentence(saved):
+    """Text decoded with errors="surrogateescape" keeps each byte that was no UTF-8 as a lone
+    surrogate, which SentencePiece refuses with a TypeError naming no sentence."""
+    translator = Translator.from_checkpoint(saved[0], device="cpu")
+    with pytest.raises(ValueError, match=r"sentence 1 \(counting from 0\) holds U\+DCFC, a lone"):
+        translator.translate(["Ein Hund.", "Gr\udcfc\udcdfe"])
+    with pytest.raises(ValueError, match=r"sentence 0 .* U\+DCFC"):
+        translator.score(["Ein Hund."], ["Gr\udcfc\udcdfe"])

@@ -83,6 +83,30 @@ def check_batch(batch: Any, name: str, entry: str) -> None:
         raise TypeError(f"{name} must be a list with one {entry} per sentence, got one sentence")
 
 
+def sentencepiece_encode(processor: spm.SentencePieceProcessor, texts: list[str], **options):
+    """``processor.encode(texts, **options)``, where SentencePiece's ``TypeError`` at a text
+    that is no UTF-8 (a lone surrogate, which text decoded with ``errors="surrogateescape"``
+    holds for each byte that was no UTF-8) is a ``ValueError`` naming the sentence.
+
+    Raises:
+        ValueError: for such a text, naming its 0-based index and character.
+    """
+    try:
+        return processor.encode(texts, **options)
+    except TypeError:
+        for i, text in enumerate(texts):
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as err:
+                raise ValueError(
+                    f"sentence {i} (counting from 0) holds U+{ord(text[err.start]):04X}, a lone "
+                    f"surrogate, at character {err.start}: no UTF-8 text (a byte that was not "
+                    "UTF-8, kept by errors='surrogateescape'); decode the input with "
+                    "errors='replace', or mend it"
+                ) from None
+        raise
+
+
 class Tokenizer:
     """A SentencePiece model with this project's special ids (pad 0, unk 1, bos 2, eos 3).
 
@@ -404,12 +428,8 @@ class Tokenizer:
             raise ValueError(f"side must be 'source' or 'target', got {side!r}")
         tagged = side == "source" and tgt_lang is not None and bool(self._tags)
         tag = self._tag_id(tgt_lang) if tagged else None  # an unknown language fails first
-        if sample:
-            ids = self._sp.encode(
-                list(texts), out_type=int, enable_sampling=True, alpha=alpha, nbest_size=-1
-            )
-        else:
-            ids = self._sp.encode(list(texts), out_type=int)
+        options = {"enable_sampling": True, "alpha": alpha, "nbest_size": -1} if sample else {}
+        ids = sentencepiece_encode(self._sp, list(texts), out_type=int, **options)
         return ids if tag is None else [[tag, *seq] for seq in ids]
 
     def decode(self, ids: list[list[int]]) -> list[str]:

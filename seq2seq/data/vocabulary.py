@@ -48,6 +48,7 @@ from seq2seq.data.tokenizer import (
     UNK_ID,
     Tokenizer,
     check_batch,
+    sentencepiece_encode,
 )
 from seq2seq.spelling import did_you_mean
 
@@ -336,7 +337,7 @@ class VocabularyTokenizer(Tokenizer):
                     codes[i] = [self._piece_ids.get(tag, UNK_ID)]
                     texts[i] = text[len(tag) :]
         options = {"enable_sampling": True, "alpha": alpha, "nbest_size": -1} if sample else {}
-        pieces = self._spm[side].encode(texts, out_type=str, **options)
+        pieces = sentencepiece_encode(self._spm[side], texts, out_type=str, **options)
         get = self._piece_ids.get
         return [
             (code or prefix) + [get(p, UNK_ID) for p in seq]
