@@ -14,14 +14,24 @@ rules reports for its own hypothesis.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from seq2seq.nn import Ensemble
 
-__all__ = ["LOGITS_BUDGET", "ReferenceScore", "reference_batches", "token_log_probs"]
+__all__ = [
+    "LOGITS_BUDGET",
+    "ReferenceScore",
+    "check_references",
+    "reference_batches",
+    "reference_score",
+    "target_ids",
+    "token_log_probs",
+]
 
 #: Elements of the ``(positions, vocabulary)`` logits computed at once (256 MiB in float32):
 #: an NLLB vocabulary of 256,206 pieces takes 262 target positions per batch, ours of 8,000
@@ -51,6 +61,59 @@ class ReferenceScore:
         """``log_prob`` per scored piece (EOS included): Marian's ``--normalize``, fairseq's
         reported score."""
         return self.log_prob / len(self.pieces) if self.pieces else math.nan
+
+
+def check_references(sources: Sequence[str], targets: Sequence[str]) -> tuple[list, list]:
+    """``sources`` and ``targets`` as lists, checked as a scorer takes them.
+
+    Raises:
+        TypeError: for a str instead of a list, or a target that is no str (its index).
+        ValueError: for lists of different lengths, or a target holding a line break.
+    """
+    if isinstance(targets, str) or isinstance(sources, str):
+        raise TypeError("sources and targets must be lists of str (one sentence each)")
+    sources, targets = list(sources), list(targets)
+    if len(sources) != len(targets):
+        raise ValueError(
+            f"{len(sources)} sources but {len(targets)} targets; give one target per source"
+        )
+    for i, target in enumerate(targets):
+        if not isinstance(target, str):
+            raise TypeError(f"targets[{i}] is {type(target).__name__}, not a string")
+        if "\n" in target:
+            raise ValueError(f"targets[{i}] holds a line break (\\n): one sentence each")
+    return sources, targets
+
+
+def target_ids(
+    tokenizer: Any, targets: list[str], tgt_lang: str | None, max_positions: int, first_line: int
+) -> tuple[list[list[int]], list[int]]:
+    """The target ids of each translation (a forced target-language token first, as
+    ``tokenizer.encode(side="target")`` gives them) and the indices of those a model of
+    ``max_positions`` can score: a longer one is warned about, naming its line (``first_line``
+    the first target's), and scores ``nan``."""
+    ids = tokenizer.encode(targets, side="target", tgt_lang=tgt_lang)
+    limit = max_positions - 1
+    too_long = [i for i, row in enumerate(ids) if len(row) > limit]
+    if too_long:
+        lines = ", ".join(str(first_line + i) for i in too_long[:10])
+        warnings.warn(
+            f"{len(too_long)} target(s) longer than the model's max_positions - 1 = {limit} "
+            f"pieces score nan (line(s) {lines}{', ...' if len(too_long) > 10 else ''})",
+            UserWarning,
+            stacklevel=3,
+        )
+    return ids, [i for i, row in enumerate(ids) if len(row) <= limit]
+
+
+def reference_score(
+    tokenizer: Any, ids: Sequence[int], log_probs: Sequence[float], forced: int
+) -> ReferenceScore:
+    """The :class:`ReferenceScore` of target ``ids`` (without EOS) from the log-probabilities
+    of each and of EOS, leaving out the ``forced`` target-language tokens first."""
+    kept = tuple(float(value) for value in log_probs[forced:])
+    pieces = tuple(tokenizer.id_to_piece([*ids, tokenizer.eos_id][forced:]))
+    return ReferenceScore(sum(kept), pieces, kept)
 
 
 def reference_batches(

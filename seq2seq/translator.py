@@ -20,6 +20,7 @@ is imported when a checkpoint is read.
 
 from __future__ import annotations
 
+import math
 import os
 import warnings
 from collections.abc import Iterable, Sequence
@@ -39,7 +40,14 @@ from seq2seq.text_decoding import (
     sampling_rules,
     source_batch,
 )
-from seq2seq.text_scoring import ReferenceScore, reference_batches, token_log_probs
+from seq2seq.text_scoring import (
+    ReferenceScore,
+    check_references,
+    reference_batches,
+    reference_score,
+    target_ids,
+    token_log_probs,
+)
 
 __all__ = ["Translator", "decoding_dtype"]
 
@@ -377,36 +385,11 @@ class Translator:
         tgt_lang, src_lang, language = requested_languages(
             self.tokenizer, self.pairs, tgt_lang, src_lang
         )  # before any work
-        if isinstance(targets, str) or isinstance(sources, str):
-            raise TypeError("sources and targets must be lists of str (one sentence each)")
-        sources, targets = list(sources), list(targets)
-        if len(sources) != len(targets):
-            raise ValueError(
-                f"{len(sources)} sources but {len(targets)} targets; give one target per source"
-            )
+        sources, targets = check_references(sources, targets)
         encoded = self._encode(sources, tgt_lang, src_lang, first_line)
-        for i, target in enumerate(targets):
-            if not isinstance(target, str):
-                raise TypeError(f"targets[{i}] is {type(target).__name__}, not a string")
-            if "\n" in target:
-                raise ValueError(f"targets[{i}] holds a line break (\\n): one sentence each")
-        tgt_ids = self.tokenizer.encode(targets, side="target", tgt_lang=tgt_lang)
-        forced = len(language[1])  # the target-language token, forced and not scored
-        limit = self.model.max_positions - 1
-        too_long = [i for i, ids in enumerate(tgt_ids) if len(ids) > limit]
-        if too_long:
-            lines = ", ".join(str(first_line + i) for i in too_long[:10])
-            warnings.warn(
-                f"{len(too_long)} target(s) longer than the model's max_positions - 1 = "
-                f"{limit} pieces score nan (line(s) {lines}"
-                f"{', ...' if len(too_long) > 10 else ''})",
-                UserWarning,
-                stacklevel=2,
-            )
-        results: list[ReferenceScore] = [
-            ReferenceScore(float("nan"), (), ()) for _ in range(len(sources))
-        ]
-        kept = [i for i in range(len(sources)) if len(tgt_ids[i]) <= limit]
+        tok = self.tokenizer
+        tgt_ids, kept = target_ids(tok, targets, tgt_lang, self.model.max_positions, first_line)
+        results = [ReferenceScore(math.nan, (), ()) for _ in sources]
         batches = reference_batches(
             [len(encoded[i]) for i in kept],
             [len(tgt_ids[i]) + 1 for i in kept],
@@ -414,23 +397,16 @@ class Translator:
             self.model.vocab_size,
         )
         bf16 = self.dtype == torch.bfloat16
-        for batch_rows in batches:
-            chunk = [kept[j] for j in batch_rows]
-            batch = source_batch([encoded[i] for i in chunk], self.tokenizer.pad_id, self.device)
+        for rows in batches:
+            chunk = [kept[j] for j in rows]
+            batch = source_batch([encoded[i] for i in chunk], tok.pad_id, self.device)
+            targets_ids = [tgt_ids[i] for i in chunk]
             with torch.autocast(self.device.type, torch.bfloat16, enabled=bf16):
                 scores = token_log_probs(
-                    self.model,
-                    batch["src"],
-                    batch["src_mask"],
-                    [tgt_ids[i] for i in chunk],
-                    self.tokenizer.bos_id,
-                    self.tokenizer.eos_id,
+                    self.model, batch["src"], batch["src_mask"], targets_ids, tok.bos_id, tok.eos_id
                 )
             for i, token_scores in zip(chunk, scores, strict=True):
-                ids = [*tgt_ids[i], self.tokenizer.eos_id][forced:]
-                kept_scores = tuple(token_scores[forced:])
-                pieces = tuple(self.tokenizer.id_to_piece(ids))
-                results[i] = ReferenceScore(sum(kept_scores), pieces, kept_scores)
+                results[i] = reference_score(tok, tgt_ids[i], token_scores, len(language[1]))
         return results
 
     def _encode_prefixes(

@@ -513,6 +513,16 @@ def test_imported_nllb_translates_into_a_chosen_language_here_and_through_ctrans
     for beam in (1, 3):
         ours = translator.translate(sentences, beam_size=beam, tgt_lang="fra_Latn", **settings)
         assert ct2.translate(sentences, beam_size=beam, tgt_lang="fra_Latn", **settings) == ours
+    # scores of given translations, the forced code left out by both
+    scored = [
+        translator.score(sentences, french, "fra_Latn"),
+        ct2.score(sentences, french, "fra_Latn"),
+    ]
+    assert [s.pieces for s in scored[0]] == [s.pieces for s in scored[1]]
+    assert scored[0][0].pieces[0] != "fra_Latn"
+    torch.testing.assert_close(
+        *(torch.tensor([s.log_prob for s in scores]) for scores in scored), atol=1e-4, rtol=0
+    )
     with pytest.raises(
         ValueError, match="'xx_Latn' is not a language of the model; its languages: deu_Latn"
     ):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import shutil
 
 import pytest
 import torch
@@ -162,8 +161,28 @@ def test_the_score_command_refuses_files_of_other_lengths_or_bad_text(
                             "--output", str(output))  # fmt: skip
     assert code == 1 and "bad.en, line 2: invalid UTF-8" in err[-1]
     assert "Nothing is scored" in err[-1] and not output.exists()
-    folder = tmp_path / "ct2"
-    shutil.copytree(tmp_path, folder, ignore=lambda *_: ["ct2"])
-    code, _, err = run_main(monkeypatch, capsys, "score", "--ckpt_path", str(folder),
-                            "--src", str(src), "--tgt", str(src))  # fmt: skip
-    assert code == 2 and "score reads checkpoints" in err[-1]
+
+
+def test_a_ctranslate2_folder_scores_as_its_checkpoint(tiny, tmp_path, monkeypatch, capsys):
+    """seq2seq score of an exported folder: CTranslate2's score_batch, to 1e-4 of ours."""
+    pytest.importorskip("ctranslate2")
+    from seq2seq.export.ctranslate2 import export_ctranslate2
+
+    ckpt, translator, lines = tiny
+    folder = export_ctranslate2(ckpt, tmp_path / "ct2")
+    src = write_lines(tmp_path / "s.de", lines["de"][:30])
+    tgt = write_lines(tmp_path / "s.en", lines["en"][:29] + [" ".join(["Mann"] * 80)])
+    scores = {}
+    for path in (ckpt, folder):
+        code, out, err = run_main(monkeypatch, capsys, "score", "--ckpt_path", str(path),
+                                  "--src", str(src), "--tgt", str(tgt))  # fmt: skip
+        assert code == 0, err
+        assert [line for line in err if "1 target(s) longer" in line and "(line(s) 30)" in line]
+        scores[path] = [float(value) for value in out.splitlines()]
+    assert len(scores[ckpt]) == 30 and math.isnan(scores[folder][-1])
+    torch.testing.assert_close(
+        torch.tensor(scores[folder][:-1]), torch.tensor(scores[ckpt][:-1]), atol=2e-4, rtol=0
+    )
+    code, _, err = run_main(monkeypatch, capsys, "score", "--ckpt_path", str(folder), str(ckpt),
+                            "--src", str(src), "--tgt", str(tgt))  # fmt: skip
+    assert code == 2 and "a CTranslate2 folder scores alone" in err[-1]

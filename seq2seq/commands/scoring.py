@@ -39,7 +39,8 @@ def score(argv: Sequence[str]) -> None:
     piece with its log-probability after the score. A target longer than the model's
     ``max_positions - 1`` pieces scores ``nan`` (warned about, naming the lines); a source
     above ``max_positions`` is cut, as ``translate`` cuts it. Several checkpoints score as an
-    ensemble (the renormalised mean of their log-probabilities). Used to filter a corpus
+    ensemble (the renormalised mean of their log-probabilities); a folder of ``seq2seq export
+    --format ctranslate2`` scores through CTranslate2's ``score_batch``. Used to filter a corpus
     (cross-entropy filtering), rerank n-best lists or compare references.
     """
     parser = Parser(prog="seq2seq score", description=plain(score.__doc__), allow_abbrev=False)
@@ -47,8 +48,9 @@ def score(argv: Sequence[str]) -> None:
         "--ckpt_path",
         required=True,
         nargs="+",
-        help="checkpoint written by seq2seq fit, average or import; several score as an "
-        "ensemble; best or last with --checkpoint_dir",
+        help="checkpoint written by seq2seq fit, average or import, or a folder of seq2seq "
+        "export --format ctranslate2 (scored by CTranslate2's score_batch); several "
+        "checkpoints score as an ensemble; best or last with --checkpoint_dir",
     )
     add_checkpoint_dir(parser)
     parser.add_argument("--src", required=True, help="source file, one sentence per line")
@@ -96,10 +98,12 @@ def score(argv: Sequence[str]) -> None:
             if Path(args.output).exists() and Path(args.output).samefile(getattr(args, flag)):
                 parser.error(f"--output {args.output} is the --{flag} file; give another name")
     paths = [checkpoint_alias(parser, ckpt, args.checkpoint_dir) for ckpt in args.ckpt_path]
-    if any(Path(path).is_dir() for path in paths):
+    if any(Path(path).is_dir() for path in paths) and len(paths) > 1:
+        parser.error("--ckpt_path: a CTranslate2 folder scores alone, not in an ensemble")
+    if Path(paths[0]).is_dir() and args.dtype not in ("float32", "fp32"):
         parser.error(
-            "--ckpt_path: score reads checkpoints (a folder of seq2seq export scores with "
-            "ctranslate2.Translator.score_batch)"
+            f"--dtype {args.dtype}: a CTranslate2 folder computes in the type it was exported "
+            "with (seq2seq export --quantization)"
         )
     try:  # read through before any work: a bad line or another length is found at once
         counts = [sum(1 for _ in iter_lines(path)) for path in (args.src, args.tgt)]

@@ -44,6 +44,7 @@ from seq2seq.export.common import (
 )
 from seq2seq.nn.decoding import DecodingConfig
 from seq2seq.text_decoding import requested_languages
+from seq2seq.text_scoring import ReferenceScore, check_references, reference_score, target_ids
 
 #: ``--quantization`` values: CTranslate2's weight types (``none`` keeps float32).
 QUANTIZATIONS = (
@@ -439,6 +440,38 @@ class CTranslate2Translator:
             for chunk in self._batches([i for i in again if limits[i] == limit], encoded):
                 translate(chunk, limit)
         return results[0] if single else results
+
+    def score(
+        self,
+        sources: Sequence[str],
+        targets: Sequence[str],
+        tgt_lang: str | None = None,
+        src_lang: str | None = None,
+        first_line: int = 1,
+    ) -> list[ReferenceScore]:
+        """The log-probability of each given translation through CTranslate2's
+        ``score_batch``, as :meth:`seq2seq.translator.Translator.score` gives it (same
+        arguments, results and errors)."""
+        tgt_lang, src_lang, language = requested_languages(
+            self.tokenizer, self.pairs, tgt_lang, src_lang
+        )  # before any work
+        sources, targets = check_references(sources, targets)
+        encoded = self._encode(sources, tgt_lang, src_lang, first_line)
+        limit = self.model_config["max_positions"]
+        tgt_ids, kept = target_ids(self.tokenizer, targets, tgt_lang, limit, first_line)
+        pieces = self._pieces
+        found = self.model.score_batch(
+            [[pieces[i] for i in encoded[k]] for k in kept],
+            [[pieces[i] for i in tgt_ids[k]] for k in kept],
+            max_batch_size=self.max_tokens,
+            batch_type="tokens",
+            max_input_length=0,  # sources are cut to max_positions already
+        )
+        results = [ReferenceScore(float("nan"), (), ()) for _ in sources]
+        for k, result in zip(kept, found, strict=True):
+            forced = len(language[1])
+            results[k] = reference_score(self.tokenizer, tgt_ids[k], result.log_probs, forced)
+        return results
 
     def _batches(self, order: list[int], encoded: list[list[int]]) -> Iterator[list[int]]:
         """``order`` (sorted by length) cut into runs of at most ``max_tokens`` padded source
