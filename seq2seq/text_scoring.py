@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,21 +67,27 @@ def check_references(sources: Sequence[str], targets: Sequence[str]) -> tuple[li
     """``sources`` and ``targets`` as lists, checked as a scorer takes them.
 
     Raises:
-        TypeError: for a str instead of a list, or a target that is no str (its index).
-        ValueError: for lists of different lengths, or a target holding a line break.
+        TypeError: for a str or no iterable instead of a list, or an entry that is no str
+            (naming the list and index).
+        ValueError: for lists of different lengths, or an entry holding a line break.
     """
-    if isinstance(targets, str) or isinstance(sources, str):
-        raise TypeError("sources and targets must be lists of str (one sentence each)")
-    sources, targets = list(sources), list(targets)
+    lists = {"sources": sources, "targets": targets}
+    for name, texts in lists.items():
+        if isinstance(texts, str | bytes) or not isinstance(texts, Iterable):
+            raise TypeError(
+                f"{name} must be a list of str (one sentence each), not {type(texts).__name__}"
+            )
+        lists[name] = list(texts)
+        for i, text in enumerate(lists[name]):
+            if not isinstance(text, str):
+                raise TypeError(f"{name}[{i}] is {type(text).__name__}, not a string")
+            if "\n" in text:
+                raise ValueError(f"{name}[{i}] holds a line break (\\n): one sentence each")
+    sources, targets = lists["sources"], lists["targets"]
     if len(sources) != len(targets):
         raise ValueError(
             f"{len(sources)} sources but {len(targets)} targets; give one target per source"
         )
-    for i, target in enumerate(targets):
-        if not isinstance(target, str):
-            raise TypeError(f"targets[{i}] is {type(target).__name__}, not a string")
-        if "\n" in target:
-            raise ValueError(f"targets[{i}] holds a line break (\\n): one sentence each")
     return sources, targets
 
 

@@ -326,7 +326,7 @@ def test_translator_refuses_checkpoints_that_do_not_share_a_vocabulary(checkpoin
             assert part in message, (part, message)
     with pytest.raises(ValueError, match="a.ckpt is named twice in the ensemble"):
         Translator.from_checkpoint([a, checkpoints["b"], a])
-    with pytest.raises(ValueError, match="is a folder .*translates alone"):
+    with pytest.raises(ValueError, match="is a folder .*runs alone"):
         Translator.from_checkpoint([a, tmp_path])
     with pytest.raises(FileNotFoundError, match="missing.ckpt"):
         Translator.from_checkpoint([a, tmp_path / "missing.ckpt"])
@@ -353,7 +353,7 @@ def test_translate_command_decodes_an_ensemble_and_refuses_bad_ensembles(
         ([a, a], [f"{a} is named twice in the ensemble"]),
         ([a, str(link)], [f"{a} and {link} are the same file"]),
         ([a, missing], [f"checkpoint not found: {missing}"]),
-        ([a, str(tmp_path)], [f"{tmp_path} is a folder", "translates alone"]),
+        ([a, str(tmp_path)], [f"{tmp_path} is a folder", "runs alone"]),
     ]
     for paths, parts in refusals:
         code, out, err = run_main(

@@ -185,4 +185,58 @@ def test_a_ctranslate2_folder_scores_as_its_checkpoint(tiny, tmp_path, monkeypat
     )
     code, _, err = run_main(monkeypatch, capsys, "score", "--ckpt_path", str(folder), str(ckpt),
                             "--src", str(src), "--tgt", str(tgt))  # fmt: skip
-    assert code == 2 and "a CTranslate2 folder scores alone" in err[-1]
+    assert code == 2 and "a CTranslate2 folder runs alone" in err[-1]
+
+
+def test_the_score_command_reads_stdin_and_pipes_once(tiny, tmp_path, monkeypatch, capsys):
+    """stdin (``-``) and a FIFO, which cannot be read twice, are read once and held."""
+    import os
+    import threading
+
+    ckpt, translator, lines = tiny
+    src = write_lines(tmp_path / "s.de", lines["de"][:6])
+    expected = [f"{s.log_prob:.4f}" for s in translator.score(lines["de"][:6], lines["en"][:6])]
+    stdin = "".join(f"{line}\n" for line in lines["en"][:6]).encode()
+    code, out, err = run_main(monkeypatch, capsys, "score", "--ckpt_path", str(ckpt),
+                              "--src", str(src), "--tgt", "-", stdin=stdin)  # fmt: skip
+    assert code == 0 and out.splitlines() == expected, err
+    fifo = tmp_path / "tgt.fifo"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: fifo.write_bytes(stdin))
+    writer.start()
+    code, out, err = run_main(monkeypatch, capsys, "score", "--ckpt_path", str(ckpt),
+                              "--src", str(src), "--tgt", str(fifo))  # fmt: skip
+    writer.join(timeout=10)
+    assert code == 0 and out.splitlines() == expected, err
+    code, _, err = run_main(monkeypatch, capsys, "score", "--ckpt_path", str(ckpt),
+                            "--src", "-", "--tgt", "-", stdin=stdin)  # fmt: skip
+    assert code == 2 and "both read stdin" in err[-1]
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--device", "tpu"], "--device tpu: not a device"),
+        (["--ckpt_path", "{ckpt}", "{ckpt}"], "is named twice in the ensemble"),
+        (["--tgt", "missing.en"], "--tgt missing.en: not found"),
+    ],
+)
+def test_the_score_command_refuses_bad_flags_in_one_line(
+    tiny, tmp_path, monkeypatch, capsys, flags, message
+):
+    ckpt, _, lines = tiny
+    monkeypatch.chdir(tmp_path)
+    write_lines(tmp_path / "s.de", lines["de"][:2])
+    write_lines(tmp_path / "s.en", lines["en"][:2])
+    argv = ["score", "--ckpt_path", str(ckpt), "--src", "s.de", "--tgt", "s.en"]
+    argv += [flag.format(ckpt=ckpt) for flag in flags]
+    code, _, err = run_main(monkeypatch, capsys, *argv)
+    assert code == 2 and message in err[-1], err
+
+
+def test_score_names_the_list_and_entry_at_fault(tiny):
+    _, translator, _ = tiny
+    with pytest.raises(TypeError, match=r"sources\[1\] is NoneType, not a string"):
+        translator.score(["a", None], ["b", "c"])
+    with pytest.raises(TypeError, match="sources must be a list of str .* not NoneType"):
+        translator.score(None, None)

@@ -110,7 +110,7 @@ def check_ensemble_paths(paths: Sequence[str | Path]) -> None:
         if Path(path).is_dir():
             raise ValueError(
                 f"{path} is a folder (an exported CTranslate2 model?): an ensemble takes "
-                "checkpoint files (.ckpt); a CTranslate2 folder translates alone"
+                "checkpoint files (.ckpt); a CTranslate2 folder runs alone"
             )
         for earlier in paths[:i]:
             if os.path.samefile(earlier, path):  # both exist: checked in turn above

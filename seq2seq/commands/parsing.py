@@ -7,11 +7,20 @@ import difflib
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 from seq2seq.files import check_output_file
 from seq2seq.spelling import did_you_mean
 
-__all__ = ["Parser", "check_output", "plain"]
+__all__ = [
+    "Parser",
+    "add_checkpoint_dir",
+    "check_device",
+    "check_output",
+    "checkpoint_alias",
+    "ensemble_translator",
+    "plain",
+]
 
 _RST_ROLE = re.compile(r":(?:func|class|meth|attr|data|mod|obj):`~?([^`]+)`")
 
@@ -118,3 +127,48 @@ def checkpoint_alias(parser: argparse.ArgumentParser, ckpt: str, checkpoint_dir:
     path = resolve_ckpt_path(ckpt, [checkpoint_dir])
     print(f"seq2seq: --ckpt_path {ckpt}: {path}", file=sys.stderr)
     return str(path)
+
+
+def check_device(parser: argparse.ArgumentParser, name: str) -> None:
+    """Refuse a ``--device`` that PyTorch does not know or that this machine lacks."""
+    import torch
+
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        parser.error(f"--device {name}: not a device (cpu, cuda, cuda:1, mps, ...)")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        parser.error(f"--device {name}: no CUDA device is available on this machine")
+    if device.type == "cuda" and device.index is not None:
+        if device.index >= torch.cuda.device_count():
+            parser.error(f"--device {name}: this machine has {torch.cuda.device_count()} GPU(s)")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        parser.error(f"--device {name}: MPS is not available on this machine")
+
+
+def ensemble_translator(
+    parser: argparse.ArgumentParser,
+    paths: list[str],
+    device: str | None,
+    max_tokens: int,
+    dtype: str,
+    decoding: dict[str, Any],
+):
+    """The :class:`~seq2seq.translator.Translator` of several ``--ckpt_path`` checkpoints (an
+    ensemble), each refusal a usage error naming the files: a missing file, a folder (an
+    exported CTranslate2 model runs alone), a file named twice, checkpoints with other
+    SentencePiece models or language pairs."""
+    from seq2seq.checkpoint import IncompatibleCheckpointsError
+    from seq2seq.checkpoint.models import check_ensemble_paths
+    from seq2seq.translator import Translator
+
+    try:
+        check_ensemble_paths(paths)  # before any checkpoint is read
+    except (OSError, ValueError) as err:
+        parser.error(f"--ckpt_path: {err}")
+    try:
+        return Translator.from_checkpoint(
+            paths, device=device, max_tokens=max_tokens, dtype=dtype, **decoding
+        )
+    except IncompatibleCheckpointsError as err:
+        parser.error(f"--ckpt_path: {err}")

@@ -13,12 +13,15 @@ from pathlib import Path
 from seq2seq.commands.parsing import (
     Parser,
     add_checkpoint_dir,
+    check_device,
     check_output,
     checkpoint_alias,
+    ensemble_translator,
     plain,
 )
-from seq2seq.data.formats import iter_lines
+from seq2seq.data.formats import iter_lines, iter_stream_lines
 from seq2seq.files import atomic_write, stream_errors
+from seq2seq.machine import warn_emulated_bfloat16
 
 __all__ = ["score"]
 
@@ -53,8 +56,12 @@ def score(argv: Sequence[str]) -> None:
         "checkpoints score as an ensemble; best or last with --checkpoint_dir",
     )
     add_checkpoint_dir(parser)
-    parser.add_argument("--src", required=True, help="source file, one sentence per line")
-    parser.add_argument("--tgt", required=True, help="target file, one translation per line")
+    parser.add_argument(
+        "--src", required=True, help="source file, one sentence per line (- = stdin)"
+    )
+    parser.add_argument(
+        "--tgt", required=True, help="target file, one translation per line (- = stdin)"
+    )
     parser.add_argument("--output", default="-", help="output file (- = stdout)")
     parser.add_argument(
         "--normalize",
@@ -87,26 +94,33 @@ def score(argv: Sequence[str]) -> None:
     args = parser.parse_args(list(argv))
     if args.max_tokens < 1:
         parser.error(f"--max_tokens must be >= 1, got {args.max_tokens}")
+    if args.src == "-" and args.tgt == "-":
+        parser.error("--src - and --tgt - both read stdin: give one of them as a file")
     for flag in ("src", "tgt"):
         path = Path(getattr(args, flag))
-        if path.is_dir() or not path.exists():
+        if getattr(args, flag) != "-" and (path.is_dir() or not path.exists()):
             what = "is a folder" if path.is_dir() else "not found"
-            parser.error(f"--{flag} {path}: {what} (a text file, plain or gzipped)")
+            parser.error(f"--{flag} {path}: {what} (a text file, plain or gzipped, or - for stdin)")
     if args.output != "-":
         check_output(parser, Path(args.output))
         for flag in ("src", "tgt"):
-            if Path(args.output).exists() and Path(args.output).samefile(getattr(args, flag)):
+            given = getattr(args, flag)
+            if given != "-" and Path(args.output).exists() and Path(args.output).samefile(given):
                 parser.error(f"--output {args.output} is the --{flag} file; give another name")
+    if args.device is not None:
+        check_device(parser, args.device)
     paths = [checkpoint_alias(parser, ckpt, args.checkpoint_dir) for ckpt in args.ckpt_path]
-    if any(Path(path).is_dir() for path in paths) and len(paths) > 1:
-        parser.error("--ckpt_path: a CTranslate2 folder scores alone, not in an ensemble")
     if Path(paths[0]).is_dir() and args.dtype not in ("float32", "fp32"):
         parser.error(
             f"--dtype {args.dtype}: a CTranslate2 folder computes in the type it was exported "
             "with (seq2seq export --quantization)"
         )
     try:  # read through before any work: a bad line or another length is found at once
-        counts = [sum(1 for _ in iter_lines(path)) for path in (args.src, args.tgt)]
+        held = {flag: _held_lines(getattr(args, flag)) for flag in ("src", "tgt")}
+        counts = [
+            len(lines) if lines is not None else sum(1 for _ in iter_lines(getattr(args, flag)))
+            for flag, lines in held.items()
+        ]
     except ValueError as err:
         raise ValueError(f"{err} Nothing is scored.") from err
     if counts[0] != counts[1]:
@@ -114,18 +128,26 @@ def score(argv: Sequence[str]) -> None:
             f"--src {args.src} has {counts[0]} lines but --tgt {args.tgt} has {counts[1]}; "
             "give line-aligned files (one translation per source line)"
         )
-    from seq2seq.translator import Translator
+    if len(paths) > 1:
+        translator = ensemble_translator(
+            parser, paths, args.device, args.max_tokens, args.dtype, {}
+        )
+    else:
+        from seq2seq.translator import Translator
 
-    translator = Translator.from_checkpoint(
-        paths if len(paths) > 1 else paths[0],
-        device=args.device,
-        max_tokens=args.max_tokens,
-        dtype=args.dtype,
-    )
+        translator = Translator.from_checkpoint(
+            paths[0], device=args.device, max_tokens=args.max_tokens, dtype=args.dtype
+        )
+    if args.dtype in ("bfloat16", "bf16") and translator.device.type == "cpu":
+        warn_emulated_bfloat16(f"--dtype {args.dtype}", "--dtype float32")
 
     def parts() -> Iterator[str]:
         """The output, a part per :data:`BUFFER_SIZE` line pairs, each once scored."""
-        pairs = zip(iter_lines(args.src), iter_lines(args.tgt), strict=True)
+        sides = [
+            iter(held[flag]) if held[flag] is not None else iter_lines(getattr(args, flag))
+            for flag in ("src", "tgt")
+        ]
+        pairs = zip(*sides, strict=True)
         first = 0
         while window := list(itertools.islice(pairs, BUFFER_SIZE)):
             sources, targets = zip(*window, strict=True)
@@ -147,6 +169,16 @@ def score(argv: Sequence[str]) -> None:
         with atomic_write(args.output, "w", encoding="utf-8") as f:
             for part in parts():
                 f.write(part)
+
+
+def _held_lines(path: str) -> list[str] | None:
+    """The lines of stdin (``-``) or of a file that cannot be read twice (a pipe, a FIFO,
+    ``<(...)``), read once and held; ``None`` for a regular file, which is streamed."""
+    if path == "-":
+        return list(iter_stream_lines(sys.stdin.buffer, "<stdin>"))
+    if Path(path).is_file():
+        return None
+    return list(iter_lines(path))
 
 
 def _line(result, args: argparse.Namespace) -> str:

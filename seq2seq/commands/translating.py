@@ -23,8 +23,10 @@ import torch
 from seq2seq.commands.parsing import (
     Parser,
     add_checkpoint_dir,
+    check_device,
     check_output,
     checkpoint_alias,
+    ensemble_translator,
     plain,
 )
 from seq2seq.data.formats import iter_lines, iter_stream_lines
@@ -167,7 +169,7 @@ def translate(argv: Sequence[str]) -> None:
     if args.beam_size is not None and args.n_best > args.beam_size:
         parser.error(f"--n_best {args.n_best} exceeds --beam_size {args.beam_size}")
     if args.device is not None:
-        _check_device(parser, args.device)
+        check_device(parser, args.device)
     if DTYPE_NAMES[args.dtype] != torch.float32 and Path(args.ckpt_path[0]).is_dir():
         parser.error(
             f"--dtype {args.dtype}: a CTranslate2 folder computes in the type it was exported "
@@ -195,7 +197,9 @@ def translate(argv: Sequence[str]) -> None:
     from seq2seq.translator import Translator
 
     if len(args.ckpt_path) > 1:
-        translator = _ensemble_translator(parser, args.ckpt_path, args, decoding)
+        translator = ensemble_translator(
+            parser, args.ckpt_path, args.device, args.max_tokens, args.dtype, decoding
+        )
     else:
         translator = Translator.from_checkpoint(
             args.ckpt_path[0],
@@ -431,44 +435,6 @@ def _decoding_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     except ValueError as err:
         parser.error(str(err))
     return given
-
-
-def _ensemble_translator(
-    parser: argparse.ArgumentParser, paths: list[str], args: argparse.Namespace, decoding: dict
-):
-    """The :class:`~seq2seq.translator.Translator` of several ``--ckpt_path`` checkpoints (an
-    ensemble), each refusal a usage error naming the files: a missing file, a folder (an
-    exported CTranslate2 model translates alone), a file named twice, checkpoints with other
-    SentencePiece models or language pairs."""
-    from seq2seq.checkpoint import IncompatibleCheckpointsError
-    from seq2seq.checkpoint.models import check_ensemble_paths
-    from seq2seq.translator import Translator
-
-    try:
-        check_ensemble_paths(paths)  # before any checkpoint is read
-    except (OSError, ValueError) as err:
-        parser.error(f"--ckpt_path: {err}")
-    try:
-        return Translator.from_checkpoint(
-            paths, device=args.device, max_tokens=args.max_tokens, dtype=args.dtype, **decoding
-        )
-    except IncompatibleCheckpointsError as err:
-        parser.error(f"--ckpt_path: {err}")
-
-
-def _check_device(parser: argparse.ArgumentParser, name: str) -> None:
-    """Refuse a ``--device`` that PyTorch does not know or that this machine lacks."""
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        parser.error(f"--device {name}: not a device (cpu, cuda, cuda:1, mps, ...)")
-    if device.type == "cuda" and not torch.cuda.is_available():
-        parser.error(f"--device {name}: no CUDA device is available on this machine")
-    if device.type == "cuda" and device.index is not None:
-        if device.index >= torch.cuda.device_count():
-            parser.error(f"--device {name}: this machine has {torch.cuda.device_count()} GPU(s)")
-    if device.type == "mps" and not torch.backends.mps.is_available():
-        parser.error(f"--device {name}: MPS is not available on this machine")
 
 
 def _lines(count: int) -> str:
