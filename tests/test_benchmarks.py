@@ -258,3 +258,21 @@ def test_decode_steps_refuses_bad_arguments_in_one_line(flags, message, capsys):
         decode_steps.main(["--ckpt", "missing.ckpt", *flags])
     assert stop.value.code == 2
     assert capsys.readouterr().err.strip().endswith(f"error: {message}")
+
+
+def test_score_filter_runs_and_its_measures_are_right(tiny_run, multi30k_dir, capsys):
+    score_filter = _benchmark("score_filter")
+    assert score_filter.auc([2.0, 3.0], [1.0]) == 1.0
+    assert score_filter.auc([1.0, 3.0], [1.0, 2.0]) == 0.625  # 1 tie of 4 pairs counts half
+    src, tgt = [f"s{i}" for i in range(10)], [f"t{i}" for i in range(10)]
+    made = score_filter.noisy_pairs(src, tgt, dict.fromkeys(score_filter.KINDS, 5), seed=1)
+    assert [kind for *_, kind in made] == [k for k in score_filter.KINDS for _ in range(5)]
+    for s, t, kind in made:
+        if kind == "misaligned":
+            assert t in tgt and t != tgt[src.index(s)]
+        assert (t == s) == (kind == "untranslated") and (t == "") == (kind == "empty")
+    ckpt = tiny_run / "checkpoints" / "tiny" / "last.ckpt"
+    score_filter.main(["--ckpt", str(ckpt), "--data_dir", str(multi30k_dir),
+                       "--clean", "40", "--noisy", "4,4,4,4"])  # fmt: skip
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| sum")]
+    assert len(rows) == 1 and 0.0 <= float(rows[0].split("|")[2]) <= 1.0
