@@ -112,6 +112,28 @@ def test_the_translator_puts_the_target_tag_first_and_needs_a_known_language(tag
         tagged.translate(SENTENCES, tgt_lang="es")
 
 
+def test_score_takes_the_tag_of_the_target_language_as_translate(tagged):
+    """A tagged model scores a translation given its target language, whose tag goes first in
+    the source, as translate puts it; without a language, the same refusal as translate."""
+    from seq2seq.text_decoding import source_batch
+    from seq2seq.text_scoring import token_log_probs
+
+    tok, targets = tagged.tokenizer, ["Un chien.", "Ein Hund läuft.", "", "Deux"]
+    for lang in ("de", "fr"):
+        tag = tok.language_prefix(lang)[0]
+        batch = source_batch([[*tag, *ids, tok.eos_id] for ids in tok.encode(SENTENCES)], 0)
+        tgt = tok.encode(targets, side="target")
+        expected = token_log_probs(
+            tagged.model, batch["src"], batch["src_mask"], tgt, tok.bos_id, tok.eos_id
+        )
+        scores = tagged.score(SENTENCES, targets, tgt_lang=lang)
+        assert [s.log_prob for s in scores] == pytest.approx([sum(e) for e in expected], abs=1e-5)
+    into_de, into_fr = (tagged.score(SENTENCES, targets, tgt_lang=lang) for lang in ("de", "fr"))
+    assert [s.log_prob for s in into_de] != pytest.approx([s.log_prob for s in into_fr])
+    with pytest.raises(ValueError, match=r"^this model translates into de, fr: choose"):
+        tagged.score(SENTENCES, targets)
+
+
 def test_prefixes_sampling_and_n_best_keep_the_tag(tagged, monkeypatch):
     fr = tagged.tokenizer.language_prefix("fr")[0]
     sources = _sources_seen(tagged, monkeypatch, tgt_lang="fr", prefixes=["Un"] * 4)
