@@ -44,7 +44,8 @@ def score(argv: Sequence[str]) -> None:
     above ``max_positions`` is cut, as ``translate`` cuts it. Several checkpoints score as an
     ensemble (the renormalised mean of their log-probabilities); a folder of ``seq2seq export
     --format ctranslate2`` scores through CTranslate2's ``score_batch``. Used to filter a corpus
-    (cross-entropy filtering), rerank n-best lists or compare references.
+    (cross-entropy filtering), rerank n-best lists or compare references; to filter, rank by
+    ``--normalize``: the sum favours short targets (an empty one scores its end alone).
     """
     parser = Parser(prog="seq2seq score", description=plain(score.__doc__), allow_abbrev=False)
     parser.add_argument(
