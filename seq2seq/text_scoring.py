@@ -21,12 +21,13 @@ from typing import Any
 
 import torch
 
-from seq2seq.nn import Ensemble
+from seq2seq.data.batching import collate
 
 __all__ = [
     "LOGITS_BUDGET",
     "ReferenceScore",
     "check_references",
+    "reference_batch",
     "reference_batches",
     "reference_score",
     "target_ids",
@@ -34,7 +35,7 @@ __all__ = [
 ]
 
 #: Elements of the ``(positions, vocabulary)`` logits computed at once (256 MiB in float32):
-#: an NLLB vocabulary of 256,206 pieces takes 262 target positions per batch, ours of 8,000
+#: an NLLB vocabulary of 256,206 pieces takes 261 target positions per batch, ours of 8,000
 #: take 8,388.
 LOGITS_BUDGET = 1 << 26
 
@@ -104,8 +105,9 @@ def target_ids(
     if too_long:
         lines = ", ".join(str(first_line + i) for i in too_long[:10])
         warnings.warn(
-            f"{len(too_long)} target(s) longer than the model's max_positions - 1 = {limit} "
-            f"pieces score nan (line(s) {lines}{', ...' if len(too_long) > 10 else ''})",
+            f"{len(too_long)} target(s) of more than the model's max_positions - 1 = {limit} "
+            f"tokens (a forced language code included) score nan (line(s) {lines}"
+            f"{', ...' if len(too_long) > 10 else ''})",
             UserWarning,
             stacklevel=3,
         )
@@ -154,54 +156,45 @@ def reference_batches(
     return batches
 
 
-@torch.no_grad()
-def token_log_probs(
-    model: torch.nn.Module,
-    src: torch.Tensor,
-    src_mask: torch.Tensor,
+def reference_batch(
+    sources: Sequence[Sequence[int]],
     targets: Sequence[Sequence[int]],
-    bos_id: int,
-    eos_id: int,
-) -> list[list[float]]:
+    tokenizer: Any,
+    device: str | torch.device = "cpu",
+) -> dict[str, Any]:
+    """A teacher-forcing batch of source ids (EOS included) and target ids (without BOS or
+    EOS), as training collates one (:func:`seq2seq.data.collate`), on ``device``."""
+    examples = [
+        {"index": i, "src": src, "tgt": tgt}
+        for i, (src, tgt) in enumerate(zip(sources, targets, strict=True))
+    ]
+    batch = collate(examples, tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id)
+    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+
+
+@torch.no_grad()
+def token_log_probs(model: torch.nn.Module, batch: dict[str, Any]) -> list[list[float]]:
     """``log p(y_t | y_<t, x)`` of each target id and of the EOS after it, teacher-forced.
 
     Args:
         model: a :class:`~seq2seq.nn.Transformer` or :class:`~seq2seq.nn.Ensemble`, in the
             mode the caller chose (``eval()`` for scores without dropout).
-        src: ``(B, S)`` long source ids (EOS included), right-padded.
-        src_mask: ``(B, 1, 1, S)`` bool, True at real source positions.
-        targets: ``B`` lists of target ids without BOS or EOS, each at most
-            ``max_positions - 1`` long.
-        bos_id, eos_id: the decoder's first input and the end of a target.
+        batch: :func:`reference_batch`'s (``src``, ``src_mask``, ``tgt_in``, ``tgt_out`` and
+            ``tgt_index``, the real target positions of ``(B * T)``).
 
     Returns:
-        Per target, ``len(target) + 1`` float log-probabilities (natural log, computed in
-        float32 whatever the model's dtype).
+        Per row, ``len(target) + 1`` log-probabilities (natural log; the log-softmax in
+        float32 whatever the model computes in).
 
     Raises:
-        ValueError: for another number of targets than sources, or a target too long.
+        ValueError: as the model, for a source or decoder input longer than its
+            ``max_positions``.
     """
-    if len(targets) != src.size(0):
-        raise ValueError(f"{len(targets)} targets for {src.size(0)} sources")
-    lengths = [len(target) + 1 for target in targets]
-    width = max(lengths)
-    pad = model.pad_id
-    tgt_in = torch.full((len(targets), width), pad, dtype=torch.long)
-    tgt_out = torch.full((len(targets), width), pad, dtype=torch.long)
-    for row, target in enumerate(targets):
-        tgt_in[row, : lengths[row]] = torch.tensor([bos_id, *target], dtype=torch.long)
-        tgt_out[row, : lengths[row]] = torch.tensor([*target, eos_id], dtype=torch.long)
-    index = torch.cat([torch.arange(n) + row * width for row, n in enumerate(lengths)])
-    tgt_in, index = tgt_in.to(src.device), index.to(src.device)
-    if isinstance(model, Ensemble):  # the mean of its models' log-probabilities, (B, T, V)
-        output = model(src, tgt_in, src_mask).flatten(0, 1).index_select(0, index)
-    else:  # the output projection at the real positions only
-        output = model(src, tgt_in, src_mask, output_index=index)
-    log_probs = torch.log_softmax(output.float(), dim=-1)
-    gold = tgt_out.flatten().to(src.device).index_select(0, index)
-    scores = log_probs.gather(1, gold.unsqueeze(1)).squeeze(1).tolist()
-    split, start = [], 0
-    for n in lengths:
-        split.append(scores[start : start + n])
-        start += n
-    return split
+    index = batch["tgt_index"]
+    # The output projection (and an ensemble's mean) at the real target positions only.
+    output = model(batch["src"], batch["tgt_in"], batch["src_mask"], output_index=index)
+    output = output.float()
+    gold = batch["tgt_out"].flatten().index_select(0, index)
+    scores = output.gather(1, gold.unsqueeze(1)).squeeze(1) - output.logsumexp(dim=-1)
+    lengths = torch.bincount(index // batch["tgt_out"].size(1), minlength=len(batch["tgt_out"]))
+    return [row.tolist() for row in scores.cpu().split(lengths.tolist())]

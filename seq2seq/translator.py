@@ -43,6 +43,7 @@ from seq2seq.text_decoding import (
 from seq2seq.text_scoring import (
     ReferenceScore,
     check_references,
+    reference_batch,
     reference_batches,
     reference_score,
     target_ids,
@@ -399,12 +400,10 @@ class Translator:
         bf16 = self.dtype == torch.bfloat16
         for rows in batches:
             chunk = [kept[j] for j in rows]
-            batch = source_batch([encoded[i] for i in chunk], tok.pad_id, self.device)
-            targets_ids = [tgt_ids[i] for i in chunk]
+            pairs = [encoded[i] for i in chunk], [tgt_ids[i] for i in chunk]
+            batch = reference_batch(*pairs, tok, self.device)
             with torch.autocast(self.device.type, torch.bfloat16, enabled=bf16):
-                scores = token_log_probs(
-                    self.model, batch["src"], batch["src_mask"], targets_ids, tok.bos_id, tok.eos_id
-                )
+                scores = token_log_probs(self.model, batch)
             for i, token_scores in zip(chunk, scores, strict=True):
                 results[i] = reference_score(tok, tgt_ids[i], token_scores, len(language[1]))
         return results

@@ -6,6 +6,7 @@ import argparse
 import difflib
 import re
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ __all__ = [
     "add_checkpoint_dir",
     "check_device",
     "check_output",
+    "check_output_apart",
     "checkpoint_alias",
     "ensemble_translator",
     "plain",
@@ -100,6 +102,19 @@ def check_output(parser: argparse.ArgumentParser, output: Path) -> None:
         check_output_file(output, "--output")
     except OSError as err:
         parser.error(str(err))
+
+
+def check_output_apart(
+    parser: argparse.ArgumentParser, output: str, inputs: dict[str, Sequence[str]]
+) -> None:
+    """Refuse an ``--output`` that is a file the command reads (``inputs``: what each is
+    called, its paths; ``-`` is stdin): writing would replace it (a checkpoint, a corpus)."""
+    written = Path(output)
+    for what, paths in inputs.items():
+        for path in paths:
+            if path != "-" and written.exists() and Path(path).exists():
+                if written.samefile(path):
+                    parser.error(f"--output {output} is {what}; give another file name")
 
 
 def add_checkpoint_dir(parser: argparse.ArgumentParser) -> None:

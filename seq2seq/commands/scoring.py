@@ -15,6 +15,7 @@ from seq2seq.commands.parsing import (
     add_checkpoint_dir,
     check_device,
     check_output,
+    check_output_apart,
     checkpoint_alias,
     ensemble_translator,
     plain,
@@ -102,15 +103,13 @@ def score(argv: Sequence[str]) -> None:
         if getattr(args, flag) != "-" and (path.is_dir() or not path.exists()):
             what = "is a folder" if path.is_dir() else "not found"
             parser.error(f"--{flag} {path}: {what} (a text file, plain or gzipped, or - for stdin)")
-    if args.output != "-":
-        check_output(parser, Path(args.output))
-        for flag in ("src", "tgt"):
-            given = getattr(args, flag)
-            if given != "-" and Path(args.output).exists() and Path(args.output).samefile(given):
-                parser.error(f"--output {args.output} is the --{flag} file; give another name")
     if args.device is not None:
         check_device(parser, args.device)
     paths = [checkpoint_alias(parser, ckpt, args.checkpoint_dir) for ckpt in args.ckpt_path]
+    if args.output != "-":
+        check_output(parser, Path(args.output))
+        inputs = {"the --src file": [args.src], "the --tgt file": [args.tgt]}
+        check_output_apart(parser, args.output, inputs | {"the checkpoint": paths})
     if Path(paths[0]).is_dir() and args.dtype not in ("float32", "fp32"):
         parser.error(
             f"--dtype {args.dtype}: a CTranslate2 folder computes in the type it was exported "

@@ -25,6 +25,7 @@ from seq2seq.commands.parsing import (
     add_checkpoint_dir,
     check_device,
     check_output,
+    check_output_apart,
     checkpoint_alias,
     ensemble_translator,
     plain,
@@ -176,13 +177,9 @@ def translate(argv: Sequence[str]) -> None:
             "with (seq2seq export --quantization)"
         )
     if args.output != "-":
-        output = Path(args.output)
-        check_output(parser, output)
-        if args.input != "-" and output.exists() and output.samefile(args.input):
-            parser.error(f"--output {args.output} is the input file; give another file name")
-        for ckpt in args.ckpt_path:
-            if output.exists() and Path(ckpt).exists() and output.samefile(ckpt):
-                parser.error(f"--output {args.output} is the checkpoint; give another file name")
+        check_output(parser, Path(args.output))
+        inputs = {"the input file": [args.input], "the checkpoint": args.ckpt_path}
+        check_output_apart(parser, args.output, inputs)
     source = Path(args.input)
     if args.input != "-" and (source.is_dir() or not source.exists()):  # a pipe is fine
         what = "is a folder" if source.is_dir() else "not found"

@@ -133,6 +133,7 @@ class Ensemble(nn.Module):
         src_mask: Tensor | None = None,
         cache: EnsembleCache | None = None,
         process: Callable[[Tensor], Tensor] | None = None,
+        output_index: Tensor | None = None,
     ) -> Tensor:
         """Mean next-token log-probabilities of the models for a batch of target prefixes.
 
@@ -146,6 +147,8 @@ class Ensemble(nn.Module):
             process: maps each model's ``(B, T, V)`` logits to those it decodes with, before
                 that model's log-softmax (the searches' repetition penalty, see
                 :mod:`seq2seq.nn.rules`); ``None``: the logits as they are.
+            output_index: ``(N,)`` long positions of ``(B * T)`` to compute, as for
+                :meth:`Transformer.decode` (teacher forcing; then ``(N, V)`` is returned).
 
         Returns:
             ``(B, T, V)`` float32: ``mean_m log_softmax(logits_m)``. Not normalised itself (its
@@ -160,7 +163,7 @@ class Ensemble(nn.Module):
         check_length(offset + tgt.size(1), self.max_positions)
         total: Tensor | None = None
         for model, mem, model_cache in zip(self.models, memories, caches, strict=True):
-            logits = model.decode(tgt, mem, src_mask, model_cache)
+            logits = model.decode(tgt, mem, src_mask, model_cache, output_index)
             if process is not None:
                 logits = process(logits)
             # float32 whatever the computation's dtype, as the searches' own log-softmax.
@@ -168,10 +171,18 @@ class Ensemble(nn.Module):
             total = log_probs if total is None else total.add_(log_probs)
         return total.div_(len(self.models))
 
-    def forward(self, src: Tensor, tgt: Tensor, src_mask: Tensor | None = None) -> Tensor:
+    def forward(
+        self,
+        src: Tensor,
+        tgt: Tensor,
+        src_mask: Tensor | None = None,
+        output_index: Tensor | None = None,
+    ) -> Tensor:
         """Teacher-forced ``decode(tgt, encode(src, src_mask), src_mask)``: ``(B, T, V)``
-        float32 mean log-probabilities of ``(B, S)`` sources and ``(B, T)`` decoder inputs."""
-        return self.decode(tgt, self.encode(src, src_mask), src_mask)
+        float32 mean log-probabilities of ``(B, S)`` sources and ``(B, T)`` decoder inputs
+        (``(N, V)`` at ``output_index``, as :meth:`Transformer.forward`)."""
+        memory = self.encode(src, src_mask)
+        return self.decode(tgt, memory, src_mask, output_index=output_index)
 
     def new_cache(self, capacity: int = 64) -> EnsembleCache:
         """Empty incremental-decoding state for :meth:`decode`: one
