@@ -8,7 +8,9 @@ softmax (an :class:`~seq2seq.nn.Ensemble`: the renormalised mean of its models'
 log-probabilities, as its searches score a step). No decoding rule applies (length limits,
 ``min_len``, n-gram blocking, the repetition penalty, the unknown-token ban): the score is the
 model's probability of the text, which a search with ``length_penalty 0`` and none of those
-rules reports for its own hypothesis.
+rules reports for its own hypothesis. A target-language code forced first (NLLB's, M2M-100's)
+is not scored, as ``translate`` leaves it out of its scores; a target too long for the model
+scores ``nan`` (:func:`target_ids`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 import torch
 
 from seq2seq.data.batching import collate
+from seq2seq.data.tokenizer import check_sentences
 
 __all__ = [
     "LOGITS_BUDGET",
@@ -46,9 +49,7 @@ class ReferenceScore:
 
     Attributes:
         log_prob: the sum of the natural-log probabilities of the target's pieces and its EOS
-            (``nan`` for a target too long for the model: more than ``max_positions - 1``
-            pieces). A target-language token forced first (NLLB's and M2M-100's code) is not
-            scored, as in the scores ``translate`` reports.
+            (``nan`` for a target too long for the model).
         pieces: the scored pieces, ``</s>`` (EOS) last.
         token_log_probs: the log-probability of each piece, in order.
     """
@@ -78,12 +79,7 @@ def check_references(sources: Sequence[str], targets: Sequence[str]) -> tuple[li
             raise TypeError(
                 f"{name} must be a list of str (one sentence each), not {type(texts).__name__}"
             )
-        lists[name] = list(texts)
-        for i, text in enumerate(lists[name]):
-            if not isinstance(text, str):
-                raise TypeError(f"{name}[{i}] is {type(text).__name__}, not a string")
-            if "\n" in text:
-                raise ValueError(f"{name}[{i}] holds a line break (\\n): one sentence each")
+        lists[name] = check_sentences(texts, name)
     sources, targets = lists["sources"], lists["targets"]
     if len(sources) != len(targets):
         raise ValueError(

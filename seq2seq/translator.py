@@ -30,7 +30,7 @@ from typing import Any, overload
 import torch
 
 from seq2seq.checkpoint.models import CheckpointModel, check_ensemble_paths, load_model
-from seq2seq.data.tokenizer import source_ids
+from seq2seq.data.tokenizer import check_sentences, source_ids
 from seq2seq.machine import emulated_bfloat16
 from seq2seq.nn import DecodingConfig, Ensemble, fast
 from seq2seq.text_decoding import (
@@ -360,26 +360,22 @@ class Translator:
         src_lang: str | None = None,
         first_line: int = 1,
     ) -> list[ReferenceScore]:
-        """The model's log-probability of each given translation (teacher-forced, "forced
-        decoding"; :mod:`seq2seq.text_scoring`): for filtering a corpus, reranking n-best
-        lists or comparing references, as fairseq's ``--score-reference`` and Marian's
-        ``marian-scorer``.
+        """The model's log-probability of each given translation, teacher-forced
+        (:mod:`seq2seq.text_scoring` says what is scored and what is not).
 
         Args:
-            sources: source sentences (a list of str, no line breaks).
-            targets: one translation per source (``""``: EOS alone is scored).
+            sources: source sentences (a list of str).
+            targets: one translation per source (``""``: its end alone is scored).
             tgt_lang, src_lang: as for :meth:`translate`.
             first_line: the first pair's number in the warnings that name lines.
 
         Returns:
-            One :class:`~seq2seq.text_scoring.ReferenceScore` per pair, in input order:
-            ``log_prob`` (natural log, EOS included), ``per_token``, the scored pieces and
-            their log-probabilities. A source longer than ``max_positions`` is cut (a
-            ``UserWarning``, as :meth:`translate`); a target longer than
-            ``max_positions - 1`` pieces scores ``nan`` (a ``UserWarning`` naming the lines).
+            One :class:`~seq2seq.text_scoring.ReferenceScore` per pair, in input order. A
+            source above ``max_positions`` is cut with a warning, as :meth:`translate` cuts
+            it; a target too long scores ``nan`` (:func:`~seq2seq.text_scoring.target_ids`).
 
         Raises:
-            TypeError: as :meth:`encode`, for either list.
+            TypeError: for a str or no list, or an entry that is no str (naming it).
             ValueError: for lists of different lengths, a line break, or a missing or unknown
                 ``tgt_lang``.
         """
@@ -422,17 +418,12 @@ class Translator:
             return None
         if isinstance(prefixes, str):
             raise TypeError("prefixes must be a list of str (one per sentence) for a list")
-        prefixes = list(prefixes)
+        prefixes = check_sentences(prefixes, "prefixes")
         if len(prefixes) != count:
             raise ValueError(
                 f"prefixes holds {len(prefixes)} entries for {count} sentences; give one "
                 "per sentence ('' for none)"
             )
-        for i, text in enumerate(prefixes):
-            if not isinstance(text, str):
-                raise TypeError(f"prefixes[{i}] is {type(text).__name__}, not a string")
-            if "\n" in text:
-                raise ValueError(f"prefixes[{i}] holds a line break (\\n)")
         texts = [text.strip() for text in prefixes]
         ids = self.tokenizer.encode(texts, side="target", tgt_lang=tgt_lang)
         limit = self.model.max_positions - 1

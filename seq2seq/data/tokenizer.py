@@ -487,6 +487,31 @@ def _reservoir_sample(items: Iterable[str], k: int, seed: int) -> list[str]:
     return sample
 
 
+def check_sentences(sentences: Iterable[Any], name: str = "sentences") -> list[str]:
+    """``sentences`` as a list, each entry one sentence.
+
+    Raises:
+        TypeError: for an entry that is no str, naming ``name`` and its index.
+        ValueError: for entries holding a line break, naming the first and their count.
+    """
+    sentences = list(sentences)
+    for i, sentence in enumerate(sentences):
+        if not isinstance(sentence, str):
+            raise TypeError(
+                f"{name}[{i}] is {type(sentence).__name__}, not a string: pass one str "
+                "per sentence ('' for an empty one)"
+            )
+    broken = [i for i, s in enumerate(sentences) if "\n" in s]
+    if broken:
+        others = len(broken) - 1
+        more = f" (and {others} more {'entry' if others == 1 else 'entries'})" if others else ""
+        raise ValueError(
+            f"{name}[{broken[0]}]{more} holds a line break (\\n): pass one "
+            "sentence per entry, e.g. text.splitlines(), not several lines in one string"
+        )
+    return sentences
+
+
 def source_ids(
     tokenizer: Tokenizer,
     sentences: Sequence[str],
@@ -522,21 +547,7 @@ def source_ids(
             "sentences must be a list of sentences, not a str (a string would be encoded "
             "character by character); pass a one-item list: encode([text])"
         )
-    sentences = list(sentences)
-    for i, sentence in enumerate(sentences):
-        if not isinstance(sentence, str):
-            raise TypeError(
-                f"sentences[{i}] is {type(sentence).__name__}, not a string: pass one str "
-                "per sentence ('' for an empty one)"
-            )
-    broken = [i for i, s in enumerate(sentences) if "\n" in s]
-    if broken:
-        others = len(broken) - 1
-        more = f" (and {others} more {'entry' if others == 1 else 'entries'})" if others else ""
-        raise ValueError(
-            f"sentences[{broken[0]}]{more} holds a line break (\\n): pass one "
-            "sentence per entry, e.g. text.splitlines(), not several lines in one string"
-        )
+    sentences = check_sentences(sentences)
     encoded, cut = [], []
     given = {"tgt_lang": tgt_lang, "src_lang": src_lang}
     languages = {key: value for key, value in given.items() if value is not None}

@@ -22,6 +22,7 @@ decoding settings in ``seq2seq_export.json``.
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -29,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from seq2seq.data.tokenizer import Tokenizer, source_ids
+from seq2seq.data.tokenizer import Tokenizer, check_sentences, source_ids
 from seq2seq.data.vocabulary import load_tokenizer
 from seq2seq.export.common import (
     SENTENCEPIECE_FILE,
@@ -467,9 +468,9 @@ class CTranslate2Translator:
             batch_type="tokens",
             max_input_length=0,  # sources are cut to max_positions already
         )
-        results = [ReferenceScore(float("nan"), (), ()) for _ in sources]
+        results = [ReferenceScore(math.nan, (), ()) for _ in sources]
+        forced = len(language[1])  # the target-language code, not scored
         for k, result in zip(kept, found, strict=True):
-            forced = len(language[1])
             results[k] = reference_score(self.tokenizer, tgt_ids[k], result.log_probs, forced)
         return results
 
@@ -551,6 +552,8 @@ def _prefix_ids(
     Translator encodes them."""
     if prefixes is None:
         return None
+    if not isinstance(prefixes, str):
+        prefixes = check_sentences(prefixes, "prefixes")
     if isinstance(prefixes, str) or len(prefixes) != count:
         given = "a str" if isinstance(prefixes, str) else f"{len(prefixes)} entries"
         raise ValueError(f"prefixes holds {given} for {count} sentences; give one per sentence")
