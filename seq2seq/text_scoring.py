@@ -28,11 +28,11 @@ from seq2seq.data.tokenizer import check_sentences
 
 __all__ = [
     "LOGITS_BUDGET",
-    "ReferenceScore",
-    "check_references",
-    "reference_batch",
-    "reference_batches",
-    "reference_score",
+    "TranslationScore",
+    "check_pairs",
+    "forced_batch",
+    "pair_batches",
+    "translation_score",
     "target_ids",
     "token_log_probs",
 ]
@@ -44,7 +44,7 @@ LOGITS_BUDGET = 1 << 26
 
 
 @dataclass(frozen=True)
-class ReferenceScore:
+class TranslationScore:
     """The log-probability a model gives one translation of one source.
 
     Attributes:
@@ -65,8 +65,8 @@ class ReferenceScore:
         return self.log_prob / len(self.pieces) if self.pieces else math.nan
 
 
-def check_references(sources: Sequence[str], targets: Sequence[str]) -> tuple[list, list]:
-    """``sources`` and ``targets`` as lists, checked as a scorer takes them.
+def check_pairs(sources: Sequence[str], targets: Sequence[str]) -> tuple[list, list]:
+    """``sources`` and ``targets`` (one translation per source) as lists, checked.
 
     Raises:
         TypeError: for a str or no iterable instead of a list, or an entry that is no str
@@ -110,17 +110,17 @@ def target_ids(
     return ids, [i for i, row in enumerate(ids) if len(row) <= limit]
 
 
-def reference_score(
+def translation_score(
     tokenizer: Any, ids: Sequence[int], log_probs: Sequence[float], forced: int
-) -> ReferenceScore:
-    """The :class:`ReferenceScore` of target ``ids`` (without EOS) from the log-probabilities
+) -> TranslationScore:
+    """The :class:`TranslationScore` of target ``ids`` (without EOS) from the log-probabilities
     of each and of EOS, leaving out the ``forced`` target-language tokens first."""
     kept = tuple(float(value) for value in log_probs[forced:])
     pieces = tuple(tokenizer.id_to_piece([*ids, tokenizer.eos_id][forced:]))
-    return ReferenceScore(sum(kept), pieces, kept)
+    return TranslationScore(sum(kept), pieces, kept)
 
 
-def reference_batches(
+def pair_batches(
     src_lengths: Sequence[int], tgt_lengths: Sequence[int], max_tokens: int, vocab_size: int
 ) -> list[list[int]]:
     """Indices of pairs in batches, sorted by length: each batch holds at most ``max_tokens``
@@ -152,7 +152,7 @@ def reference_batches(
     return batches
 
 
-def reference_batch(
+def forced_batch(
     sources: Sequence[Sequence[int]],
     targets: Sequence[Sequence[int]],
     tokenizer: Any,
@@ -175,7 +175,7 @@ def token_log_probs(model: torch.nn.Module, batch: dict[str, Any]) -> list[list[
     Args:
         model: a :class:`~seq2seq.nn.Transformer` or :class:`~seq2seq.nn.Ensemble`, in the
             mode the caller chose (``eval()`` for scores without dropout).
-        batch: :func:`reference_batch`'s (``src``, ``src_mask``, ``tgt_in``, ``tgt_out`` and
+        batch: :func:`forced_batch`'s (``src``, ``src_mask``, ``tgt_in``, ``tgt_out`` and
             ``tgt_index``, the real target positions of ``(B * T)``).
 
     Returns:

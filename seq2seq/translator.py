@@ -41,13 +41,13 @@ from seq2seq.text_decoding import (
     source_batch,
 )
 from seq2seq.text_scoring import (
-    ReferenceScore,
-    check_references,
-    reference_batch,
-    reference_batches,
-    reference_score,
+    TranslationScore,
+    check_pairs,
+    forced_batch,
+    pair_batches,
     target_ids,
     token_log_probs,
+    translation_score,
 )
 
 __all__ = ["Translator", "decoding_dtype"]
@@ -359,7 +359,7 @@ class Translator:
         tgt_lang: str | None = None,
         src_lang: str | None = None,
         first_line: int = 1,
-    ) -> list[ReferenceScore]:
+    ) -> list[TranslationScore]:
         """The model's log-probability of each given translation, teacher-forced
         (:mod:`seq2seq.text_scoring` says what is scored and what is not).
 
@@ -370,7 +370,7 @@ class Translator:
             first_line: the first pair's number in the warnings that name lines.
 
         Returns:
-            One :class:`~seq2seq.text_scoring.ReferenceScore` per pair, in input order. A
+            One :class:`~seq2seq.text_scoring.TranslationScore` per pair, in input order. A
             source above ``max_positions`` is cut with a warning, as :meth:`translate` cuts
             it; a target too long scores ``nan`` (:func:`~seq2seq.text_scoring.target_ids`).
 
@@ -382,12 +382,12 @@ class Translator:
         tgt_lang, src_lang, language = requested_languages(
             self.tokenizer, self.pairs, tgt_lang, src_lang
         )  # before any work
-        sources, targets = check_references(sources, targets)
+        sources, targets = check_pairs(sources, targets)
         encoded = self._encode(sources, tgt_lang, src_lang, first_line)
         tok = self.tokenizer
         tgt_ids, kept = target_ids(tok, targets, tgt_lang, self.model.max_positions, first_line)
-        results = [ReferenceScore(math.nan, (), ()) for _ in sources]
-        batches = reference_batches(
+        results = [TranslationScore(math.nan, (), ()) for _ in sources]
+        batches = pair_batches(
             [len(encoded[i]) for i in kept],
             [len(tgt_ids[i]) + 1 for i in kept],
             self.max_tokens,
@@ -397,11 +397,11 @@ class Translator:
         for rows in batches:
             chunk = [kept[j] for j in rows]
             pairs = [encoded[i] for i in chunk], [tgt_ids[i] for i in chunk]
-            batch = reference_batch(*pairs, tok, self.device)
+            batch = forced_batch(*pairs, tok, self.device)
             with torch.autocast(self.device.type, torch.bfloat16, enabled=bf16):
                 scores = token_log_probs(self.model, batch)
             for i, token_scores in zip(chunk, scores, strict=True):
-                results[i] = reference_score(tok, tgt_ids[i], token_scores, len(language[1]))
+                results[i] = translation_score(tok, tgt_ids[i], token_scores, len(language[1]))
         return results
 
     def _encode_prefixes(

@@ -115,13 +115,13 @@ def test_the_translator_puts_the_target_tag_first_and_needs_a_known_language(tag
 def test_score_takes_the_tag_of_the_target_language_as_translate(tagged):
     """A tagged model scores a translation given its target language, whose tag goes first in
     the source, as translate puts it; without a language, the same refusal as translate."""
-    from seq2seq.text_scoring import reference_batch, token_log_probs
+    from seq2seq.text_scoring import forced_batch, token_log_probs
 
     tok, targets = tagged.tokenizer, ["Un chien.", "Ein Hund läuft.", "", "Deux"]
     for lang in ("de", "fr"):
         tag = tok.language_prefix(lang)[0]
         sources = [[*tag, *ids, tok.eos_id] for ids in tok.encode(SENTENCES)]
-        batch = reference_batch(sources, tok.encode(targets, side="target"), tok)
+        batch = forced_batch(sources, tok.encode(targets, side="target"), tok)
         expected = token_log_probs(tagged.model, batch)
         scores = tagged.score(SENTENCES, targets, tgt_lang=lang)
         assert [s.log_prob for s in scores] == pytest.approx([sum(e) for e in expected], abs=1e-5)

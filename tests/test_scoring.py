@@ -14,8 +14,8 @@ from seq2seq.nn import DecodingConfig, beam_search
 from seq2seq.text_decoding import source_batch
 from seq2seq.text_scoring import (
     LOGITS_BUDGET,
-    reference_batch,
-    reference_batches,
+    forced_batch,
+    pair_batches,
     token_log_probs,
 )
 from seq2seq.translator import Translator
@@ -65,7 +65,7 @@ def test_a_hypothesis_scores_what_the_search_scored_it(tiny, tmp_path, ensemble)
     model = translator.model
     rows, hyps, ended = _searched(model, translator, lines["de"])
     assert 50 < sum(ended) < len(ended) - 50
-    batch = reference_batch(rows, [h.tokens for h in hyps], translator.tokenizer)
+    batch = forced_batch(rows, [h.tokens for h in hyps], translator.tokenizer)
     scores = token_log_probs(model, batch)
     assert [len(s) for s in scores] == [len(h.tokens) + 1 for h in hyps]
     # A hypothesis the limit cut has no EOS: its score is that of its tokens alone.
@@ -108,15 +108,15 @@ def test_score_of_text_is_the_same_in_any_batching_and_order(tiny):
     )
 
 
-def test_reference_batches_keep_to_both_budgets():
+def test_pair_batches_keep_to_both_budgets():
     lengths = [3, 9, 4, 30, 2, 7]
-    batches = reference_batches(lengths, lengths[::-1], max_tokens=20, vocab_size=8)
+    batches = pair_batches(lengths, lengths[::-1], max_tokens=20, vocab_size=8)
     assert sorted(i for batch in batches for i in batch) == list(range(6))
     for batch in batches:
         longest = max(max(lengths[i], lengths[::-1][i]) for i in batch)
         assert len(batch) == 1 or len(batch) * longest <= 20
     vocab = LOGITS_BUDGET // 10  # ten target positions fit the logits' budget
-    batches = reference_batches([2] * 6, [4] * 6, max_tokens=4096, vocab_size=vocab)
+    batches = pair_batches([2] * 6, [4] * 6, max_tokens=4096, vocab_size=vocab)
     assert [len(batch) for batch in batches] == [2, 2, 2]
 
 

@@ -45,7 +45,7 @@ from seq2seq.export.common import (
 )
 from seq2seq.nn.decoding import DecodingConfig
 from seq2seq.text_decoding import requested_languages
-from seq2seq.text_scoring import ReferenceScore, check_references, reference_score, target_ids
+from seq2seq.text_scoring import TranslationScore, check_pairs, target_ids, translation_score
 
 #: ``--quantization`` values: CTranslate2's weight types (``none`` keeps float32).
 QUANTIZATIONS = (
@@ -449,14 +449,14 @@ class CTranslate2Translator:
         tgt_lang: str | None = None,
         src_lang: str | None = None,
         first_line: int = 1,
-    ) -> list[ReferenceScore]:
+    ) -> list[TranslationScore]:
         """The log-probability of each given translation through CTranslate2's
         ``score_batch``, as :meth:`seq2seq.translator.Translator.score` gives it (same
         arguments, results and errors)."""
         tgt_lang, src_lang, language = requested_languages(
             self.tokenizer, self.pairs, tgt_lang, src_lang
         )  # before any work
-        sources, targets = check_references(sources, targets)
+        sources, targets = check_pairs(sources, targets)
         encoded = self._encode(sources, tgt_lang, src_lang, first_line)
         limit = self.model_config["max_positions"]
         tgt_ids, kept = target_ids(self.tokenizer, targets, tgt_lang, limit, first_line)
@@ -468,10 +468,10 @@ class CTranslate2Translator:
             batch_type="tokens",
             max_input_length=0,  # sources are cut to max_positions already
         )
-        results = [ReferenceScore(math.nan, (), ()) for _ in sources]
+        results = [TranslationScore(math.nan, (), ()) for _ in sources]
         forced = len(language[1])  # the target-language code, not scored
         for k, result in zip(kept, found, strict=True):
-            results[k] = reference_score(self.tokenizer, tgt_ids[k], result.log_probs, forced)
+            results[k] = translation_score(self.tokenizer, tgt_ids[k], result.log_probs, forced)
         return results
 
     def _batches(self, order: list[int], encoded: list[list[int]]) -> Iterator[list[int]]:
