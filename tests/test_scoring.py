@@ -260,3 +260,34 @@ def test_score_names_the_list_and_entry_at_fault(tiny):
         translator.score(["a", None], ["b", "c"])
     with pytest.raises(TypeError, match="sources must be a list of str .* not NoneType"):
         translator.score(None, None)
+
+
+def test_a_stopped_score_says_what_is_written(tiny, tmp_path, monkeypatch, capsys):
+    """Ctrl-C after a first part: stdout holds its scores and stderr says so, as translate;
+    a file output is written whole or not at all."""
+    from seq2seq.commands import scoring
+    from seq2seq.translator import Translator as Scorer
+
+    ckpt, _, lines = tiny
+    src = write_lines(tmp_path / "s.de", lines["de"][:5])
+    tgt = write_lines(tmp_path / "s.en", lines["en"][:5])
+    real, calls = Scorer.score, []
+
+    def interrupted(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) > 1:
+            raise KeyboardInterrupt
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(scoring, "BUFFER_SIZE", 2)
+    monkeypatch.setattr(Scorer, "score", interrupted)
+    code, out, err = run_main(monkeypatch, capsys, "score", "--ckpt_path", str(ckpt),
+                              "--src", str(src), "--tgt", str(tgt))  # fmt: skip
+    assert code == 130 and len(out.splitlines()) == 2
+    assert "seq2seq: score stopped: the scores of the first 2 lines are written" in err[0], err
+    calls.clear()
+    output = tmp_path / "out.txt"
+    code, out, err = run_main(monkeypatch, capsys, "score", "--ckpt_path", str(ckpt), "--src",
+                              str(src), "--tgt", str(tgt), "--output", str(output))  # fmt: skip
+    assert code == 130 and not output.exists()
+    assert f"nothing is written to {output}, which is written whole or not at all" in err[0]

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import os
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from seq2seq.commands.output import write_parts
 from seq2seq.commands.parsing import (
     Parser,
     add_checkpoint_dir,
@@ -21,7 +21,6 @@ from seq2seq.commands.parsing import (
     plain,
 )
 from seq2seq.data.formats import iter_lines, iter_stream_lines
-from seq2seq.files import atomic_write, stream_errors
 from seq2seq.machine import warn_emulated_bfloat16
 
 __all__ = ["score"]
@@ -141,8 +140,9 @@ def score(argv: Sequence[str]) -> None:
     if args.dtype in ("bfloat16", "bf16") and translator.device.type == "cpu":
         warn_emulated_bfloat16(f"--dtype {args.dtype}", "--dtype float32")
 
-    def parts() -> Iterator[str]:
-        """The output, a part per :data:`BUFFER_SIZE` line pairs, each once scored."""
+    def parts() -> Iterator[tuple[str, int]]:
+        """The output, a part per :data:`BUFFER_SIZE` line pairs, each once scored, with the
+        count of pairs scored so far."""
         sides = [
             iter(held[flag]) if held[flag] is not None else iter_lines(getattr(args, flag))
             for flag in ("src", "tgt")
@@ -155,20 +155,9 @@ def score(argv: Sequence[str]) -> None:
                 list(sources), list(targets), args.tgt_lang, args.src_lang, first + 1
             )
             first += len(window)
-            yield "".join(_line(result, args) + "\n" for result in scores)
+            yield "".join(_line(result, args) + "\n" for result in scores), first
 
-    if args.output == "-":
-        try:
-            with stream_errors("standard output"):
-                for part in parts():
-                    sys.stdout.write(part)
-                    sys.stdout.flush()
-        except BrokenPipeError:  # the reader left (| head): nothing more is wanted
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    else:
-        with atomic_write(args.output, "w", encoding="utf-8") as f:
-            for part in parts():
-                f.write(part)
+    write_parts(parts(), args.output, "score", ("score", "scores"))
 
 
 def _held_lines(path: str) -> list[str] | None:

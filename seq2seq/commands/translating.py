@@ -10,7 +10,6 @@ import argparse
 import codecs
 import dataclasses
 import itertools
-import os
 import sys
 import typing
 from collections.abc import Iterator, Sequence
@@ -20,6 +19,7 @@ from typing import Any
 import docstring_parser
 import torch
 
+from seq2seq.commands.output import write_parts
 from seq2seq.commands.parsing import (
     Parser,
     add_checkpoint_dir,
@@ -32,7 +32,6 @@ from seq2seq.commands.parsing import (
 )
 from seq2seq.data.formats import iter_lines, iter_stream_lines
 from seq2seq.data.language_tags import typed_tag
-from seq2seq.files import atomic_write, stream_errors
 from seq2seq.machine import warn_emulated_bfloat16
 from seq2seq.nn import DecodingConfig
 from seq2seq.text_decoding import (
@@ -278,36 +277,7 @@ def translate(argv: Sequence[str]) -> None:
         if prefixes is not None and next(prefixes, None) is not None:
             _prefix_count_error(parser, args.prefix_file, where, None, first)
 
-    written = 0  # input lines whose translations are written
-    try:
-        if args.output == "-":
-            try:
-                with stream_errors("standard output"):
-                    for part, translated in parts():
-                        sys.stdout.write(part)
-                        sys.stdout.flush()
-                        written = translated
-            except BrokenPipeError:  # the reader left (| head): nothing more is wanted
-                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        else:
-            with atomic_write(args.output, "w", encoding="utf-8") as f:
-                for part, _ in parts():
-                    f.write(part)
-    except (KeyboardInterrupt, ValueError) as stop:  # Ctrl-C; bad input met on the way
-        kept = (
-            "the translation of the first line is written to standard output"
-            if args.output == "-" and written == 1
-            else f"the translations of the first {written} lines are written to standard output"
-            if args.output == "-" and written
-            else "no translation is written"
-            if args.output == "-"
-            else f"nothing is written to {args.output}, which is written whole or not at all "
-            "(standard output takes each part as it is translated)"
-        )
-        if isinstance(stop, ValueError):
-            raise ValueError(f"{stop} {kept[0].upper()}{kept[1:]}.") from stop
-        print(f"seq2seq: translate stopped: {kept}", file=sys.stderr)
-        raise
+    write_parts(parts(), args.output, "translate", ("translation", "translations"))
 
 
 def _read_window(lines: Iterator[str], size: int) -> tuple[list[str], ValueError | None]:
