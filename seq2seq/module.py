@@ -60,7 +60,9 @@ from seq2seq.optim import (
     default_optimizer,
     default_scheduler,
     lightning_schedule,
+    set_schedule_length,
     step_plateau_schedules,
+    warn_other_length,
 )
 from seq2seq.text_decoding import apply_overrides, as_config, decode_batch
 from seq2seq.train_step import StepWindow
@@ -188,6 +190,7 @@ class TranslationModule(L.LightningModule):
         self.scheduler_factory = lr_scheduler
         self.metrics = check_metrics(metrics if metrics is not None else METRICS)
         self._stand_ins = check_optimizer_settings(optimizer, lr_scheduler, self.metrics)
+        self._run_length: int | None = None  # a CosineLR's max_steps set from the trainer
         self.tokenizer: Tokenizer | None = None
         self.initialised_from: str | None = None  # fit --init_from's checkpoint
         #: The fingerprint of the initial weights of the run (seq2seq.checkpoint.format.ORIGIN).
@@ -234,6 +237,13 @@ class TranslationModule(L.LightningModule):
         # checkpoint recorded none); a resumed run restored its own with its checkpoint.
         if self.origin is None and self.trainer.ckpt_path is None:
             self.origin = weights_origin(self.model)
+
+    def on_train_start(self) -> None:
+        # After Lightning restored a resumed run's schedule, whose length is the checkpoint's.
+        steps = self.trainer.max_steps
+        name = "trainer.max_steps" if steps > 0 else "the run's length by trainer.max_epochs"
+        for config in self.trainer.lr_scheduler_configs:
+            warn_other_length(config.scheduler, steps if steps > 0 else self._run_length, name)
 
     def configure_callbacks(self) -> list[L.Callback]:
         # Exact resume and train/tokens_per_s belong to training this module, not to a config:
@@ -381,8 +391,9 @@ class TranslationModule(L.LightningModule):
         optimizer = self.optimizer_factory(self.parameters())
         if self.scheduler_factory is None:
             return optimizer
-        steps = self._trainer.max_steps if self._trainer is not None else None
-        schedule = lightning_schedule(self.scheduler_factory(optimizer), self.metrics, steps)
+        scheduler = self.scheduler_factory(optimizer)
+        self._run_length = set_schedule_length(scheduler, self._trainer)
+        schedule = lightning_schedule(scheduler, self.metrics)
         if self._trainer is not None and self.trainer.state.fn == "fit":
             check_plateau_monitor(schedule, self._pair_names())
         return {"optimizer": optimizer, "lr_scheduler": schedule}

@@ -9,7 +9,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
-from lightning.pytorch.utilities import rank_zero_warn
+from lightning.pytorch.callbacks import Timer
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch.optim.lr_scheduler import LambdaLR, ReduceLROnPlateau
 
 from seq2seq.evaluation import HIGHER_IS_BETTER, KNOWN_METRICS
@@ -66,8 +67,10 @@ class CosineLR(LambdaLR):
     Args:
         optimizer: the wrapped optimizer; its ``lr`` is the peak learning rate.
         warmup_steps: number of optimizer steps of linear warmup; 0 disables warmup.
-        max_steps: the optimizer step at which the rate reaches its floor and stays: the
-            run's ``trainer.max_steps`` (another is warned about before training).
+        max_steps: the optimizer step at which the rate reaches its floor and stays. ``None``
+            (the default): the run's length, set by the module when training starts
+            (:func:`set_schedule_length`: ``trainer.max_steps``, else ``trainer.max_epochs``
+            full epochs); one other than ``trainer.max_steps`` is warned about.
         min_lr_ratio: the floor, as a fraction of the peak, in [0, 1].
 
     Raises:
@@ -78,25 +81,46 @@ class CosineLR(LambdaLR):
     def __init__(
         self,
         optimizer: torch.optim.Optimizer,
-        max_steps: int,
+        max_steps: int | None = None,
         warmup_steps: int = 4000,
         min_lr_ratio: float = 0.0,
     ) -> None:
         if warmup_steps < 0:
             raise ValueError(f"lr_scheduler warmup_steps must be >= 0, got {warmup_steps}")
-        if max_steps <= warmup_steps:
-            raise ValueError(  # "lr_scheduler": not trainer.max_steps
-                f"lr_scheduler max_steps must be > warmup_steps ({warmup_steps}), got {max_steps}"
-            )
         if not 0.0 <= min_lr_ratio <= 1.0:
             raise ValueError(f"lr_scheduler min_lr_ratio must be in [0, 1], got {min_lr_ratio}")
-        self.warmup_steps, self.max_steps, self.min_lr_ratio = warmup_steps, max_steps, min_lr_ratio
+        self.warmup_steps, self.min_lr_ratio, self.max_steps = warmup_steps, min_lr_ratio, None
+        if max_steps is not None:
+            self._check_length(max_steps)
+        self.max_steps = max_steps
         super().__init__(optimizer, lr_lambda=self._factor)
+
+    def set_max_steps(self, max_steps: int) -> None:
+        """Sets ``max_steps`` (as the constructor would have) and the rates of the current
+        step by it.
+
+        Raises:
+            ValueError: if ``max_steps`` is not above ``warmup_steps``.
+        """
+        self._check_length(max_steps)
+        self.max_steps = max_steps
+        for group, base_lr in zip(self.optimizer.param_groups, self.base_lrs, strict=True):
+            group["lr"] = base_lr * self._factor(self.last_epoch)
+        self._last_lr = [group["lr"] for group in self.optimizer.param_groups]
+
+    def _check_length(self, max_steps: int) -> None:
+        if max_steps <= self.warmup_steps:
+            raise ValueError(  # "lr_scheduler": not trainer.max_steps
+                f"lr_scheduler max_steps must be > warmup_steps ({self.warmup_steps}), got "
+                f"{max_steps}"
+            )
 
     def _factor(self, step: int) -> float:
         step = step + 1  # LambdaLR counts from 0; the first optimizer step is step 1.
         if step < self.warmup_steps:
             return step / self.warmup_steps
+        if self.max_steps is None:  # no length yet (set_max_steps): the peak
+            return 1.0
         progress = min(1.0, (step - self.warmup_steps) / (self.max_steps - self.warmup_steps))
         cosine = 0.5 * (1.0 + math.cos(math.pi * progress))
         return self.min_lr_ratio + (1.0 - self.min_lr_ratio) * cosine
@@ -143,9 +167,7 @@ def check_optimizer_settings(optimizer, lr_scheduler, metrics: list[str]) -> tup
         return None
 
 
-def lightning_schedule(
-    scheduler: object, metrics: Iterable[str], max_steps: int | None = None
-) -> dict[str, Any]:
+def lightning_schedule(scheduler: object, metrics: Iterable[str]) -> dict[str, Any]:
     """Lightning's ``lr_scheduler`` entry for ``scheduler``: stepped after every optimizer step;
     a ``ReduceLROnPlateau`` after each validation of a fit instead, by the module
     (:func:`step_plateau_schedules`), as fairseq and JoeyNMT step it; Lightning would step it at
@@ -160,7 +182,6 @@ def lightning_schedule(
             ``nll``, ``ppl`` or one of ``metrics``, possibly with a language pair between).
     """
     if not isinstance(scheduler, ReduceLROnPlateau):
-        _warn_other_length(scheduler, max_steps)
         return {"scheduler": scheduler, "interval": "step", "frequency": 1}
     monitor = getattr(scheduler, "monitor", None)
     monitor = monitor or ("val/loss" if scheduler.mode == "min" else "val/bleu")
@@ -183,9 +204,50 @@ def lightning_schedule(
     return {"scheduler": scheduler, **plateau}
 
 
-def _warn_other_length(scheduler: object, max_steps: int | None) -> None:
+def set_schedule_length(scheduler: object, trainer: Any) -> int | None:
+    """Gives a :class:`CosineLR` without ``max_steps`` the length of ``trainer``'s fit:
+    ``trainer.max_steps``, else Lightning's ``estimated_stepping_batches`` (``max_epochs``
+    epochs of the training set's optimizer steps; the first epoch's count where epochs vary,
+    as a multilingual run's draws do), said in a line as it is a guess where ``max_time``
+    stops the run first. As Hugging Face's Trainer takes ``num_training_steps`` and fairseq's
+    cosine schedule ``--max-update``.
+
+    Returns:
+        The length set, or ``None`` where none was set (another schedule, one with its
+        length, or no trainer).
+
+    Raises:
+        ValueError: where the run's length is not known (neither ``max_steps`` nor
+            ``max_epochs``, or a streamed corpus, whose epochs have no known size), or not
+            above ``warmup_steps``.
+    """
+    if not isinstance(scheduler, CosineLR) or scheduler.max_steps is not None or trainer is None:
+        return None
+    steps = trainer.estimated_stepping_batches
+    if not 0 < steps < math.inf:
+        raise ValueError(
+            "lr_scheduler CosineLR has no max_steps, and the run no known length (trainer."
+            f"max_steps {trainer.max_steps}, trainer.max_epochs {trainer.max_epochs}, or a "
+            "streamed corpus, whose epochs have no known size): give "
+            "--model.lr_scheduler.init_args.max_steps N or --trainer.max_steps N"
+        )
+    steps = int(steps)
+    scheduler.set_max_steps(steps)
+    if steps != trainer.max_steps:
+        timed = any(isinstance(c, Timer) for c in trainer.callbacks)  # max_time
+        stop = "; trainer.max_time may stop the run before" if timed else ""
+        per_epoch = math.ceil(trainer.num_training_batches / trainer.accumulate_grad_batches)
+        rank_zero_info(
+            f"lr_scheduler CosineLR max_steps {steps}: trainer.max_epochs {trainer.max_epochs} "
+            f"x {per_epoch} optimizer steps an epoch{stop}"
+        )
+    return steps
+
+
+def warn_other_length(scheduler: object, max_steps: int | None, name: str) -> None:
     """Warns where a schedule of a set length (:class:`CosineLR`'s ``max_steps``) is not the
-    run's ``trainer.max_steps`` (``max_steps``; ``None`` or -1: not known)."""
+    run's length ``max_steps`` (``None`` or -1: not known), ``name`` saying which it is
+    (``"trainer.max_steps"``): a resumed run keeps its checkpoint's length."""
     length = getattr(scheduler, "max_steps", None)
     if length is None or max_steps is None or max_steps < 0 or length == max_steps:
         return
@@ -194,7 +256,7 @@ def _warn_other_length(scheduler: object, max_steps: int | None) -> None:
     else:
         after = f"stops {length - max_steps} steps before its floor"
     rank_zero_warn(
-        f"lr_scheduler {type(scheduler).__name__} max_steps {length} is not trainer.max_steps "
+        f"lr_scheduler {type(scheduler).__name__} max_steps {length} is not {name} "
         f"{max_steps}: the learning rate {after}"
     )
 

@@ -3,6 +3,7 @@ checked when the module is built."""
 
 from __future__ import annotations
 
+import logging
 import warnings
 
 import pytest
@@ -298,13 +299,15 @@ def test_fit_without_a_schedule_or_with_a_plateau_schedule(
 
 
 def test_fit_with_the_cosine_schedule_resumes_it_exactly(
-    tiny_cache, multi30k_dir, tmp_path, monkeypatch, capsys
+    tiny_cache, multi30k_dir, tmp_path, monkeypatch, capsys, caplog
 ):
     """``--model.lr_scheduler seq2seq.optim.CosineLR``: a run stopped at step 6 and resumed
-    to step 12 takes every step at the uninterrupted run's rate, and ends at the floor."""
+    to step 12 takes every step at the uninterrupted run's rate, and ends at the floor. Without
+    ``max_steps`` the schedule takes the run's: ``trainer.max_steps``, else ``max_epochs``
+    epochs of steps."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    def fit(folder: str, *argv: str) -> dict[int, float]:
+    def fit(folder: str, *argv: str) -> tuple[dict[int, float], str]:
         (tmp_path / folder).mkdir(exist_ok=True)
         monkeypatch.chdir(tmp_path / folder)
         code, _, err = run_main(
@@ -312,7 +315,6 @@ def test_fit_with_the_cosine_schedule_resumes_it_exactly(
             "--data.data_dir", str(multi30k_dir), "--data.cache_dir", str(tiny_cache),
             "--model.lr_scheduler", "seq2seq.optim.CosineLR",
             "--model.lr_scheduler.init_args.warmup_steps", "3",
-            "--model.lr_scheduler.init_args.max_steps", "12",
             "--model.lr_scheduler.init_args.min_lr_ratio", "0.1",
             "--trainer.log_every_n_steps", "1", "--trainer.val_check_interval", "100",
             "--trainer.limit_val_batches", "1", *argv,
@@ -320,14 +322,24 @@ def test_fit_with_the_cosine_schedule_resumes_it_exactly(
         assert code == 0, err
         logs = EventAccumulator(str(tmp_path / folder / "lightning_logs" / "tiny" / "version_0"))
         logs.Reload()
-        return {event.step: event.value for event in logs.Scalars("train/lr")}
+        return {event.step: event.value for event in logs.Scalars("train/lr")}, "\n".join(err)
 
-    reference = fit("reference", "--trainer.max_steps", "12")
+    caplog.set_level(logging.INFO)
+    reference, _ = fit("reference", "--trainer.max_steps", "12")  # max_steps taken from it
     assert sorted(reference) == list(range(12))  # Lightning's step axis counts from 0
     assert reference[2] == pytest.approx(0.003) and reference[11] == pytest.approx(0.0003)
-    fit("resumed", "--trainer.max_steps", "6")
-    resumed = fit("resumed", "--trainer.max_steps", "12", "--ckpt_path", "last")
-    assert resumed == reference
+    assert "lr_scheduler CosineLR" not in caplog.text
+    length = ("--model.lr_scheduler.init_args.max_steps", "12")
+    _, err = fit("resumed", "--trainer.max_steps", "6", *length)
+    assert "CosineLR max_steps 12 is not trainer.max_steps 6: the learning rate stops" in err
+    resumed, err = fit("resumed", "--trainer.max_steps", "12", "--ckpt_path", "last", *length)
+    assert resumed == reference and "CosineLR max_steps" not in err
+    epochs, _ = fit(
+        "epochs", "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "5",
+        "--trainer.val_check_interval", "1.0",
+    )  # fmt: skip
+    assert "lr_scheduler CosineLR max_steps 5: trainer.max_epochs 1 x 5 optimizer" in caplog.text
+    assert [epochs[s] for s in range(5)] == pytest.approx([0.001, 0.002, 0.003, 0.00165, 0.0003])
 
 
 def test_compile_compiles_twice_for_batches_of_varying_rows_and_lengths(monkeypatch):

@@ -1,3 +1,4 @@
+import logging
 import math
 
 import pytest
@@ -113,20 +114,92 @@ def test_cosine_settings_out_of_range_are_refused(settings, message):
 
 
 def test_a_cosine_of_another_length_than_the_run_is_warned_about(recwarn):
-    """CosineLR's max_steps against trainer.max_steps: equal, or not known (-1), is silent."""
-    from seq2seq.optim import lightning_schedule
+    """CosineLR's max_steps against the run's length: equal, or not known (-1), is silent."""
+    from seq2seq.optim import warn_other_length
 
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
     schedule = CosineLR(optimizer, max_steps=100, warmup_steps=10)
     for run in (100, -1, None):
-        lightning_schedule(schedule, ["bleu"], run)
-    lightning_schedule(InverseSqrtLR(optimizer, warmup_steps=10), ["bleu"], 50)
+        warn_other_length(schedule, run, "trainer.max_steps")
+    warn_other_length(InverseSqrtLR(optimizer, warmup_steps=10), 50, "trainer.max_steps")
+    warn_other_length(CosineLR(optimizer, warmup_steps=10), 50, "trainer.max_steps")
     assert not recwarn.list
     for run, after in ((150, "stays at its floor for the last 50 steps"),
                        (60, "stops 40 steps before its floor")):  # fmt: skip
         with pytest.warns(UserWarning) as caught:
-            lightning_schedule(schedule, ["bleu"], run)
+            warn_other_length(schedule, run, "trainer.max_steps")
         assert str(caught[0].message) == (
             f"lr_scheduler CosineLR max_steps 100 is not trainer.max_steps {run}: the learning "
             f"rate {after}"
         )
+
+
+@pytest.mark.parametrize("warmup", [10, 0])
+def test_a_cosine_given_its_length_later_rates_every_step_as_one_built_with_it(warmup):
+    """``max_steps=None`` (the default) until ``set_max_steps``, as the module sets it when
+    training starts: from then on (the rate of the current step too) it is the schedule built
+    with that length; before, the warmup, then the peak."""
+    built = _lrs(warmup, 60, schedule=CosineLR, max_steps=50, min_lr_ratio=0.1)
+    optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=1e-3)
+    schedule = CosineLR(optimizer, warmup_steps=warmup, min_lr_ratio=0.1)
+    assert schedule.max_steps is None
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(1e-4 if warmup else 1e-3)
+    schedule.set_max_steps(50)
+    lrs = []
+    for _ in range(60):
+        lrs.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        schedule.step()
+    assert lrs == built and schedule.get_last_lr() == [built[-1]]
+    with pytest.raises(ValueError, match=r"^lr_scheduler max_steps must be > warmup_steps"):
+        CosineLR(optimizer, warmup_steps=10).set_max_steps(10)
+
+
+class _Trainer:
+    """What :func:`set_schedule_length` reads of a Lightning trainer."""
+
+    def __init__(self, max_steps=-1, max_epochs=3, batches=7.0, timed=False):
+        from lightning.pytorch.callbacks import Timer
+
+        self.max_steps, self.max_epochs, self.accumulate_grad_batches = max_steps, max_epochs, 2
+        self.num_training_batches = batches
+        self.callbacks = [Timer(duration="00:00:01:00")] if timed else []
+        if batches == math.inf or max_epochs == -1:
+            self.estimated_stepping_batches = math.inf if max_steps == -1 else max_steps
+        else:  # Lightning's formula
+            steps = math.ceil(batches / 2) * max_epochs
+            self.estimated_stepping_batches = steps if max_steps == -1 else min(steps, max_steps)
+
+
+def test_a_cosine_without_a_length_takes_the_runs(caplog):
+    """trainer.max_steps, else max_epochs of the epoch's optimizer steps, said in a line
+    (with max_time, as a guess); a run of no known length is refused naming both flags; a
+    schedule with a length, or of another kind, is left as it is."""
+    from seq2seq.optim import set_schedule_length
+
+    caplog.set_level(logging.INFO)
+
+    def schedule(**settings):
+        optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+        return CosineLR(optimizer, warmup_steps=2, **settings)
+
+    given, trainer = schedule(), _Trainer(max_steps=40, max_epochs=-1)
+    assert set_schedule_length(given, trainer) == 40 == given.max_steps
+    assert caplog.messages == []
+    assert set_schedule_length(given := schedule(), _Trainer()) == 12 == given.max_steps
+    assert caplog.messages == [
+        "lr_scheduler CosineLR max_steps 12: trainer.max_epochs 3 x 4 optimizer steps an epoch"
+    ]
+    set_schedule_length(schedule(), _Trainer(timed=True))
+    assert caplog.messages[-1].endswith("epoch; trainer.max_time may stop the run before")
+    for trainer in (_Trainer(max_epochs=-1), _Trainer(batches=math.inf)):
+        with pytest.raises(ValueError, match=(
+            r"^lr_scheduler CosineLR has no max_steps, and the run no known length \(trainer"
+            r"\.max_steps -1, .*give --model.lr_scheduler.init_args.max_steps N or "
+            r"--trainer.max_steps N$"
+        )):  # fmt: skip
+            set_schedule_length(schedule(), trainer)
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    for other in (schedule(max_steps=30), InverseSqrtLR(optimizer, 10)):
+        assert set_schedule_length(other, _Trainer()) is None
+    assert set_schedule_length(schedule(), None) is None

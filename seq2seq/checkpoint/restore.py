@@ -195,7 +195,10 @@ def changed_settings(
     if schedule is not None:
         for key, value in schedule.state_dict().items():
             old = saved_schedules[0].get(key)
-            if key not in _SCHEDULE_STATE and old is not None and plain(old) != plain(value):
+            # A configured None (CosineLR's max_steps) is set from the run, not a setting.
+            if key in _SCHEDULE_STATE or old is None or value is None:
+                continue
+            if plain(old) != plain(value):
                 changes.append(f"{key} {plain(old)} (configured {plain(value)})")
     return changes
 
