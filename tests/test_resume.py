@@ -757,9 +757,10 @@ def test_last_checkpoint_message_tells_an_error_from_a_stop(monkeypatch, caplog)
 
 
 def test_resume_on_a_grown_corpus_keeps_the_checkpoints_tokenizer(tmp_path, multi30k_dir):
-    """fit --ckpt_path last after lines were added to the training files continues with the
-    checkpoint's SentencePiece model: no new one is trained (it would differ, and the module
-    would refuse it after the corpus was tokenised)."""
+    """fit --ckpt_path last after lines were added to the training and validation files
+    continues with the checkpoint's SentencePiece model: no new one is trained (it would
+    differ, and the module would refuse it after the corpus was tokenised). Each changed split
+    is named in a warning."""
     from seq2seq.cli import cli_main
 
     data = _write_corpus(multi30k_dir, tmp_path / "data", {"train": 600, "val": 20})
@@ -780,12 +781,26 @@ def test_resume_on_a_grown_corpus_keeps_the_checkpoints_tokenizer(tmp_path, mult
     cli_main([*argv, "--trainer.max_steps", "2"])
     models = sorted((tmp_path / "cache").glob("spm_*.model"))
     assert len(models) == 1
-    _write_corpus(multi30k_dir, tmp_path / "more", {"train": 800})
-    for lang in ("de", "en"):
-        grown = (tmp_path / "more" / f"train.{lang}").read_text(encoding="utf-8")
-        (data / f"train.{lang}").write_text(grown, encoding="utf-8")
-    cli = cli_main([*argv, "--trainer.max_steps", "4", "--ckpt_path", "last"])
+    _write_corpus(multi30k_dir, tmp_path / "more", {"train": 800, "val": 25})
+    for name in ("train.de", "train.en", "val.de", "val.en"):
+        grown = (tmp_path / "more" / name).read_text(encoding="utf-8")
+        (data / name).write_text(grown, encoding="utf-8")
+    with pytest.warns(UserWarning) as caught:
+        cli = cli_main([*argv, "--trainer.max_steps", "4", "--ckpt_path", "last"])
     assert cli.trainer.global_step == 4
+    changed = [str(w.message) for w in caught if "other sentence pairs" in str(w.message)]
+    assert changed == [
+        "The training split 'train' holds other sentence pairs than when the checkpoint was "
+        "written (576 then, 767 now, those the length filters keep): epoch 0 goes on after 2 "
+        "batches, in a plan of batches of these pairs, so some are left out of it and others "
+        "trained twice. To train the checkpoint's model on another corpus, start a new run "
+        "from its weights (--init_from), with a schedule, step count and checkpoint ranking "
+        "of its own.",
+        "The validation split 'val' holds other sentence pairs than when the checkpoint was "
+        "written (20 then, 25 now): its scores are not comparable with the checkpoint's, by "
+        "which the best checkpoints were ranked and early stopping waits; to rank them afresh, "
+        "start a new run from its weights (--init_from).",
+    ]
     assert sorted((tmp_path / "cache").glob("spm_*.model")) == models
 
 
@@ -808,3 +823,36 @@ def test_resuming_in_another_precision_says_so(tmp_path, multi30k_dir, monkeypat
         "32-true to keep the run's)"
     )
     assert expected in err.splitlines(), err[-3000:]
+
+
+def test_data_changes_name_each_split_that_holds_other_pairs():
+    """The checkpoint's record of each split (pairs, digest of their token lengths) against
+    the run's: the same data, a split the checkpoint has no record of (one written before
+    the record, or a new split) and the predict file say nothing; the same number of pairs of
+    other lengths is a change; the training split's warning says where the epoch goes on."""
+    import numpy as np
+
+    from seq2seq.data.resume import data_changes, data_record
+
+    def lengths(*rows):
+        return np.array([r[0] for r in rows]), np.array([r[1] for r in rows])
+
+    run = {"train": lengths((3, 4), (5, 6), (7, 7)), "val": lengths((2, 2)), "predict": lengths()}
+    state = {"data": data_record(run), "train_sampler": {"epoch": 3, "batches_yielded": 7}}
+    assert data_changes(state, run, "train") == []
+    assert data_changes({}, run, "train") == []
+    assert data_changes({"data": {}}, {"test": lengths((1, 1))}, "train") == []
+    other = {"train": lengths((3, 4), (5, 6), (7, 8)), "val": lengths((2, 2), (3, 3)),
+             "predict": lengths((1, 1))}  # fmt: skip
+    train, val = data_changes(state, other, "train")
+    assert train.startswith(
+        "The training split 'train' holds other sentence pairs than when the checkpoint was "
+        "written (3, as many, those the length filters keep): epoch 3 goes on after 7 batches"
+    )
+    assert val.startswith(
+        "The validation split 'val' holds other sentence pairs than when the checkpoint was "
+        "written (1 then, 2 now): its scores are not comparable"
+    )
+    at_an_epoch_end = {**state, "train_sampler": {"epoch": 4, "batches_yielded": 0}}
+    (train,) = data_changes(at_an_epoch_end, {"train": other["train"]}, "train")
+    assert "keep): training goes on over these pairs. To train" in train

@@ -32,6 +32,8 @@ from seq2seq.data.resume import (
     NOT_RESUMABLE,
     batching_differences,
     batching_settings,
+    data_changes,
+    data_record,
     resume_refusal,
     sampler_position,
     stream_position,
@@ -71,7 +73,7 @@ class TranslationDataModule(PairsMixin, L.LightningDataModule):
     as the pairs hold together; :mod:`seq2seq.data.mixed_stream`).
 
     Resuming (either way) mid-epoch continues with exactly the batches not yet trained on;
-    the rules for other batching settings than the checkpoint's: :mod:`seq2seq.data.resume`.
+    the rules for other batching settings or data than the checkpoint's: :mod:`.resume`.
 
     Several language pairs (``pairs``, :mod:`seq2seq.data.pairs`): one joint SentencePiece
     model (with a tag per target language where there are several), one training set over
@@ -547,9 +549,9 @@ class TranslationDataModule(PairsMixin, L.LightningDataModule):
         (see :mod:`seq2seq.data.resume`).
 
         Returns:
-            ``{"batching": {...}}`` (:func:`~seq2seq.data.resume.batching_settings`) plus,
-            once a position is known, ``"train_sampler"`` (the sampler's state) or, with
-            streaming, ``"train_stream"`` (:meth:`StreamingPairs.state_dict`).
+            ``{"batching": {...}, "data": {...}}`` (:func:`~seq2seq.data.resume.batching_settings`,
+            :func:`~seq2seq.data.resume.data_record`) plus, once a position is known,
+            ``"train_sampler"`` (the sampler's state) or, with streaming, ``"train_stream"``.
         """
         progress = self.trainer.fit_loop.epoch_loop.batch_progress if self._fitting() else None
         if self.streaming:
@@ -558,29 +560,31 @@ class TranslationDataModule(PairsMixin, L.LightningDataModule):
             position = stream_position(pairs, pending, progress, self._fit_epoch())
         else:
             position = sampler_position(self._train_sampler, self._pending_sampler_state, progress)
-        return {**position, "batching": batching_settings(vars(self))}
+        batching = batching_settings(vars(self))
+        return {**position, "batching": batching, "data": data_record(self._lengths)}
 
     resume_refusal = staticmethod(resume_refusal)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restores the training position saved by :meth:`state_dict`; Lightning's warning
         that the loader "is not resumable" is silenced, as the epoch continues with the unseen
-        batches. When fitting (or without a trainer), the batching settings are first checked
-        against the checkpoint's (the rules: :mod:`seq2seq.data.resume`).
+        batches. When fitting (or without a trainer), the batching settings and the data are
+        first checked against the checkpoint's (the rules: :mod:`seq2seq.data.resume`).
 
         Raises:
             ValueError: If :func:`~seq2seq.data.resume.resume_refusal` refuses them (another
                 ``data.seed`` or, streaming, ``data.stream_pool_size`` than the saved
                 position's), naming the option and both values.
         """
+        stream, position = state_dict.get("train_stream"), state_dict.get("train_sampler")
         if self.trainer is None or self._fitting():
             settings = batching_settings(vars(self))
             refusal = resume_refusal(state_dict, settings)
             if refusal:
                 raise ValueError(refusal)
-            for warning in batching_differences(state_dict, settings, self.streaming):
+            changes = data_changes(state_dict, self._lengths, self.train_split)
+            for warning in batching_differences(state_dict, settings, self.streaming) + changes:
                 rank_zero_warn(warning)
-        stream, position = state_dict.get("train_stream"), state_dict.get("train_sampler")
         if stream or position:
             warnings.filterwarnings("ignore", message=NOT_RESUMABLE, category=PossibleUserWarning)
         if stream:

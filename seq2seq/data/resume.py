@@ -12,14 +12,18 @@ refused once a position is saved (and only warned about otherwise), and so is an
 ``num_workers`` with a stream position mid-epoch; other ``pairs`` are always refused: other
 examples, vocabulary and language tags (:func:`resume_refusal`; it needs no data, so it is
 checked before any is read). A state saved before ``pairs`` existed counts as bilingual
-(:data:`PAIR_DEFAULTS`).
+(:data:`PAIR_DEFAULTS`). Training or validation splits that hold other pairs than the
+checkpoint's record of them (:func:`data_record`) are warned about (:func:`data_changes`).
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 if TYPE_CHECKING:
     from seq2seq.data.batching import TokenBudgetBatchSampler
@@ -148,6 +152,60 @@ def batching_differences(
             f"--data.{name}={value}: training continues with other batches than the "
             f"interrupted run would have had{_MID_EPOCH if mid_epoch else ''}."
         )
+    return warnings
+
+
+def data_record(lengths: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> dict[str, list]:
+    """``{split: [pairs, digest]}`` of each split the data module prepared (``train``,
+    ``val``, with several pairs ``val/de-en`` ...; ``lengths``: its source and target token
+    lengths): the number of sentence pairs and a digest of their lengths, by which a resumed
+    run tells the data it was written with from other data (:func:`data_changes`)."""
+    record = {}
+    for name, (src, tgt) in lengths.items():
+        digest = hashlib.sha256(np.asarray(src, np.int64).tobytes())
+        digest.update(np.asarray(tgt, np.int64).tobytes())
+        record[name] = [len(src), digest.hexdigest()[:16]]
+    return record
+
+
+def data_changes(
+    state_dict: dict[str, Any], lengths: Mapping[str, tuple[np.ndarray, np.ndarray]], train: str
+) -> list[str]:
+    """One warning per split prepared (``lengths``, see :func:`data_record`) that holds other
+    pairs than the same split when the data module's state ``state_dict`` was saved: the
+    training split ``train`` (a saved position mid-epoch goes on in a plan of batches of
+    other pairs), or a validation split (its scores are not comparable with those by which the
+    checkpoint's best was chosen)."""
+    saved = state_dict.get("data") or {}
+    position = state_dict.get("train_sampler") or {}
+    warnings = []
+    for name, (pairs, digest) in data_record(lengths).items():
+        if name not in saved or list(saved[name]) == [pairs, digest]:
+            continue
+        then = saved[name][0]
+        sizes = f"{then:,} then, {pairs:,} now" if then != pairs else f"{pairs:,}, as many"
+        kept = ", those the length filters keep" if name == train else ""
+        other = f"other sentence pairs than when the checkpoint was written ({sizes}{kept})"
+        new_run = "start a new run from its weights (--init_from)"
+        if name == train:
+            done = position.get("batches_yielded", 0)
+            goes_on = (
+                f"epoch {position.get('epoch')} goes on after {done} batches, in a plan of "
+                "batches of these pairs, so some are left out of it and others trained twice"
+                if done
+                else "training goes on over these pairs"
+            )
+            warnings.append(
+                f"The training split {name!r} holds {other}: {goes_on}. To train the "
+                f"checkpoint's model on another corpus, {new_run}, with a schedule, step "
+                "count and checkpoint ranking of its own."
+            )
+        elif name != "predict":
+            warnings.append(
+                f"The validation split {name!r} holds {other}: its scores are not comparable "
+                "with the checkpoint's, by which the best checkpoints were ranked and early "
+                f"stopping waits; to rank them afresh, {new_run}."
+            )
     return warnings
 
 
