@@ -11,6 +11,7 @@ from seq2seq.data.corpus import CorpusSplit
 from seq2seq.data.pairs import parse_pairs
 from seq2seq.data.spm_errors import SPM_CHARACTER_COVERAGE
 from seq2seq.data.tokenizer import MIN_VOCAB_SIZE
+from seq2seq.data.user_symbols import check_user_symbols
 
 
 def check_settings(
@@ -29,6 +30,7 @@ def check_settings(
     pairs: Sequence[str] | None = None,
     pair_temperature: float = 1.0,
     hf_config: str | None = None,
+    user_symbols: Sequence[str] = (),
 ) -> None:
     """Raises ``ValueError`` for the first ``data.*`` setting out of its range, naming it
     (``data.bucket_size must be >= 1 or null, got 0.``): ``max_tokens``, ``eval_max_tokens``,
@@ -37,7 +39,8 @@ def check_settings(
     ``seed`` below 0, ``character_coverage`` outside [0.98, 1], ``pairs`` as
     :func:`~seq2seq.data.pairs.parse_pairs` refuses them, ``pair_temperature`` not above 0;
     with several pairs also an ``hf_config`` naming one pair (``"de-en"``: every pair reads
-    the same dataset)."""
+    the same dataset); ``user_symbols`` as :func:`~.user_symbols.check_user_symbols` refuses
+    them."""
     for name, value in (("max_tokens", max_tokens), ("eval_max_tokens", eval_max_tokens)):
         if value is not None and value < 1:
             raise ValueError(f"data.{name} must be >= 1, got {value}.")
@@ -65,6 +68,7 @@ def check_settings(
             f"data.character_coverage must be in [{low}, {high}] (SentencePiece's range), "
             f"got {character_coverage}."
         )
+    check_user_symbols(user_symbols)
     if pad_to_multiple_of < 1:
         raise ValueError(f"pad_to_multiple_of must be >= 1, got {pad_to_multiple_of}.")
     if stream_pool_size < 1:

@@ -116,6 +116,9 @@ class TranslationDataModule(PairsMixin, L.LightningDataModule):
             sentences (0: all), for large corpora; with several pairs N/L of each of the L
             languages (0: as many as the smallest has). With ``streaming``: on the first
             this many pairs of the stream (0: 500,000).
+        user_symbols: Strings SentencePiece keeps as one piece wherever they occur, e.g.
+            ``[<BT>]`` to tag back-translated sources (Caswell et al. 2019); the model of
+            ``tokenizer_path``, a checkpoint or ``--init_from`` must keep them so.
         tokenizer_path: SentencePiece model file to use (trained there if missing). Default:
             ``<cache_dir>/spm_<src><tgt>_<type>_<vocab_size>_<hash>.model``, the hash covering
             the training files and SentencePiece settings.
@@ -168,6 +171,7 @@ class TranslationDataModule(PairsMixin, L.LightningDataModule):
         character_coverage: float = 1.0,
         byte_fallback: bool = False,
         spm_input_sentence_size: int = 0,
+        user_symbols: list[str] | None = None,
         tokenizer_path: str | None = None,
         cache_dir: str = "data/cache",
         max_tokens: int = 4096,
@@ -202,21 +206,17 @@ class TranslationDataModule(PairsMixin, L.LightningDataModule):
         )
         self.hf_dataset, self.hf_config = hf_dataset, hf_config
         self.predict_file = predict_file
-        self.vocab_size = vocab_size
-        self.spm_model_type = spm_model_type
-        self.character_coverage = character_coverage
-        self.byte_fallback = byte_fallback
+        self.vocab_size, self.spm_model_type = vocab_size, spm_model_type
+        self.character_coverage, self.byte_fallback = character_coverage, byte_fallback
         self.spm_input_sentence_size = spm_input_sentence_size
+        self.user_symbols: list[str] = list(user_symbols or [])
         self.tokenizer_path = tokenizer_path
         self.cache_dir = Path(cache_dir)
         self.max_tokens = max_tokens
         self.eval_max_tokens = eval_max_tokens or max_tokens
         self.bucket_size = bucket_size
-        self.max_positions = max_positions
-        self.max_length_ratio = max_length_ratio
-        self.num_workers = num_workers
-        self.seed = seed
-        self.download = download
+        self.max_positions, self.max_length_ratio = max_positions, max_length_ratio
+        self.num_workers, self.seed, self.download = num_workers, seed, download
         self.subword_alpha = subword_alpha
         # Refused before any data is read (not once SentencePiece is trained, the corpus
         # tokenised and the first loader built, where these settings are first used).
@@ -230,6 +230,7 @@ class TranslationDataModule(PairsMixin, L.LightningDataModule):
             num_workers=num_workers,
             seed=seed,
             character_coverage=character_coverage,
+            user_symbols=self.user_symbols,
             pad_to_multiple_of=pad_to_multiple_of,
             stream_pool_size=stream_pool_size,
             pairs=pairs,

@@ -30,6 +30,7 @@ from seq2seq.data.multi30k import download_missing, downloadable, missing_files
 from seq2seq.data.spm_files import SentencePieceSettings, load_or_train, load_or_train_pairs
 from seq2seq.data.token_cache import ENCODE_CHUNK
 from seq2seq.data.tokenizer import Tokenizer
+from seq2seq.data.user_symbols import check_model_symbols
 
 #: A language pair ``(src_lang, tgt_lang)``.
 Pair = tuple[str, str]
@@ -372,6 +373,7 @@ class PairsMixin:
             input_sentence_size=self.spm_input_sentence_size,
             seed=self.seed,
             streaming=self.streaming,
+            user_symbols=tuple(self.user_symbols),
         )
         if named or not self.multilingual:
             train = None if named else self._locate(self.train_split)
@@ -386,11 +388,13 @@ class PairsMixin:
 
     def _checked_tokenizer(self) -> Tokenizer:
         """:attr:`tokenizer` (a checkpoint's) or :meth:`_prepare_tokenizer`'s, refused
-        (:func:`~seq2seq.data.pairs.check_tags`) if it lacks a target language's tag."""
+        (:func:`~seq2seq.data.pairs.check_tags`, :func:`~.user_symbols.check_model_symbols`) if
+        it lacks a target language's tag or splits a user symbol."""
         tokenizer = self._prepare_tokenizer() if self.tokenizer is None else self.tokenizer
         if self.tokenizer is not None:
             where = "the checkpoint's tokenizer"
         else:
             where = f"data.tokenizer_path {self.tokenizer_path}"
         check_tags(tokenizer, self._pairs, where)
+        check_model_symbols(tokenizer, self.user_symbols, where)
         return tokenizer

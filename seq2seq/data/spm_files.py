@@ -41,6 +41,7 @@ class SentencePieceSettings:
     input_sentence_size: int = 0
     seed: int = 1
     streaming: bool = False
+    user_symbols: tuple[str, ...] = ()
 
     @property
     def stream_pairs(self) -> int:
@@ -56,6 +57,7 @@ def model_file(train: CorpusSplit, settings: SentencePieceSettings, cache_dir: P
     else:
         corpus = f"{train.fingerprint()}|{settings.input_sentence_size}"
     key = f"{corpus}|{settings.character_coverage}|{settings.byte_fallback}|{settings.seed}"
+    key += _symbols_key(settings)
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]
     name = f"spm_{train.src_lang}{train.tgt_lang}_{settings.model_type}_{settings.vocab_size}"
     return Path(cache_dir) / f"{name}_{digest}.model"
@@ -137,7 +139,7 @@ def _train_on_split(
         raise _empty(train)
     rank_zero_info(
         f"Training a {settings.model_type} SentencePiece model with "
-        f"{settings.vocab_size} pieces on {train.describe()} -> {path}"
+        f"{settings.vocab_size} pieces{_symbols_text(settings)} on {train.describe()} -> {path}"
     )
     return Tokenizer.train(
         sentences,
@@ -149,7 +151,19 @@ def _train_on_split(
         input_sentence_size=sample,
         seed=settings.seed,
         num_threads=min(8, os.cpu_count() or 1),
+        user_defined_symbols=settings.user_symbols,
     )
+
+
+def _symbols_text(settings: SentencePieceSettings) -> str:
+    """`` (user symbols <BT> <FT>)``, or nothing, for the training message."""
+    return f" (user symbols {' '.join(settings.user_symbols)})" if settings.user_symbols else ""
+
+
+def _symbols_key(settings: SentencePieceSettings) -> str:
+    """The user symbols' part of a model file's hash key: none for none, so that a model
+    trained before they existed keeps its name."""
+    return f"|symbols {' '.join(settings.user_symbols)}" if settings.user_symbols else ""
 
 
 def _empty(train: CorpusSplit) -> ValueError:
@@ -235,7 +249,7 @@ def model_file_pairs(
     key = "|".join(
         ["balanced", *corpora, ",".join(sorted(tags)), str(settings.character_coverage)]
         + [str(settings.byte_fallback), str(settings.seed)]
-    )
+    ) + _symbols_key(settings)
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]
     languages = "".join(sorted({lang for t in splits for lang in (t.src_lang, t.tgt_lang)}))
     name = f"spm_{languages}_{settings.model_type}_{settings.vocab_size}"
@@ -373,7 +387,7 @@ def _train_joint(
     parts = ", ".join(f"{lang} {s.used:,} of {s.available:,}" for lang, s in samples.items())
     rank_zero_info(
         f"Training a joint {settings.model_type} SentencePiece model with {settings.vocab_size} "
-        f"pieces on a sample of each language's sentences ({parts}), tags "
+        f"pieces{_symbols_text(settings)} on a sample of each language's sentences ({parts}), tags "
         f"{' '.join(tags) or 'none'}, from {' ; '.join(t.describe() for t in splits)} -> {path}"
     )
     try:
@@ -387,7 +401,7 @@ def _train_joint(
             input_sentence_size=0,  # sampled by balanced_sentences
             seed=settings.seed,
             num_threads=min(8, os.cpu_count() or 1),
-            user_defined_symbols=tags,
+            user_defined_symbols=[*tags, *settings.user_symbols],
         )
     except VocabularyError as err:  # too few pieces: say what bounds the sample, and the way out
         if settings.input_sentence_size > 0 or err.max_pieces is None:
