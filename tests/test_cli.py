@@ -1555,6 +1555,21 @@ def test_best_of_a_run_stopped_before_its_first_validation_points_to_last(tiny_r
     assert resolve_ckpt_path("last", [tmp_path / "run"]) == tmp_path / "run" / "last.ckpt"
 
 
+def test_best_or_last_in_a_mistyped_folder_names_the_folder_alike(tmp_path):
+    """A checkpoint folder that does not exist is said to, with the folders beside it spelt
+    alike; an existing one without checkpoints is named alone."""
+    (tmp_path / "checkpoints" / "en_de").mkdir(parents=True)
+    (tmp_path / "empty").mkdir()
+    typo, empty = tmp_path / "checkpoints" / "en_dee", tmp_path / "empty"
+    with pytest.raises(FileNotFoundError) as error:
+        resolve_ckpt_path("best", [typo, empty])
+    assert str(error.value) == (
+        f"--ckpt_path best: no best checkpoint found in {typo} (no such folder; did you mean "
+        f"{tmp_path / 'checkpoints' / 'en_de'}?), {empty}; run `seq2seq fit` with the same "
+        "config first, or pass the path of a .ckpt file"
+    )
+
+
 def test_fit_prints_no_lightning_advertisement_or_internal_deprecation(
     tmp_path, multi30k_dir, monkeypatch, caplog
 ):

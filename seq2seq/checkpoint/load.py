@@ -27,7 +27,7 @@ from seq2seq.checkpoint.format import (
     model_config,
     tensors_digest,
 )
-from seq2seq.files import atomic_write, check_output_file
+from seq2seq.files import atomic_write, check_output_file, folders_alike
 
 
 class CheckpointError(ValueError):
@@ -209,11 +209,19 @@ def resolve_ckpt_path(
             f"first validation, or its ModelCheckpoint keeps none); use {flags}, or resume the "
             f"run (seq2seq fit {flags}) until it validates"
         )
-    where = ", ".join(str(d) for d in searched) or "(no ModelCheckpoint dirpath configured)"
+    where = ", ".join(map(_folder_text, searched)) or "(no ModelCheckpoint dirpath configured)"
     raise FileNotFoundError(
         f"--ckpt_path {alias}: no {alias} checkpoint found in {where}; run `seq2seq fit` with the "
         "same config first, or pass the path of a .ckpt file"
     )
+
+
+def _folder_text(folder: Path) -> str:
+    """``folder``, with ``(no such folder; did you mean X?)`` where it does not exist."""
+    if folder.is_dir():
+        return str(folder)
+    alike = " or ".join(folders_alike(folder))
+    return f"{folder} (no such folder{f'; did you mean {alike}?' if alike else ''})"
 
 
 #: Checkpoint entries for resuming a run, which an average leaves out.
