@@ -80,6 +80,7 @@ def test_a_named_model_without_the_symbol_is_refused_before_any_tokenising(tmp_p
     [
         ([""], "an empty one"),
         (["<B T>"], "'<B T>', which holds whitespace"),
+        (["\u2581"], "'\u2581', which holds \u2581, SentencePiece's mark of a word boundary"),
         (["<unk>"], "'<unk>', a special piece of every model"),
         ([">>fr<<"], "'>>fr<<', a target-language tag, which data.pairs adds"),
         (["<BT>", "<BT>"], "'<BT>' twice"),

@@ -11,13 +11,16 @@ from typing import Any
 
 from seq2seq.data.language_tags import LANGUAGE_TAG
 
+_SPACE = "\u2581"  # ▁, which SentencePiece writes for the space before a word
+
 #: The special pieces of every model (:mod:`seq2seq.data.tokenizer`), which a text never holds.
 _SPECIAL = ("<pad>", "<unk>", "<s>", "</s>")
 
 
 def check_user_symbols(symbols: Sequence[str]) -> None:
     """Raises ``ValueError`` naming ``data.user_symbols`` for a symbol that is empty, holds
-    whitespace (SentencePiece splits text at it first), is a special piece or a
+    whitespace (SentencePiece splits text at it first) or ``▁`` (its word boundary, which as
+    a piece of its own would split every word off), is a special piece or a
     target-language tag (``data.pairs`` adds those), or is given twice."""
     for symbol in symbols:
         why = None
@@ -25,6 +28,8 @@ def check_user_symbols(symbols: Sequence[str]) -> None:
             why = "an empty one"
         elif any(c.isspace() for c in symbol):
             why = f"{symbol!r}, which holds whitespace, where SentencePiece splits a text first"
+        elif _SPACE in symbol:
+            why = f"{symbol!r}, which holds {_SPACE}, SentencePiece's mark of a word boundary"
         elif symbol in _SPECIAL:
             why = f"{symbol!r}, a special piece of every model"
         elif LANGUAGE_TAG.fullmatch(symbol):
