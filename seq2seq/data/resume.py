@@ -162,8 +162,9 @@ def data_record(lengths: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> dict[st
     run tells the data it was written with from other data (:func:`data_changes`)."""
     record = {}
     for name, (src, tgt) in lengths.items():
-        digest = hashlib.sha256(np.asarray(src, np.int64).tobytes())
-        digest.update(np.asarray(tgt, np.int64).tobytes())
+        digest = hashlib.sha256()
+        for side in (src, tgt):  # hashed in place (a copy only of other dtypes)
+            digest.update(np.ascontiguousarray(side, dtype=np.int64))
         record[name] = [len(src), digest.hexdigest()[:16]]
     return record
 
