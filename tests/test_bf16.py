@@ -20,6 +20,7 @@ def _losses(log_dir) -> list[float]:
         return [float(r["train/loss"]) for r in csv.DictReader(f) if r.get("train/loss")]
 
 
+@pytest.mark.slow  # a bf16 fit and translations: ~23 s; CI runs the slow tier too
 def test_bf16_mixed_training_of_the_tiny_config(tmp_path, multi30k_dir):
     from seq2seq.cli import cli_main
 

@@ -64,6 +64,7 @@ def test_failing_command_keeps_folders_that_existed_or_hold_files(in_tmp, monkey
     assert (in_tmp / "checkpoints/tiny/file.txt").is_file()
 
 
+@pytest.mark.slow  # three fit processes: ~16 s; CI runs the slow tier too
 def test_fit_that_trains_nothing_leaves_no_empty_checkpoint_folder(in_tmp, multi30k_dir):
     """A successful command removes the folders it created that it left empty too: fit with
     max_steps 0 writes no checkpoint, and its checkpoint folder goes."""

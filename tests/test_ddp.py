@@ -262,6 +262,7 @@ def test_ddp_validation_loss_equals_single_process(fits):
         assert rank["val_scores"][-1]["loss"] == pytest.approx(one["val_scores"][-1]["loss"])
 
 
+@pytest.mark.slow  # two-process evaluations: ~17 s; CI runs the slow tier too
 def test_ddp_evaluation_scores_each_sentence_once(fits, corpus):
     single, _ = fits
     (one,) = _records(single, 1)

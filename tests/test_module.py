@@ -342,6 +342,7 @@ def test_fit_with_the_cosine_schedule_resumes_it_exactly(
     assert [epochs[s] for s in range(5)] == pytest.approx([0.001, 0.002, 0.003, 0.00165, 0.0003])
 
 
+@pytest.mark.slow  # two torch.compile passes: ~13 s; CI runs the slow tier too
 def test_compile_compiles_twice_for_batches_of_varying_rows_and_lengths(monkeypatch):
     """``compile=True`` under torch's automatic dynamic shapes: the first batch's sizes, then
     one graph with the changing sizes symbolic, not one graph per batch shape."""

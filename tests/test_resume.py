@@ -234,6 +234,7 @@ def _logged(run_dir: Path, key: str, last_version: bool = False) -> dict[int, fl
     return values
 
 
+@pytest.mark.slow  # two fits and a killed one: ~30 s on 2 cores; CI runs the slow tier too
 def test_sigkill_mid_epoch_then_resume_matches_uninterrupted_run(tmp_path, multi30k_dir):
     data = _write_corpus(multi30k_dir, tmp_path / "data", {"train": 600, "val": 20})
     reference = _fit(_config(tmp_path, data, "reference", ema=True))

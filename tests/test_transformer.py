@@ -263,6 +263,7 @@ def _copy_batch(n: int, vocab: int, g: torch.Generator | None = None):
     return src, dec_in, tgt, lens
 
 
+@pytest.mark.slow  # hundreds of training steps: ~15 s; CI runs the slow tier too
 def test_learns_to_copy():
     """A tiny model learns to copy random sequences (greedy token accuracy >= 95%)."""
     torch.manual_seed(0)
