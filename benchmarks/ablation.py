@@ -5,7 +5,9 @@ process (``common.time_interleaved``), on the README config's sizes and workload
 ``cpu_vs_marian.py`` (``build_ours``, ``make_train_batches``, ``decode_ours``):
 
 * ``train``: target tokens/s of ``--train-steps`` training steps (float32);
-* ``greedy``, ``beam``: sentences/s of forced-length decoding of 64 sentences (float32).
+* ``greedy``, ``beam``: sentences/s of forced-length decoding of 64 sentences (float32);
+* ``one``: sentences/s of forced-length greedy decoding of the first of them alone (float32),
+  as a translation service or ``translate`` of one line at a time decodes.
 
 ``--package`` names the ``seq2seq.nn`` to measure (e.g. a copy of an older tree importable as
 ``oldnn`` from ``--path``). Two kinds of variants exist:
@@ -41,7 +43,8 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]
 import cpu_vs_marian as cvm  # noqa: E402
 from common import time_interleaved  # noqa: E402
 
-MEASUREMENTS = ("train", "greedy", "beam")
+MEASUREMENTS = ("train", "greedy", "beam", "one")
+"""``one``: greedy search of one sentence alone (the batch's first), a request at a time."""
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -100,6 +103,13 @@ def train_fn(nn, model, batches, sizes, fused: bool = True, real_rows: bool = Tr
             opt.step()
 
     return run
+
+
+def decode_workload(measurement: str, src, sizes) -> tuple[torch.Tensor, int]:
+    """``(source rows, beam size)`` of a decoding measurement."""
+    if measurement == "one":
+        return src[:1], 1
+    return src, 1 if measurement == "greedy" else sizes.beam
 
 
 def decode_fn(nn, model, src, sizes, beam: int) -> Callable:
@@ -203,7 +213,8 @@ def variants_inline(nn, model, batches, src, sizes, measurement) -> dict[str, Ca
         }
         plain = train_fn(nn, model, batches, sizes, fused=False, real_rows=False)
     else:
-        base = decode_fn(nn, model, src, sizes, 1 if measurement == "greedy" else sizes.beam)
+        rows, beam = decode_workload(measurement, src, sizes)
+        base = decode_fn(nn, model, rows, sizes, beam)
         extra, plain = {}, base
 
     def with_off(fn, offs):
@@ -235,13 +246,13 @@ def variants_seam(nn, model, batches, src, sizes, measurement) -> dict[str, Call
 
         tricks = ("dropout", "linear", "fused_loss", "real_rows")
     else:
-        beam = 1 if measurement == "greedy" else sizes.beam
-        tricks = ("linear", "one_query", "step")
+        rows, beam = decode_workload(measurement, src, sizes)
+        tricks = ("linear", "small_rows", "one_query", "step")
         if beam > 1:
-            tricks = ("linear", "one_query", "step", "topk", "cache", "slots")
+            tricks = ("linear", "small_rows", "one_query", "step", "topk", "cache", "slots")
 
         def step(**off):
-            return decode_fn(nn, model, src, sizes, beam)
+            return decode_fn(nn, model, rows, sizes, beam)
 
     def without(names):
         fn = step(names=names)
@@ -276,7 +287,7 @@ def rate(measurement, times, batches, sizes) -> float:
     if measurement == "train":
         tokens = sum(b["n_tokens"] for b in batches) / len(batches) * sizes.train_steps
         return tokens / median
-    return sizes.decode_batch / median
+    return (1 if measurement == "one" else sizes.decode_batch) / median
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -292,7 +303,7 @@ def main(argv: list[str] | None = None) -> None:
         cvm.random_ids(gen, sizes.decode_batch, sizes.src_min_len, sizes.src_max_len, sizes.vocab)
     )
     rows = []
-    unit = {"train": "tgt tok/s", "greedy": "sent/s", "beam": "sent/s"}
+    unit = {"train": "tgt tok/s", "greedy": "sent/s", "beam": "sent/s", "one": "sent/s"}
     print(f"threads {torch.get_num_threads()}, repeats {args.repeats}, package {args.package}")
     for measurement in args.measurements:
         if args.compare:

@@ -24,8 +24,9 @@ decodes the first ``--limit`` sentences of ``--split`` with ours in float32 and 
 ``seq2seq export``; needs the ``export`` extra), greedy and beam 5, each engine in
 ``--decode-processes`` processes of its own in rotating order (:func:`decoding` says why), and
 prints sentences/s, BLEU, the ratios ours / CTranslate2 float32 and ours bfloat16 / CTranslate2 int8
-(CTranslate2 has no bfloat16 on CPU), and the ablation rows of two tricks of ``seq2seq.nn.fast``
-(ours float32 without ``step``, ours bfloat16 without ``row_buckets``, against ours with them).
+(CTranslate2 has no bfloat16 on CPU), and the ablation rows of three tricks of ``seq2seq.nn.fast``
+(ours float32 without ``step`` or without ``small_rows``, ours bfloat16 without ``row_buckets``,
+against ours with them).
 
     python benchmarks/cpu_bf16.py                   # training only, ~2 minutes on 2 cores
     python benchmarks/cpu_bf16.py --ckpt checkpoints/multi30k_de_en/last.ckpt \\
@@ -280,6 +281,7 @@ def separate_process_rates(
 DECODING_ENGINES = (
     "ours float32",
     "ours float32 -step",
+    "ours float32 -small_rows",
     "ours bf16",
     "ours bf16 -row_buckets",
     "CTranslate2 float32",
@@ -288,8 +290,9 @@ DECODING_ENGINES = (
 DECODING_PEERS = {
     "ours float32": "CTranslate2 float32",
     "ours bf16": "CTranslate2 int8",
-    # the ablation rows of two tricks of seq2seq.nn.fast
+    # the ablation rows of three tricks of seq2seq.nn.fast
     "ours float32 -step": "ours float32",
+    "ours float32 -small_rows": "ours float32",
     "ours bf16 -row_buckets": "ours bf16",
 }
 

@@ -208,9 +208,10 @@ def test_cpu_bf16_decodes_each_engine_in_a_process_of_its_own(
     cpu_bf16.decoding(args)
     assert workers == list(cpu_bf16.DECODING_ENGINES) * 2  # greedy, then beam 5
     rows = [line.split(" | ") for line in capsys.readouterr().out.splitlines() if "| ours" in line]
-    assert len(rows) == 8  # per search: 2 dtypes, float32 without step, bf16 without row_buckets
+    assert len(rows) == 10  # per search: 2 dtypes, float32 without step or small_rows, bf16
     assert sum("-row_buckets" in row[1] and row[5].startswith("ours bf16") for row in rows) == 2
     assert sum("-step" in row[1] and row[5].startswith("ours float32") for row in rows) == 2
+    assert sum("-small_rows" in row[1] and row[5].startswith("ours float32") for row in rows) == 2
     for row in rows:
         assert float(row[2]) > 0 and row[4].endswith("x") and float(row[4][:-1]) > 0
 

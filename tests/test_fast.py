@@ -30,22 +30,41 @@ needs_onednn = pytest.mark.skipif(not fast._ONEDNN, reason="PyTorch without oneD
 
 
 @needs_onednn
-@pytest.mark.parametrize("rows", [1, 7, 64, 130])
-def test_inference_path_matches_f_linear(rows):
+@pytest.mark.parametrize("small_rows", [True, False])
+@pytest.mark.parametrize("rows", [1, 7, 64, 65, 130])
+def test_inference_path_matches_f_linear(rows, small_rows):
+    """Float32 CPU inference: up to ``SMALL_ROWS`` rows through MKL's product with the
+    transposed weight (the ``small_rows`` trick), more rows (or with it off) through oneDNN."""
     torch.manual_seed(0)
     layer = Linear(48, 80)
     x = torch.randn(rows, 1, 48)
-    with torch.no_grad():
+    with torch.no_grad(), fast.enabled(small_rows, "small_rows"):
         out = layer(x)
-    assert layer._packed.packed is not None  # the oneDNN path was taken
+    small = small_rows and rows <= fast.SMALL_ROWS
+    assert (layer._packed.transposed is not None) == small
+    assert (layer._packed.packed is not None) == (not small)  # the oneDNN path was taken
     torch.testing.assert_close(out, F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("post", ["none", "relu"])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_small_product_is_f_linear(post, with_bias):
+    torch.manual_seed(0)
+    weight, bias = torch.randn(80, 48), torch.randn(80) if with_bias else None
+    x = torch.randn(5, 3, 48)
+    expected = F.linear(x, weight, bias)
+    expected = expected.relu() if post == "relu" else expected
+    out = fast.small_product(x, weight.t().contiguous(), bias, post)
+    assert out.shape == (5, 3, 80)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+
+
 @needs_onednn
-def test_packed_copy_follows_in_place_updates():
+@pytest.mark.parametrize("rows", [3, 80])  # the transposed copy, the oneDNN one
+def test_packed_copy_follows_in_place_updates(rows):
     torch.manual_seed(0)
     layer = Linear(16, 8)
-    x = torch.randn(3, 16)
+    x = torch.randn(rows, 16)
     with torch.no_grad():
         layer(x)
         layer.weight.mul_(2.0)  # as an optimizer step or load_state_dict would
@@ -54,21 +73,24 @@ def test_packed_copy_follows_in_place_updates():
 
 
 @needs_onednn
+@pytest.mark.parametrize("rows", [3, 80])  # the transposed copy, the oneDNN one
 @pytest.mark.parametrize("fused", [False, True])
-def test_packed_copy_follows_optimizer_steps(fused):
-    """A fused AdamW step leaves the weight's version counter as it is: the packed copy is
-    rebuilt after every optimizer step all the same (validation between training steps)."""
+def test_packed_copy_follows_optimizer_steps(fused, rows):
+    """A fused AdamW step leaves the weight's version counter as it is: the packed and the
+    transposed copies are rebuilt after every optimizer step all the same (validation between
+    training steps)."""
     torch.manual_seed(0)
     layer = Linear(16, 8)
     optimizer = torch.optim.AdamW(layer.parameters(), lr=0.1, fused=fused)
-    x = torch.randn(3, 16)
+    x = torch.randn(rows, 16)
     for _ in range(2):
         layer(x).square().sum().backward()
         optimizer.step()
         optimizer.zero_grad()
         with torch.no_grad():
             out = layer(x)
-        assert layer._packed.packed is not None  # the oneDNN path was taken
+        copy = layer._packed.transposed if rows <= fast.SMALL_ROWS else layer._packed.packed
+        assert copy is not None  # the path of its row count was taken
         expected = F.linear(x, layer.weight, layer.bias)
         torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
 
@@ -318,6 +340,7 @@ def test_the_ablation_benchmark_runs(tmp_path, capsys):
     rows = json.loads(out.read_text())["rows"]
     variants = {(r["measurement"], r["variant"]) for r in rows}
     assert ("train", "- fused_loss") in variants and ("beam", "- slots") in variants
+    assert ("one", "- small_rows") in variants  # one sentence alone: a request at a time
     assert all(r["value"] > 0 for r in rows)
     assert "fast off (plain path)" in capsys.readouterr().out
 

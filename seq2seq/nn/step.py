@@ -26,7 +26,7 @@ from seq2seq.nn.kv_cache import DecoderCache, KVCache
 
 __all__ = ["decoder_step", "use_decoder_step"]
 
-_Operands = tuple  # fast.inference_operands: (weight or its packed copy, bias, packed)
+_Operands = tuple  # fast.inference_operands: (weight or packed copy, bias, packed, transposed)
 
 
 def use_decoder_step(decoder: nn.Module, tgt: Tensor) -> bool:
