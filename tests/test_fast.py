@@ -400,6 +400,59 @@ def test_decoder_step_gives_the_logits_and_caches_of_the_layers(
             torch.testing.assert_close(kv_on.values, kv_off.values, rtol=1e-5, atol=1e-5)
 
 
+def test_decoder_step_makes_the_source_bias_once_per_mask(monkeypatch):
+    """The step's additive source bias is made at the first step and again only for another
+    mask object (rows left the batch), and the logits are those of the decoder's modules."""
+    torch.manual_seed(0)
+    model = Transformer(
+        vocab_size=60, d_model=32, n_heads=4, n_encoder_layers=1, n_decoder_layers=2, d_ff=64
+    ).eval()
+    src = torch.randint(4, 60, (3, 7))
+    src[1, 4:] = 0
+    mask = padding_mask(src, 0)
+    tokens = torch.randint(4, 60, (3, 1))
+    made = _count_calls(monkeypatch, step, "attend_first_if_empty")
+    with torch.inference_mode():
+        memory = model.encode(src, mask)
+        logits, plain = [], []
+        for steps_on, out in ((True, logits), (False, plain)):
+            cache, rows = model.new_cache(), mask
+            with fast.enabled(steps_on, "step"):
+                for t in range(4):
+                    if t == 2:  # the first sentence leaves the batch
+                        cache.reorder(torch.tensor([1, 2]), include_cross=True)
+                        rows = mask[1:]
+                    n = rows.size(0)
+                    out.append(model.decode(tokens[-n:], memory[-n:], rows, cache))
+    assert len(made) == 2  # steps 0 and 2 (the switched-off modules do not use the step's)
+    for on, off in zip(logits, plain, strict=True):
+        torch.testing.assert_close(on, off, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("a_shape", "b_shape", "layout"),
+    [
+        ((2, 4, 1, 8), (2, 4, 8, 5), "contiguous"),
+        ((2, 4, 1, 8), (2, 4, 8, 5), "time-major"),  # keys (L, B, H, Dh) seen as (B, H, Dh, L)
+        ((2, 4, 3, 8), (2, 4, 8, 5), "grouped"),  # queries (G, g, H, Dh) seen as (G, H, g, Dh)
+        ((2, 4, 1, 8), (1, 4, 8, 5), "broadcast"),  # matmul's broadcasting
+    ],
+)
+def test_batched_product_equals_matmul(a_shape, b_shape, layout):
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(a_shape, generator=g), torch.randn(b_shape, generator=g)
+    if layout == "time-major":
+        b = b.permute(3, 0, 1, 2).contiguous().permute(1, 2, 3, 0)
+    if layout == "grouped":
+        a = a.transpose(1, 2).contiguous().transpose(1, 2)
+    assert not b.is_contiguous() or not a.is_contiguous() or layout in ("contiguous", "broadcast")
+    out = fast.batched_product(a, b)
+    torch.testing.assert_close(out, torch.matmul(a, b), rtol=1e-6, atol=1e-6)
+    half = fast.batched_product(a, b.to(torch.bfloat16))  # in a's dtype
+    assert half.dtype == torch.float32
+    torch.testing.assert_close(half, torch.matmul(a, b.to(torch.bfloat16).float()))
+
+
 def test_decoder_step_is_taken_for_float32_cpu_inference_of_one_position_only():
     model = Transformer(
         vocab_size=60, d_model=32, n_heads=4, n_encoder_layers=1, n_decoder_layers=1, d_ff=64

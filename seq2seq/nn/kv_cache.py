@@ -99,7 +99,8 @@ class DecoderCache:
     Attributes:
         layers: ``(self_attention_cache, cross_attention_cache)`` per layer.
         step_plan: the decoder's weights as :func:`seq2seq.nn.step.decoder_step` reads them,
-            looked up at its first step with this cache (``None`` before).
+            looked up at its first step with this cache (``None`` before), and the source
+            mask's additive bias.
     """
 
     def __init__(
