@@ -89,6 +89,7 @@ def greedy_search(
     score = torch.zeros(n, dtype=torch.float32, device=device)
     tokens = src.new_full((n, 1), bos_id)
     mask = src_mask
+    finished = None  # (N,) bool: the rows whose sentence has ended, while they stay
 
     for step in range(steps):
         history = out[alive, :step] if rules.needs_history else None
@@ -99,23 +100,31 @@ def greedy_search(
         best, tokens = step_scores.max(dim=-1, keepdim=True)
         if scores:
             score += best.squeeze(1)
-        out[alive, step] = tokens.squeeze(1)
+        out[alive, step] = tokens.squeeze(1)  # past a finished sentence's length: never read
         done = (tokens.squeeze(1) == eos_id) | (alive_max <= step + 1)
+        if finished is not None:
+            done &= ~finished
         if bool(done.any()):
             ids = alive[done]
             out_len[ids] = step + 1
             out_score[ids] = score[done]
-            keep = (~done).nonzero().squeeze(1)
-            if keep.numel() == 0:
+            finished = done if finished is None else finished | done
+            n_finished = int(finished.sum())
+            if n_finished == finished.numel():
                 break
-            alive, alive_max, score, tokens = (
-                alive[keep],
-                alive_max[keep],
-                score[keep],
-                tokens[keep],
-            )
-            mask = mask.index_select(0, keep) if mask is not None else None
-            cache.reorder(keep, include_cross=True)
+            # Finished rows leave the batch, their cache rows with them; fast.py may keep them
+            # in, decoded and unread, until more have finished (each removal copies the caches).
+            if fast.remove_finished(n_finished, finished.numel(), device):
+                keep = (~finished).nonzero().squeeze(1)
+                alive, alive_max, score, tokens = (
+                    alive[keep],
+                    alive_max[keep],
+                    score[keep],
+                    tokens[keep],
+                )
+                mask = mask.index_select(0, keep) if mask is not None else None
+                cache.reorder(keep, include_cross=True)
+                finished = None
 
     found = hypotheses(out, out_len, out_score if scores else None, eos_id, config)
     return [[hyp] for hyp in found]
