@@ -181,9 +181,12 @@ class MultiHeadAttention(nn.Module):
                 nn.init.zeros_(lin.bias)
 
     def _heads(self, x: Tensor, n: int) -> tuple[Tensor, ...]:
-        """``(B, L, n * D)`` -> ``n`` tensors ``(B, H, L, Dh)``."""
+        """``(B, L, n * D)`` -> ``n`` tensors ``(B, H, L, Dh)``, views of ``x``. Unbound along
+        ``n`` before the transpose, so that backward stacks the ``n`` gradients straight into
+        ``x``'s layout (a permute first would cost one more copy of them)."""
         b, length, _ = x.shape
-        return x.view(b, length, n, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        parts = x.view(b, length, n, self.n_heads, self.head_dim).unbind(2)
+        return tuple(part.transpose(1, 2) for part in parts)
 
     def forward(
         self,
