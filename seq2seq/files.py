@@ -342,6 +342,12 @@ def atomic_write(
         _fsync_dir(path.parent)
 
 
+class Terminated(SystemExit):
+    """A SIGTERM, raised where a command is (the console script's handler for the commands
+    that run without Lightning), so that what it was writing is cleaned up as after a Ctrl-C:
+    :func:`atomic_write` removes its temporary file. Exit status 143."""
+
+
 @contextmanager
 def stream_errors(name: str) -> Iterator[None]:
     """An ``OSError`` of writing to a stream (a descriptor, device or pipe, e.g. standard

@@ -857,3 +857,47 @@ def test_a_yes_no_translate_flag_refuses_other_words_and_sampling_false_with_its
         "seq2seq translate: error: --temperature applies to sampling, but --sampling false "
         "was given\n"
     )
+
+
+def test_translate_sigterm_leaves_the_old_output_and_no_temporary_file(
+    tiny_run, tmp_path, monkeypatch, capsys
+):
+    """A SIGTERM while ``translate --output`` writes: exit 143 with one line saying nothing is
+    written, the earlier output as it was, no temporary file beside it; SIGTERM's handler is
+    back to what it was afterwards."""
+    import signal
+    import threading
+
+    from seq2seq.translator import Translator
+
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signals reach the main thread only")
+    monkeypatch.delenv("SEQ2SEQ_TRACEBACK", raising=False)
+    monkeypatch.chdir(tmp_path)
+    Path("in.de").write_text("Ein Hund läuft.\nEine Frau singt.\nZwei Männer.\n", encoding="utf-8")
+    Path("out.en").write_text("the earlier translations\n", encoding="utf-8")
+    translate, calls = Translator.translate, []
+
+    def terminated_at_the_second_buffer(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return translate(self, *args, **kwargs)
+
+    monkeypatch.setattr(Translator, "translate", terminated_at_the_second_buffer)
+    before = signal.getsignal(signal.SIGTERM)
+    code, out, err = run_main(
+        monkeypatch, capsys, "translate", "--ckpt_path",
+        str(tiny_run / "checkpoints/tiny/last.ckpt"), "--input", "in.de", "--output", "out.en",
+        "--buffer_size", "1",
+    )  # fmt: skip
+    assert code == 143 and out == "", err
+    assert len(calls) == 2
+    assert err[-2:] == [
+        "seq2seq: translate stopped: nothing is written to out.en, which is written whole or not "
+        "at all (standard output takes each part as it is done)",
+        "seq2seq: terminated (SIGTERM)",
+    ]
+    assert Path("out.en").read_text(encoding="utf-8") == "the earlier translations\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.de", "out.en"]
+    assert signal.getsignal(signal.SIGTERM) == before

@@ -8,14 +8,16 @@ are dispatched before anything of Lightning is imported; ``fit``/``validate``/``
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import pickle
 import platform
 import signal
 import sys
+import threading
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -32,7 +34,7 @@ from seq2seq.cli.messages import (
     plain_commands,
     traceback_wanted,
 )
-from seq2seq.files import WriteError
+from seq2seq.files import Terminated, WriteError
 
 if TYPE_CHECKING:
     from seq2seq.cli.app import Seq2SeqCLI
@@ -62,11 +64,30 @@ def cli_main(args: Sequence[str] | None = None) -> Seq2SeqCLI | None:
     if argv and argv[0] in PLAIN_COMMANDS:
         from seq2seq import commands
 
-        getattr(commands, _FUNCTIONS.get(argv[0], argv[0]))(argv[1:])
+        with _sigterm_raises():
+            getattr(commands, _FUNCTIONS.get(argv[0], argv[0]))(argv[1:])
         return None
     from seq2seq.cli.app import run_lightning_cli
 
     return run_lightning_cli(None if args is None else argv)
+
+
+@contextlib.contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """SIGTERM raises :class:`Terminated` inside the block (Python's default ends the process
+    at once, leaving temporary files behind); the handler before it comes back after."""
+    if threading.current_thread() is not threading.main_thread():  # signals reach main only
+        yield
+        return
+
+    def terminate(signum: int, frame) -> None:
+        raise Terminated(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def user_errors() -> tuple[type[BaseException], ...]:
@@ -118,7 +139,8 @@ def main() -> int:
         on stderr; set ``SEQ2SEQ_TRACEBACK=1`` to see the traceback; a write the machine
         refused, :class:`seq2seq.files.WriteError`, in one line naming the file and what was
         kept), 130 after Ctrl-C, 143
-        after a SIGTERM (Lightning stops gracefully; ``fit`` saves ``last.ckpt``). Other
+        after a SIGTERM (Lightning stops gracefully; ``fit`` saves ``last.ckpt``; a plain
+        command cleans up what it was writing, as after Ctrl-C). Other
         exceptions propagate with their traceback; argument errors exit with status 2.
     """
     argv = sys.argv[1:]
@@ -152,7 +174,7 @@ def main() -> int:
         print("seq2seq: interrupted", file=sys.stderr)
         return 130
     except SystemExit as stop:
-        if not _is_sigterm_stop(stop):  # argument errors, --help
+        if not (_is_sigterm_stop(stop) or isinstance(stop, Terminated)):  # argument errors
             raise
         print("seq2seq: terminated (SIGTERM)", file=sys.stderr)
         return 128 + signal.SIGTERM

@@ -8,7 +8,7 @@ import os
 import sys
 from collections.abc import Iterable
 
-from seq2seq.files import atomic_write, stream_errors
+from seq2seq.files import Terminated, atomic_write, stream_errors
 
 __all__ = ["write_parts"]
 
@@ -29,7 +29,7 @@ def write_parts(
 
     Raises:
         ValueError: the one met on the way, saying what is written.
-        KeyboardInterrupt: after a line on stderr saying what is written.
+        KeyboardInterrupt, Terminated: after a line on stderr saying what is written.
     """
     one, several = results
     written = 0  # input lines whose results are written
@@ -47,7 +47,7 @@ def write_parts(
             with atomic_write(output, "w", encoding="utf-8") as f:
                 for part, _ in parts:
                     f.write(part)
-    except (KeyboardInterrupt, ValueError) as stop:  # Ctrl-C; bad input met on the way
+    except (KeyboardInterrupt, Terminated, ValueError) as stop:  # Ctrl-C, SIGTERM, bad input
         kept = (
             f"the {one} of the first line is written to standard output"
             if output == "-" and written == 1
