@@ -1154,6 +1154,24 @@ def test_yaml_syntax_error_names_the_config_file_and_line(monkeypatch, capsys, t
 
 
 @pytest.mark.parametrize("flag", [["-c", "{}"], ["--config", "{}"], ["--config={}"]])
+def test_a_config_file_that_does_not_exist_names_the_files_spelt_alike(
+    monkeypatch, capsys, tmp_path, flag
+):
+    (tmp_path / "run_de_en.yaml").write_text("trainer: {}\n", encoding="utf-8")
+    (tmp_path / "other.yaml").write_text("trainer: {}\n", encoding="utf-8")
+    argv = [part.format(tmp_path / "run_de_en.yml") for part in flag]
+    code, out = _exit_of_main(monkeypatch, capsys, "test", *argv)
+    assert code == 2 and out.err.splitlines() == [
+        f"seq2seq: error: --config {tmp_path / 'run_de_en.yml'}: no such file "
+        f"(did you mean {tmp_path / 'run_de_en.yaml'}?)"
+    ]
+    code, out = _exit_of_main(monkeypatch, capsys, "test", "--config", str(tmp_path / "x.yaml"))
+    assert code == 2 and out.err.splitlines() == [
+        f"seq2seq: error: --config {tmp_path / 'x.yaml'}: no such file"
+    ]
+
+
+@pytest.mark.parametrize("flag", [["-c", "{}"], ["--config", "{}"], ["--config={}"]])
 def test_a_config_of_one_command_before_the_command_is_one_line(monkeypatch, capsys, flag):
     tiny = str(CONFIGS / "tiny.yaml")
     argv = [part.format(tiny) for part in flag]

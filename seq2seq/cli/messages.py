@@ -6,6 +6,7 @@ start without it.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import inspect
 import os
@@ -387,7 +388,9 @@ def _config_sets(settings, parts: list[str]) -> bool:
 def check_config_syntax(argv: Sequence[str]) -> None:
     """Exit with status 2 and one line naming the file, line and column when a YAML file given
     on the command line (``--config``, a ``--trainer`` piece, ...) is not valid YAML
-    (jsonargparse reports such an error without naming the file)."""
+    (jsonargparse reports such an error without naming the file), or when a ``--config`` file
+    does not exist: then the files beside it spelt alike are named."""
+    _check_config_files(argv)
     values = [a.split("=", 1)[1] if a.startswith("--") and "=" in a else a for a in argv]
     paths = [v for v in values if v.endswith((".yaml", ".yml")) and Path(v).is_file()]
     for name in paths:
@@ -404,6 +407,28 @@ def check_config_syntax(argv: Sequence[str]) -> None:
                 problem += f" ({context} at line {start.line + 1}, column {start.column + 1})"
             print(f"seq2seq: error: YAML syntax error in {where}: {problem}", file=sys.stderr)
             raise SystemExit(2) from None
+
+
+def _check_config_files(argv: Sequence[str]) -> None:
+    """Exit with status 2 and one line for a ``--config`` file name (``.yaml``, ``.yml`` or
+    ``.json``; other values may be inline YAML) that names no file, with the files beside it
+    spelt alike: ``multi30k_de_en.yaml`` for ``multi30k_de_en.yml``."""
+    for i, arg in enumerate(argv):
+        if arg.startswith("--config="):
+            value = arg.split("=", 1)[1]
+        elif arg in ("--config", "-c") and i + 1 < len(argv):
+            value = argv[i + 1]
+        else:
+            continue
+        path = Path(value)
+        if path.suffix not in (".yaml", ".yml", ".json") or path.exists():
+            continue
+        folder = path.parent
+        names = [p.name for p in folder.iterdir() if p.is_file()] if folder.is_dir() else []
+        close = difflib.get_close_matches(path.name, names, n=3, cutoff=0.8)
+        hint = f" (did you mean {' or '.join(str(folder / n) for n in close)}?)" if close else ""
+        print(f"seq2seq: error: --config {value}: no such file{hint}", file=sys.stderr)
+        raise SystemExit(2)
 
 
 DESCRIPTION = "Train, evaluate and use encoder-decoder Transformer translation models."
