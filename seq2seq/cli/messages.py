@@ -412,7 +412,10 @@ def check_config_syntax(argv: Sequence[str]) -> None:
 def _check_config_files(argv: Sequence[str]) -> None:
     """Exit with status 2 and one line for a ``--config`` file name (``.yaml``, ``.yml`` or
     ``.json``; other values may be inline YAML) that names no file, with the files beside it
-    spelt alike: ``multi30k_de_en.yaml`` for ``multi30k_de_en.yml``."""
+    spelt alike: ``multi30k_de_en.yaml`` for ``multi30k_de_en.yml``. The plain commands take
+    no ``--config``, and say so."""
+    if argv and argv[0] in plain_commands():
+        return
     for i, arg in enumerate(argv):
         if arg.startswith("--config="):
             value = arg.split("=", 1)[1]
