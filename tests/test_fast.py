@@ -16,6 +16,7 @@ from seq2seq.nn import (
     fast,
     greedy_search,
     padding_mask,
+    sample,
     step,
 )
 from seq2seq.nn.fast import PackedWeight, linear
@@ -236,13 +237,19 @@ def test_finished_rows_stay_until_a_quarter_of_the_batch_has_finished():
 
 @pytest.mark.parametrize(
     "settings",
-    [{}, {"no_repeat_ngram_size": 2, "min_len": 2}, {"repetition_penalty": 1.3}],
-    ids=["plain", "ngram", "penalty"],
+    [
+        {},
+        {"no_repeat_ngram_size": 2, "min_len": 2},
+        {"repetition_penalty": 1.3},
+        {"sampling": True, "n_samples": 2, "sampling_topk": 8, "sampling_seed": 5},
+    ],
+    ids=["plain", "ngram", "penalty", "sampling"],
 )
-def test_greedy_search_with_finished_rows_left_in_gives_the_same_hypotheses(monkeypatch, settings):
+def test_finished_rows_left_in_give_the_same_hypotheses(monkeypatch, settings):
     """The ``finished_rows`` trick decodes the same tokens and scores as finished rows leaving
-    at once (with the rules that read each row's history, and a forced prefix), and removes
-    rows fewer times: 12 sentences of several lengths, which end at several steps."""
+    at once, in greedy search (with the rules that read each row's history, and a forced
+    prefix) and in sampling, and removes rows fewer times: 12 sentences of several lengths,
+    which end at several steps."""
     from seq2seq.nn.kv_cache import DecoderCache
 
     torch.manual_seed(0)
@@ -258,16 +265,17 @@ def test_greedy_search_with_finished_rows_left_in_gives_the_same_hypotheses(monk
     mask = padding_mask(src, 0)
     prefix = [[5, 6] if row % 3 == 0 else [] for row in range(12)]
     config = DecodingConfig(beam_size=1, max_len_a=1.5, max_len_b=2, **settings)
+    search = sample if config.sampling else greedy_search
     removals = _count_calls(monkeypatch, DecoderCache, "reorder")
     results = []
     for on in (True, False):
         with torch.inference_mode(), fast.enabled(on, "finished_rows"):
-            results.append(greedy_search(model, src, mask, 2, 3, config, prefix=prefix))
-        results.append(len(removals))
+            found = search(model, src, mask, 2, 3, config, prefix=prefix)
+        results += [[h for hyps in found for h in hyps], len(removals)]
     on, removed_on, off, removed_all = results
-    assert [h[0].tokens for h in on] == [h[0].tokens for h in off]
-    assert [h[0].score for h in on] == pytest.approx([h[0].score for h in off], abs=1e-5)
-    lengths = {len(h[0].tokens) for h in off}
+    assert [h.tokens for h in on] == [h.tokens for h in off]
+    assert [h.score for h in on] == pytest.approx([h.score for h in off], abs=1e-5)
+    lengths = {len(h.tokens) for h in off}
     assert len(lengths) >= 4  # sentences end at several steps
     assert 0 < removed_on < removed_all - removed_on
 

@@ -7,8 +7,9 @@ fields say what each setting means) and follow these conventions. Shapes as in
 beams or ``B * n_samples`` draws).
 
 * Rows. A search is batched and vectorised over its ``N`` rows: the step loop has no Python
-  loop over sentences. Finished sentences leave the batch (their cache rows are removed), and
-  the loop stops as soon as every sentence is finished.
+  loop over sentences. Finished sentences leave the batch (their cache rows are removed; on
+  CPU, greedy search and sampling may keep them a while, :class:`RowBatch`), and the loop
+  stops as soon as every sentence is finished.
 * Length. ``max_len = min(int(max_len_a * src_len + max_len_b), max_positions)`` per
   sentence, with ``src_len`` its unpadded length, at least 1 (:func:`max_lengths`). A
   hypothesis holds at most ``max_len`` tokens; one that reaches it without EOS is finished
@@ -55,6 +56,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from seq2seq.nn import fast
 from seq2seq.nn.decoding import DecodingConfig
 from seq2seq.nn.ensemble import Ensemble
 from seq2seq.nn.kv_cache import DecoderCache
@@ -62,6 +64,7 @@ from seq2seq.nn.transformer import Transformer
 
 __all__ = [
     "Hypothesis",
+    "RowBatch",
     "StepRules",
     "check_mask",
     "decoding_config",
@@ -177,6 +180,92 @@ def hypotheses(
             tokens = tokens[:-1]
         results.append(Hypothesis(tokens, score))
     return results
+
+
+class RowBatch:
+    """The rows of a search that extends every row by one token a step (greedy search,
+    sampling): the rows still in the batch, and the tokens, lengths and summed
+    log-probabilities of all rows.
+
+    A row is finished at its first EOS or at its maximum length; its length and score are
+    recorded then. Finished rows leave the batch, with their mask and cache rows: at once, or
+    on CPU with the ``finished_rows`` trick of :mod:`seq2seq.nn.fast` all together once a
+    quarter of the batch has finished (until then they are decoded and their tokens past
+    their length never read; :func:`~seq2seq.nn.fast.remove_finished` gives the costs).
+
+    Args:
+        max_len: ``(N,)`` long maximum length of each row.
+        src_mask: ``(N, 1, 1, S)`` bool source mask of the rows, or ``None``.
+        bos_id, pad_id: the first input token of every row; the filler of :attr:`out`.
+
+    Attributes:
+        alive: ``(N',)`` long: the original row of each row in the batch.
+        tokens: ``(N', 1)`` long: each row's last token, the next step's input.
+        mask: the source mask of the rows in the batch, or ``None``.
+        out: ``(N, max_len.max())`` long tokens of every original row.
+    """
+
+    def __init__(self, max_len: Tensor, src_mask: Tensor | None, bos_id: int, pad_id: int):
+        n, device = max_len.numel(), max_len.device
+        self.out = torch.full((n, int(max_len.max())), pad_id, dtype=torch.long, device=device)
+        self.length = torch.zeros(n, dtype=torch.long, device=device)
+        self.total = torch.zeros(n, dtype=torch.float32, device=device)
+        self.alive = torch.arange(n, device=device)
+        self.tokens = torch.full((n, 1), bos_id, dtype=torch.long, device=device)
+        self.mask = src_mask
+        self._max_len = max_len
+        self._score = torch.zeros(n, dtype=torch.float32, device=device)
+        self._finished: Tensor | None = None  # (N',) bool: finished rows still in the batch
+
+    def history(self, step: int) -> Tensor:
+        """``(N', step)`` long tokens of the rows in the batch so far."""
+        return self.out[self.alive, :step]
+
+    def advance(
+        self, step: int, tokens: Tensor, gained: Tensor | None, eos_id: int, cache: DecoderCache
+    ) -> bool:
+        """Append step ``step``'s ``(N', 1)`` long ``tokens`` and add their ``(N',)`` float32
+        log-probabilities ``gained`` (``None``: no scores) to the rows' scores; record the rows
+        that finish, and remove finished rows from the batch and ``cache`` when due.
+
+        Returns:
+            Whether every row has finished.
+        """
+        if gained is not None:
+            self._score += gained
+        token = tokens.squeeze(1)
+        self.out[self.alive, step] = token  # past a finished row's length: never read
+        self.tokens = tokens
+        done = (token == eos_id) | (self._max_len <= step + 1)
+        if self._finished is not None:
+            done &= ~self._finished
+        if not bool(done.any()):
+            return False
+        ended = self.alive[done]
+        self.length[ended] = step + 1
+        self.total[ended] = self._score[done]
+        finished = done if self._finished is None else self._finished | done
+        n_finished = int(finished.sum())
+        if n_finished == finished.numel():
+            return True
+        # Each removal copies every cache row that stays.
+        if fast.remove_finished(n_finished, finished.numel(), token.device):
+            keep = (~finished).nonzero().squeeze(1)
+            self.alive, self._max_len, self._score, self.tokens = (
+                self.alive[keep],
+                self._max_len[keep],
+                self._score[keep],
+                self.tokens[keep],
+            )
+            self.mask = self.mask.index_select(0, keep) if self.mask is not None else None
+            cache.reorder(keep, include_cross=True)
+            finished = None
+        self._finished = finished
+        return False
+
+    def hypotheses(self, eos_id: int, config: DecodingConfig, scores: bool = True):
+        """:func:`hypotheses` of every original row (``scores=False``: ``nan`` scores)."""
+        return hypotheses(self.out, self.length, self.total if scores else None, eos_id, config)
 
 
 class StepRules:

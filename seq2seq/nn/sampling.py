@@ -28,10 +28,10 @@ from seq2seq.nn.decoding import DecodingConfig
 from seq2seq.nn.ensemble import Ensemble
 from seq2seq.nn.rules import (
     Hypothesis,
+    RowBatch,
     StepRules,
     check_mask,
     decoding_config,
-    hypotheses,
     max_lengths,
 )
 from seq2seq.nn.transformer import Transformer
@@ -155,7 +155,6 @@ def sample(
     steps = int(max_len.max())
 
     # Rows are sentence-major: row r is sample r % n_samples of sentence r // n_samples.
-    n = b * n_samples
     sentence = torch.arange(b, device=device).repeat_interleave(n_samples)
     index = torch.arange(n_samples, device=device).repeat(b)
     seeds = sentence_seeds(src, src_mask, config.sampling_seed)
@@ -168,39 +167,19 @@ def sample(
         memory = memory.repeat_interleave(n_samples, dim=0)
     mask = None if src_mask is None else src_mask.repeat_interleave(n_samples, dim=0)
     cache = model.new_cache(steps)
-
-    out = torch.full((n, steps), model.pad_id, dtype=torch.long, device=device)
-    out_len = torch.zeros(n, dtype=torch.long, device=device)
-    out_score = torch.zeros(n, dtype=torch.float32, device=device)
-    alive = torch.arange(n, device=device)  # original row of each row
-    alive_max = max_len[sentence]
-    score = torch.zeros(n, dtype=torch.float32, device=device)
-    tokens = src.new_full((n, 1), bos_id)
+    rows = RowBatch(max_len[sentence], mask, bos_id, model.pad_id)
 
     for step in range(steps):
-        history = out[alive, :step] if rules.needs_history else None
-        lprobs = rules.log_probs(model, tokens, memory, mask, cache, step, sentence[alive], history)
+        history = rows.history(step) if rules.needs_history else None
+        lprobs = rules.log_probs(
+            model, rows.tokens, memory, rows.mask, cache, step, sentence[rows.alive], history
+        )
         filtered = _filter(lprobs, config.sampling_topk, config.sampling_topp, config.temperature)
-        noise = _gumbel(row_seed[alive], step, vocab_hash)
+        noise = _gumbel(row_seed[rows.alive], step, vocab_hash)
         tokens = (filtered + noise).max(dim=-1, keepdim=True).indices  # faster than argmax
-        score += lprobs.gather(1, tokens).squeeze(1)  # before the cuts, at temperature 1
-        out[alive, step] = tokens.squeeze(1)
-        done = (tokens.squeeze(1) == eos_id) | (alive_max <= step + 1)
-        if bool(done.any()):
-            ids = alive[done]
-            out_len[ids] = step + 1
-            out_score[ids] = score[done]
-            keep = (~done).nonzero().squeeze(1)
-            if keep.numel() == 0:
-                break
-            alive, alive_max, score, tokens = (
-                alive[keep],
-                alive_max[keep],
-                score[keep],
-                tokens[keep],
-            )
-            mask = mask.index_select(0, keep) if mask is not None else None
-            cache.reorder(keep, include_cross=True)
+        gained = lprobs.gather(1, tokens).squeeze(1)  # before the cuts, at temperature 1
+        if rows.advance(step, tokens, gained, eos_id, cache):
+            break
 
-    found = hypotheses(out, out_len, out_score, eos_id, config)
+    found = rows.hypotheses(eos_id, config)
     return [found[i * n_samples : (i + 1) * n_samples] for i in range(b)]

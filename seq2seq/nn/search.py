@@ -16,10 +16,10 @@ from seq2seq.nn import fast
 from seq2seq.nn.decoding import DecodingConfig
 from seq2seq.nn.rules import (
     Hypothesis,
+    RowBatch,
     StepRules,
     check_mask,
     decoding_config,
-    hypotheses,
     length_penalty_value,
     max_lengths,
 )
@@ -80,53 +80,19 @@ def greedy_search(
     steps = int(max_len.max())
     memory = model.encode(src, src_mask)
     cache = model.new_cache(steps)
-
-    out = torch.full((n, steps), model.pad_id, dtype=torch.long, device=device)
-    out_len = torch.zeros(n, dtype=torch.long, device=device)
-    out_score = torch.zeros(n, dtype=torch.float32, device=device)
-    alive = torch.arange(n, device=device)  # original sentence id of each row
-    alive_max = max_len
-    score = torch.zeros(n, dtype=torch.float32, device=device)
-    tokens = src.new_full((n, 1), bos_id)
-    mask = src_mask
-    finished = None  # (N,) bool: the rows whose sentence has ended, while they stay
+    rows = RowBatch(max_len, src_mask, bos_id, model.pad_id)
 
     for step in range(steps):
-        history = out[alive, :step] if rules.needs_history else None
+        history = rows.history(step) if rules.needs_history else None
         step_scores = rules.log_probs(
-            model, tokens, memory, mask, cache, step, alive, history, normalise=scores
+            model, rows.tokens, memory, rows.mask, cache, step, rows.alive, history, scores
         )
         # max, not argmax: the same first index, 2-4x faster over (N, 8000) rows on CPU
         best, tokens = step_scores.max(dim=-1, keepdim=True)
-        if scores:
-            score += best.squeeze(1)
-        out[alive, step] = tokens.squeeze(1)  # past a finished sentence's length: never read
-        done = (tokens.squeeze(1) == eos_id) | (alive_max <= step + 1)
-        if finished is not None:
-            done &= ~finished
-        if bool(done.any()):
-            ids = alive[done]
-            out_len[ids] = step + 1
-            out_score[ids] = score[done]
-            finished = done if finished is None else finished | done
-            n_finished = int(finished.sum())
-            if n_finished == finished.numel():
-                break
-            # Finished rows leave the batch, their cache rows with them; fast.py may keep them
-            # in, decoded and unread, until more have finished (each removal copies the caches).
-            if fast.remove_finished(n_finished, finished.numel(), device):
-                keep = (~finished).nonzero().squeeze(1)
-                alive, alive_max, score, tokens = (
-                    alive[keep],
-                    alive_max[keep],
-                    score[keep],
-                    tokens[keep],
-                )
-                mask = mask.index_select(0, keep) if mask is not None else None
-                cache.reorder(keep, include_cross=True)
-                finished = None
+        if rows.advance(step, tokens, best.squeeze(1) if scores else None, eos_id, cache):
+            break
 
-    found = hypotheses(out, out_len, out_score if scores else None, eos_id, config)
+    found = rows.hypotheses(eos_id, config, scores)
     return [[hyp] for hyp in found]
 
 
