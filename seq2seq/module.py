@@ -56,6 +56,7 @@ from seq2seq.nn import (
 )
 from seq2seq.optim import (
     check_optimizer_settings,
+    check_pair_key,
     check_plateau_monitor,
     default_optimizer,
     default_scheduler,
@@ -237,6 +238,10 @@ class TranslationModule(L.LightningModule):
         # checkpoint recorded none); a resumed run restored its own with its checkpoint.
         if self.origin is None and self.trainer.ckpt_path is None:
             self.origin = weights_origin(self.model)
+        for callback in self.trainer.callbacks:  # ModelCheckpoint's, before its first validation
+            monitor = getattr(callback, "monitor", None)
+            if isinstance(monitor, str):
+                check_pair_key(type(callback).__name__, monitor, self._pair_names())
 
     def on_train_start(self) -> None:
         # After Lightning restored a resumed run's schedule, whose length is the checkpoint's.

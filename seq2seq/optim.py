@@ -185,23 +185,35 @@ def lightning_schedule(scheduler: object, metrics: Iterable[str]) -> dict[str, A
         return {"scheduler": scheduler, "interval": "step", "frequency": 1}
     monitor = getattr(scheduler, "monitor", None)
     monitor = monitor or ("val/loss" if scheduler.mode == "min" else "val/bleu")
-    logged = ("loss", "nll", "ppl", *metrics)
-    name = monitor.rsplit("/", 1)[-1]
-    if not (monitor.startswith("val/") and name in logged):
-        left_out = monitor.startswith("val/") and name in KNOWN_METRICS  # not chosen
-        known = [f"val/{name}" for name in logged]
-        raise ValueError(
-            f"lr_scheduler {type(scheduler).__name__} monitors {monitor!r}"
-            f"{'' if left_out else did_you_mean(monitor, known)}, which the validation does not "
-            f"log; it logs val/<name> for {', '.join(logged)} (model.metrics"
-            f"{f'; add {name}' if left_out else ''})"
-        )
+    check_validation_key(f"lr_scheduler {type(scheduler).__name__}", monitor, metrics)
     for name in ("patience", "cooldown"):  # torch takes a negative one
         if getattr(scheduler, name, 0) < 0:
             raise ValueError(f"lr_scheduler {name} must be >= 0, got {getattr(scheduler, name)}")
     # reduce_on_plateau False: Lightning calls lr_scheduler_step, which leaves it to the module.
     plateau = {"interval": "epoch", "reduce_on_plateau": False, "monitor": monitor}
     return {"scheduler": scheduler, **plateau}
+
+
+def check_validation_key(owner: str, monitor: str, metrics: Iterable[str]) -> None:
+    """Checks that the key ``monitor``, which ``owner`` (``"ModelCheckpoint"``) watches, is
+    one the validation logs, the language pair left aside: ``val/<name>`` or
+    ``val/<pair>/<name>`` for ``name`` among ``loss``, ``nll``, ``ppl`` and ``metrics``.
+
+    Raises:
+        ValueError: naming ``owner``, the key and the names logged (and ``model.metrics``
+            where the key is a metric the run does not compute).
+    """
+    logged = ("loss", "nll", "ppl", *metrics)
+    name = monitor.rsplit("/", 1)[-1]
+    if monitor.startswith("val/") and name in logged:
+        return
+    left_out = monitor.startswith("val/") and name in KNOWN_METRICS  # not chosen
+    known = [f"val/{name}" for name in logged]
+    raise ValueError(
+        f"{owner} monitors {monitor!r}{'' if left_out else did_you_mean(monitor, known)}, "
+        f"which the validation does not log; it logs val/<name> for {', '.join(logged)} "
+        f"(model.metrics{f'; add {name}' if left_out else ''})"
+    )
 
 
 def set_schedule_length(scheduler: object, trainer: Any) -> int | None:
@@ -263,32 +275,42 @@ def warn_other_length(scheduler: object, max_steps: int | None, name: str) -> No
 
 def check_plateau_monitor(schedule: dict[str, Any], pairs: Iterable[str]) -> None:
     """Checks a plateau schedule's monitor (``schedule``: :func:`lightning_schedule`'s entry)
-    against the run's language pairs (the data module's ``pair_names``), before training: a
-    pair's metric ``val/<pair>/<name>`` exists with several pairs only. Warns of a mode that
-    goes against its metric (:func:`mode_against_metric`).
+    against the run's language pairs (:func:`check_pair_key`), before training, and warns of a
+    mode that goes against its metric (:func:`mode_against_metric`).
 
     Raises:
         ValueError: for another pair, or a pair's metric in a run of one pair.
     """
-    monitor, pairs = schedule.get("monitor"), list(pairs)
+    monitor = schedule.get("monitor")
     if not isinstance(schedule["scheduler"], ReduceLROnPlateau) or monitor is None:
         return
-    parts = monitor.split("/")
-    if len(parts) == 3 and (len(pairs) < 2 or parts[1] not in pairs):
+    check_pair_key("lr_scheduler ReduceLROnPlateau", monitor, pairs)
+    against = mode_against_metric(monitor, schedule["scheduler"].mode)
+    if against:
+        rank_zero_warn(
+            f"lr_scheduler ReduceLROnPlateau {against}: the rate falls while it improves; give "
+            f"mode {'min' if schedule['scheduler'].mode == 'max' else 'max'}"
+        )
+
+
+def check_pair_key(owner: str, monitor: str, pairs: Iterable[str]) -> None:
+    """Checks the language pair of a key ``monitor`` that ``owner`` watches against the run's
+    pairs (the data module's ``pair_names``): a pair's metric ``val/<pair>/<name>`` is logged
+    with several pairs only.
+
+    Raises:
+        ValueError: for another pair, or a pair's metric in a run of one pair.
+    """
+    parts, pairs = monitor.split("/"), list(pairs)
+    if parts[0] == "val" and len(parts) == 3 and (len(pairs) < 2 or parts[1] not in pairs):
         logged = (
             f"val/<pair>/{parts[2]} for {', '.join(pairs)}"
             if len(pairs) > 1
             else (f"val/{parts[2]} (one language pair)")
         )
         raise ValueError(
-            f"lr_scheduler ReduceLROnPlateau monitors {monitor!r}, which the validation of this "
-            f"run does not log; it logs {logged}"
-        )
-    against = mode_against_metric(monitor, schedule["scheduler"].mode)
-    if against:
-        rank_zero_warn(
-            f"lr_scheduler ReduceLROnPlateau {against}: the rate falls while it improves; give "
-            f"mode {'min' if schedule['scheduler'].mode == 'max' else 'max'}"
+            f"{owner} monitors {monitor!r}, which the validation of this run does not log; it "
+            f"logs {logged}"
         )
 
 

@@ -1329,6 +1329,51 @@ def test_early_stopping_or_checkpoints_against_their_metric_are_warned_about(cap
     assert capsys.readouterr().err == ""
 
 
+def test_a_monitor_the_validation_does_not_log_or_a_second_ema_is_refused_before_training(
+    multi30k_dir, tmp_path, monkeypatch, capsys
+):
+    """A ModelCheckpoint or EarlyStopping monitoring a misspelt val/ key is refused with a
+    suggestion before any data is read (Lightning would find out at the first validation);
+    another key (train/loss) is left to Lightning. A second EMA, the README's flags added to a
+    config that has one, is refused in one line instead of Lightning's traceback."""
+    monkeypatch.chdir(tmp_path)
+    text = (CONFIGS / "tiny.yaml").read_text()
+    assert text.count("monitor: val/bleu") >= 1
+    (tmp_path / "blue.yaml").write_text(text.replace("monitor: val/bleu", "monitor: val/blue"))
+    base = ["--data.data_dir", str(multi30k_dir), "--trainer.max_steps", "2"]
+    code, _, err = run_main(monkeypatch, capsys, "fit", "--config", "blue.yaml", *base)
+    assert code == 1 and err[-1].startswith(
+        "seq2seq: error: ModelCheckpoint monitors 'val/blue' (did you mean val/bleu?), which "
+        "the validation does not log; it logs val/<name> for loss, nll, ppl, bleu, chrf, ter"
+    ), err
+    early = ["--trainer.callbacks+=EarlyStopping", "--trainer.callbacks.monitor"]
+    tiny = ["fit", "--config", str(CONFIGS / "tiny.yaml")]
+    code, _, err = run_main(monkeypatch, capsys, *tiny, *base, *early, "val/chrfpp")
+    assert code == 1 and "EarlyStopping monitors 'val/chrfpp', which the validation does not " \
+        "log; it logs val/<name> for loss, nll, ppl, bleu, chrf, ter (model.metrics; add " \
+        "chrfpp)" in err[-1], err  # fmt: skip
+    assert not (tmp_path / "checkpoints").exists() and not (tmp_path / "data").exists()
+
+    from seq2seq.cli.callback_args import check_callback_monitors
+
+    config = {"trainer": {"callbacks": [
+        {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+         "init_args": {"monitor": "train/loss"}},
+    ]}}  # fmt: skip
+    check_callback_monitors(config)  # not a validation key: Lightning's to check
+
+    ema = ["--trainer.callbacks+=seq2seq.callbacks.EMA", "--trainer.callbacks.decay", "0.5"]
+    readme = ["fit", "--config", str(CONFIGS / "multi30k_de_en.yaml")]
+    code, _, err = run_main(monkeypatch, capsys, *readme, *base, *ema)
+    assert code == 1 and err[-1].startswith(
+        "seq2seq: error: trainer.callbacks holds seq2seq.callbacks.EMA twice (a config with "
+        "one, and --trainer.callbacks+=seq2seq.callbacks.EMA adding another, say), and a run "
+        "keeps one: change the settings of the config's in a copy of the config instead"
+    ), err
+    code, _, err = run_main(monkeypatch, capsys, *readme, *base, "--print_config")
+    assert code == 0, err  # one EMA: accepted
+
+
 def test_a_direction_given_to_a_fit_of_several_pairs_is_named_as_unread(capsys):
     """fit trains every pair of data.pairs: --data.src_lang/--data.tgt_lang on its command line
     get a warning; the values of a config file (every config has them) do not."""

@@ -206,6 +206,30 @@ def test_lr_scheduler_none_is_a_constant_rate_and_a_plateau_schedule_is_the_modu
         tiny_model(lr_scheduler=partial(ReduceLROnPlateau, mode="max"), metrics=["chrf"])
 
 
+def test_a_callback_monitoring_another_pair_is_refused_when_the_fit_starts():
+    """A ModelCheckpoint or EarlyStopping watching ``val/<pair>/<name>`` of a pair the run does
+    not train (or any pair's key in a run of one pair) is refused at the fit's start, before the
+    first validation would find out."""
+    from types import SimpleNamespace
+
+    from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
+
+    module = tiny_model()
+    pairs = SimpleNamespace(pair_names=["de-en", "fr-en"])
+    module._trainer = SimpleNamespace(callbacks=[], ckpt_path=None, datamodule=pairs)
+    module._trainer.callbacks = [EarlyStopping(monitor="val/fr-en/bleu", mode="max")]
+    module.on_fit_start()
+    module._trainer.callbacks.append(ModelCheckpoint(monitor="val/it-en/bleu", mode="max"))
+    with pytest.raises(ValueError, match=r"^ModelCheckpoint monitors 'val/it-en/bleu', which the "
+                       r"validation of this run does not log; it logs val/<pair>/bleu for "
+                       r"de-en, fr-en$"):  # fmt: skip
+        module.on_fit_start()
+    module._trainer.datamodule = SimpleNamespace(pair_names=["de-en"])
+    module._trainer.callbacks = [EarlyStopping(monitor="val/de-en/bleu", mode="max")]
+    with pytest.raises(ValueError, match=r"logs val/bleu \(one language pair\)$"):
+        module.on_fit_start()
+
+
 def test_chrfpp_is_a_metric_to_choose_and_monitor():
     """``metrics=["chrfpp"]`` is accepted (an unknown name is refused, naming the choices); a
     plateau schedule may monitor ``val/chrfpp``, and ``min`` on it is against the metric."""

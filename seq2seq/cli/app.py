@@ -26,7 +26,13 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_only, rank_zero_warn
 from seq2seq import compat
 from seq2seq.callbacks import ExactResume, LastCheckpoint, TextProgress, TranslationWriter
 from seq2seq.checkpoint import AtomicCheckpointIO
-from seq2seq.cli.callback_args import configured_callbacks, set_patience, warn_callback_modes
+from seq2seq.cli.callback_args import (
+    check_callback_monitors,
+    check_single_callbacks,
+    configured_callbacks,
+    set_patience,
+    warn_callback_modes,
+)
 from seq2seq.cli.checkpoint_args import (
     CheckpointReader,
     apply_checkpoint_architecture,
@@ -190,6 +196,7 @@ class Seq2SeqCLI(compat.SkipCheckpointHparams, LightningCLI):
             set_checkpoint_dirs(config, config["checkpoint_dir"])
         if config.get("patience") is not None:
             set_patience(config, config["patience"])
+        check_single_callbacks(config)
         if subcommand == "fit" and config.get("init_from") and config.get("ckpt_path"):
             resume_over_init_from(config, self._read)
         if config.get("init_from"):
@@ -200,6 +207,7 @@ class Seq2SeqCLI(compat.SkipCheckpointHparams, LightningCLI):
             warn_default_sizes(config)
         if subcommand == "fit":
             _warn_unread_direction(config.get("data") or {}, self._argv)
+            check_callback_monitors(config)
             warn_callback_modes(config)
 
     def before_instantiate_classes(self) -> None:

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import sentencepiece as spm
 
-from seq2seq.data.language_tags import model_tags
+from seq2seq.data.language_tags import model_tags, same_language
 from seq2seq.data.spm_errors import vocabulary_error
 from seq2seq.files import atomic_write
 from seq2seq.spelling import did_you_mean
@@ -372,13 +372,16 @@ class Tokenizer:
         return [self._tag_id(tgt_lang)], []
 
     def _tag_id(self, tgt_lang: str | None) -> int:
-        """Id of the tag of ``tgt_lang`` on a tagged model; ValueError naming its languages."""
+        """Id of the tag of ``tgt_lang`` on a tagged model, a language by any of its codes
+        (:func:`~seq2seq.data.language_tags.same_language`: ``fra`` is a model's ``fr``);
+        ValueError naming its languages."""
         have = ", ".join(self._tags)
         if tgt_lang is None:
             raise ValueError(
                 f"this model translates into {have}: choose the target language "
                 "(tgt_lang / --tgt_lang)"
             )
+        tgt_lang = same_language(tgt_lang, self._tags) or tgt_lang
         if tgt_lang not in self._tags:
             code = tgt_lang.removeprefix(">>").removesuffix("<<")  # the tag given for its code
             hint = f" (did you mean {code}?)" if code in self._tags else ""
