@@ -163,6 +163,18 @@ def test_unknown_key_in_a_config_file_is_reported_briefly(monkeypatch, capsys, t
         f"seq2seq: error: unknown config key 'modle.d_model' in {config} "
         "(did you mean model.d_model?)"
     )
+    # ... a class's argument under a misspelt group: no parser key, the group put right
+    config.write_text(
+        "modle:\n  optimizer:\n    class_path: torch.optim.AdamW\n    init_args:\n      lr: 0.1\n",
+        encoding="utf-8",
+    )
+    code, out = _exit_of_main(
+        monkeypatch, capsys, "fit", "--config", str(CONFIGS / "tiny.yaml"), "--config", str(config)
+    )
+    assert code == 2 and out.err.splitlines()[0] == (
+        f"seq2seq: error: unknown config key 'modle.optimizer.init_args.lr' in {config} "
+        "(did you mean model.optimizer.init_args.lr?)"
+    )
     # ... a key of a group, also with --print_config (whose error comes from the root parser)
     config.write_text("trainer:\n  max_stepz: 3\n", encoding="utf-8")
     code, out = _exit_of_main(

@@ -75,7 +75,7 @@ def argument_error_lines(message: str, parser: ArgumentParser) -> list[str]:
         # jsonargparse stops at the first: the file's others are named in the same run
         others = _unknown_keys(dict(_config_files(sys.argv[1:]))[files[0]], set(keys))
         return [
-            f"seq2seq: error: unknown config key '{name}' in {files[0]}{did_you_mean(name, keys)}"
+            f"seq2seq: error: unknown config key '{name}' in {files[0]}{_key_hint(name, keys)}"
             for name in (others if key in others else [key])
         ]
     match = re.match(r'Parser key "([^"]+)":\s*(.*)', first)
@@ -96,6 +96,19 @@ def argument_error_lines(message: str, parser: ArgumentParser) -> list[str]:
             f"the commands are {', '.join(commands)}"
         ]
     return [f"seq2seq: error: {line.strip()}" for line in [first, *rest][:6] if line.strip()]
+
+
+def _key_hint(name: str, keys: Sequence[str]) -> str:
+    """:func:`did_you_mean` of a config file's dotted key among the parser's ``keys``; where
+    none is close, the key with a misspelt first part put right (``modle.optimizer.init_args.lr``:
+    ``model.optimizer.init_args.lr``; a class's arguments are no parser keys)."""
+    hint = did_you_mean(name, keys)
+    head, _, rest = name.partition(".")
+    groups = {key.split(".", 1)[0] for key in keys}
+    if hint or not rest or head in groups:
+        return hint
+    close = difflib.get_close_matches(head, sorted(groups), n=1, cutoff=0.75)
+    return f" (did you mean {close[0]}.{rest}?)" if close else ""
 
 
 def _config_files(argv: Sequence[str]) -> list[tuple[str, Any]]:

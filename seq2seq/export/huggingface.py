@@ -371,7 +371,15 @@ def export_huggingface(ckpt_path: str | Path, output: str | Path) -> Path:
     model = build_model(source)
 
     def build(folder: Path) -> None:
-        model.save_pretrained(str(folder))
+        from transformers.utils import logging as hf_logging
+
+        shown = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()  # "Writing model shards": one small file here
+        try:
+            model.save_pretrained(str(folder))
+        finally:
+            if shown:
+                hf_logging.enable_progress_bar()
         build_tokenizer(source, folder)
 
     marker = source_record(source, "huggingface")

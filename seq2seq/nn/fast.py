@@ -27,8 +27,9 @@ trick                  plain counterpart                     where it runs
 ``small_rows``         the ``linear`` trick's oneDNN product  float32 CPU inference, at most
                                                              64 rows: MKL's product with
                                                              the weight transposed once
-``finished_rows``      finished rows leave at once           CPU greedy search: they stay
-                                                             until a quarter has finished
+``finished_rows``      finished rows leave at once           CPU greedy search and
+                                                             sampling: they stay until a
+                                                             quarter has finished
 ``row_buckets``        ``F.linear`` on the rows as they come  CPU training and decoding in
                                                              bfloat16: rows padded to one
                                                              of 8 counts per octave
@@ -442,8 +443,9 @@ def topk(x: Tensor, n: int) -> tuple[Tensor, Tensor]:
 
 
 def remove_finished(finished: int, rows: int, device: torch.device) -> bool:
-    """Whether greedy search removes its ``finished`` rows (of ``rows``) from the batch now: at
-    once, or on CPU with the ``finished_rows`` trick once a quarter of the batch has finished.
+    """Whether greedy search or sampling (:class:`~seq2seq.nn.rules.RowBatch`) removes its
+    ``finished`` rows (of ``rows``) from the batch now: at once, or on CPU with the
+    ``finished_rows`` trick once a quarter of the batch has finished.
     A removal copies every cache row that stays (about 2 ms for 256 rows of the README model);
     a finished row left in costs a row of each step's products (about 0.1 ms)."""
     return not (_ON["finished_rows"] and device.type == "cpu") or 4 * finished >= rows
