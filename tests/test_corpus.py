@@ -305,7 +305,8 @@ def test_a_tsv_header_of_other_languages_is_an_error(tmp_path, header, found):
     path.write_text(f"{header}\nein Hund\ta dog\n")
     message = (
         rf"train\.tsv, line 1: the header names the languages {found}, but it is read for the "
-        r"pair de-en \(data\.src_lang and data\.tgt_lang, or an entry of data\.pairs\); a TSV "
+        r"languages de and en \(data\.src_lang and data\.tgt_lang, or an entry of data\.pairs\); "
+        r"a TSV "
         r"header must name exactly these two"
     )
     with pytest.raises(ValueError, match=message):

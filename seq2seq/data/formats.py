@@ -392,8 +392,8 @@ def _tsv_header(fields: list[str], src_lang: str, tgt_lang: str, where: str) -> 
             # The languages in either order: the SentencePiece model reads a split in the
             # order of its codes (spm_files.joint_splits), which may be the other direction.
             f"{where}: the header names the languages {codes[0]!r} and {codes[1]!r}, but "
-            f"it is read for the pair {src_lang}-{tgt_lang} (data.src_lang and data.tgt_lang, "
-            f"or an entry of data.pairs); a TSV header must name exactly these two "
+            f"it is read for the languages {src_lang} and {tgt_lang} (data.src_lang and "
+            "data.tgt_lang, or an entry of data.pairs); a TSV header must name exactly these two "
             f"({src_lang}<TAB>{tgt_lang} or {tgt_lang}<TAB>{src_lang}). Give the run the file's "
             "languages, fix the header, or, if this line is a sentence pair, put a header "
             "naming the languages of its two columns before it."
