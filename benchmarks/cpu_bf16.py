@@ -24,9 +24,9 @@ decodes the first ``--limit`` sentences of ``--split`` with ours in float32 and 
 ``seq2seq export``; needs the ``export`` extra), greedy and beam 5, each engine in
 ``--decode-processes`` processes of its own in rotating order (:func:`decoding` says why), and
 prints sentences/s, BLEU, the ratios ours / CTranslate2 float32 and ours bfloat16 / CTranslate2 int8
-(CTranslate2 has no bfloat16 on CPU), and the ablation rows of four tricks of ``seq2seq.nn.fast``
-(ours float32 without ``step``, ``small_rows`` or, greedy only, ``finished_rows``, ours bfloat16
-without ``row_buckets``, against ours with them).
+(CTranslate2 has no bfloat16 on CPU), and the ablation rows of three tricks of
+``seq2seq.nn.fast`` (ours float32 without ``step`` or ``small_rows``, ours bfloat16 without
+``row_buckets``, against ours with them).
 
     python benchmarks/cpu_bf16.py                   # training only, ~2 minutes on 2 cores
     python benchmarks/cpu_bf16.py --ckpt checkpoints/multi30k_de_en/last.ckpt \\
@@ -282,7 +282,6 @@ DECODING_ENGINES = (
     "ours float32",
     "ours float32 -step",
     "ours float32 -small_rows",
-    "ours float32 -finished_rows",
     "ours bf16",
     "ours bf16 -row_buckets",
     "CTranslate2 float32",
@@ -291,14 +290,11 @@ DECODING_ENGINES = (
 DECODING_PEERS = {
     "ours float32": "CTranslate2 float32",
     "ours bf16": "CTranslate2 int8",
-    # the ablation rows of four tricks of seq2seq.nn.fast
+    # the ablation rows of three tricks of seq2seq.nn.fast
     "ours float32 -step": "ours float32",
     "ours float32 -small_rows": "ours float32",
-    "ours float32 -finished_rows": "ours float32",
     "ours bf16 -row_buckets": "ours bf16",
 }
-
-GREEDY_ONLY = ("ours float32 -finished_rows",)
 
 
 def _read_split(args: argparse.Namespace, lang: str) -> list[str]:
@@ -369,8 +365,6 @@ def decoding(args: argparse.Namespace, names: tuple[str, ...] = ("float32", "bf1
     print("| --- | --- | --- | --- | --- | --- |")
     for beam in (1, 5):
         engines = [e for e in DECODING_ENGINES if "bf16" not in e or "bf16" in names]
-        if beam > 1:  # a trick of greedy search alone
-            engines = [e for e in engines if e not in GREEDY_ONLY]
         runs: dict[str, list[dict]] = {name: [] for name in engines}
         for r in range(args.decode_processes):
             for name in engines[r % len(engines) :] + engines[: r % len(engines)]:

@@ -16,7 +16,6 @@ from seq2seq.nn import (
     fast,
     greedy_search,
     padding_mask,
-    sample,
     step,
 )
 from seq2seq.nn.fast import PackedWeight, linear
@@ -225,59 +224,6 @@ def test_search_gives_the_same_hypotheses_with_and_without_the_tricks(monkeypatc
     assert tokens == [[h.tokens for h in hyps] for hyps in off_hyps]
     on_scores = [h.score for hyps in on for h in hyps]
     assert on_scores == pytest.approx([h.score for hyps in off_hyps for h in hyps], abs=1e-5)
-
-
-def test_finished_rows_stay_until_a_quarter_of_the_batch_has_finished():
-    cpu, meta = torch.device("cpu"), torch.device("meta")
-    assert not fast.remove_finished(3, 16, cpu) and fast.remove_finished(4, 16, cpu)
-    assert fast.remove_finished(1, 16, meta)  # CPU only
-    with fast.enabled(False, "finished_rows"):
-        assert fast.remove_finished(1, 16, cpu)
-
-
-@pytest.mark.parametrize(
-    "settings",
-    [
-        {},
-        {"no_repeat_ngram_size": 2, "min_len": 2},
-        {"repetition_penalty": 1.3},
-        {"sampling": True, "n_samples": 2, "sampling_topk": 8, "sampling_seed": 5},
-    ],
-    ids=["plain", "ngram", "penalty", "sampling"],
-)
-def test_finished_rows_left_in_give_the_same_hypotheses(monkeypatch, settings):
-    """The ``finished_rows`` trick decodes the same tokens and scores as finished rows leaving
-    at once, in greedy search (with the rules that read each row's history, and a forced
-    prefix) and in sampling, and removes rows fewer times: 12 sentences of several lengths,
-    which end at several steps."""
-    from seq2seq.nn.kv_cache import DecoderCache
-
-    torch.manual_seed(0)
-    model = Transformer(
-        vocab_size=64, d_model=32, n_heads=4, n_encoder_layers=1, n_decoder_layers=2, d_ff=64
-    ).eval()
-    with torch.no_grad():  # a strong EOS bias spread over the rows: sentences end at many steps
-        model.output_bias = torch.nn.Parameter(torch.zeros(64))
-        model.output_bias[3] = 2.0
-    src = torch.randint(4, 64, (12, 9))
-    for row, length in enumerate([9, 2, 5, 7, 3, 8, 4, 6, 9, 1, 5, 2]):
-        src[row, length:] = 0
-    mask = padding_mask(src, 0)
-    prefix = [[5, 6] if row % 3 == 0 else [] for row in range(12)]
-    config = DecodingConfig(beam_size=1, max_len_a=1.5, max_len_b=2, **settings)
-    search = sample if config.sampling else greedy_search
-    removals = _count_calls(monkeypatch, DecoderCache, "reorder")
-    results = []
-    for on in (True, False):
-        with torch.inference_mode(), fast.enabled(on, "finished_rows"):
-            found = search(model, src, mask, 2, 3, config, prefix=prefix)
-        results += [[h for hyps in found for h in hyps], len(removals)]
-    on, removed_on, off, removed_all = results
-    assert [h.tokens for h in on] == [h.tokens for h in off]
-    assert [h.score for h in on] == pytest.approx([h.score for h in off], abs=1e-5)
-    lengths = {len(h.tokens) for h in off}
-    assert len(lengths) >= 4  # sentences end at several steps
-    assert 0 < removed_on < removed_all - removed_on
 
 
 @pytest.mark.parametrize(

@@ -27,9 +27,6 @@ trick                  plain counterpart                     where it runs
 ``small_rows``         the ``linear`` trick's oneDNN product  float32 CPU inference, at most
                                                              64 rows: MKL's product with
                                                              the weight transposed once
-``finished_rows``      finished rows leave at once           CPU greedy search and
-                                                             sampling: they stay until a
-                                                             quarter has finished
 ``row_buckets``        ``F.linear`` on the rows as they come  CPU training and decoding in
                                                              bfloat16: rows padded to one
                                                              of 8 counts per octave
@@ -91,7 +88,6 @@ __all__ = [
     "row_bucket",
     "small_product",
     "topk",
-    "remove_finished",
     "SMALL_ROWS",
 ]
 
@@ -104,7 +100,6 @@ TRICKS = (
     "slots",
     "step",
     "small_rows",
-    "finished_rows",
     "fused_loss",
     "real_rows",
     "row_buckets",
@@ -440,15 +435,6 @@ def topk(x: Tensor, n: int) -> tuple[Tensor, Tensor]:
     inside = blocks.gather(1, top_blocks.unsqueeze(-1).expand(rows, n, 64)).view(rows, n * 64)
     values, pos = inside.topk(n, dim=-1)
     return values, top_blocks.gather(1, pos // 64) * 64 + pos % 64
-
-
-def remove_finished(finished: int, rows: int, device: torch.device) -> bool:
-    """Whether greedy search or sampling (:class:`~seq2seq.nn.rules.RowBatch`) removes its
-    ``finished`` rows (of ``rows``) from the batch now: at once, or on CPU with the
-    ``finished_rows`` trick once a quarter of the batch has finished.
-    A removal copies every cache row that stays (about 2 ms for 256 rows of the README model);
-    a finished row left in costs a row of each step's products (about 0.1 ms)."""
-    return not (_ON["finished_rows"] and device.type == "cpu") or 4 * finished >= rows
 
 
 # --------------------------------------------------------------------------- attention

@@ -56,7 +56,6 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from seq2seq.nn import fast
 from seq2seq.nn.decoding import DecodingConfig
 from seq2seq.nn.ensemble import Ensemble
 from seq2seq.nn.kv_cache import DecoderCache
@@ -188,10 +187,7 @@ class RowBatch:
     log-probabilities of all rows.
 
     A row is finished at its first EOS or at its maximum length; its length and score are
-    recorded then. Finished rows leave the batch, with their mask and cache rows: at once, or
-    on CPU with the ``finished_rows`` trick of :mod:`seq2seq.nn.fast` all together once a
-    quarter of the batch has finished (until then they are decoded and their tokens past
-    their length never read; :func:`~seq2seq.nn.fast.remove_finished` gives the costs).
+    recorded then, and it leaves the batch at once, with its mask and cache rows.
 
     Args:
         max_len: ``(N,)`` long maximum length of each row.
@@ -215,7 +211,6 @@ class RowBatch:
         self.mask = src_mask
         self._max_len = max_len
         self._score = torch.zeros(n, dtype=torch.float32, device=device)
-        self._finished: Tensor | None = None  # (N',) bool: finished rows still in the batch
 
     def history(self, step: int) -> Tensor:
         """``(N', step)`` long tokens of the rows in the batch so far."""
@@ -226,7 +221,7 @@ class RowBatch:
     ) -> bool:
         """Append step ``step``'s ``(N', 1)`` long ``tokens`` and add their ``(N',)`` float32
         log-probabilities ``gained`` (``None``: no scores) to the rows' scores; record the rows
-        that finish, and remove finished rows from the batch and ``cache`` when due.
+        that finish, and remove them from the batch and ``cache``.
 
         Returns:
             Whether every row has finished.
@@ -234,33 +229,25 @@ class RowBatch:
         if gained is not None:
             self._score += gained
         token = tokens.squeeze(1)
-        self.out[self.alive, step] = token  # past a finished row's length: never read
+        self.out[self.alive, step] = token
         self.tokens = tokens
         done = (token == eos_id) | (self._max_len <= step + 1)
-        if self._finished is not None:
-            done &= ~self._finished
         if not bool(done.any()):
             return False
         ended = self.alive[done]
         self.length[ended] = step + 1
         self.total[ended] = self._score[done]
-        finished = done if self._finished is None else self._finished | done
-        n_finished = int(finished.sum())
-        if n_finished == finished.numel():
+        keep = (~done).nonzero().squeeze(1)
+        if keep.numel() == 0:
             return True
-        # Each removal copies every cache row that stays.
-        if fast.remove_finished(n_finished, finished.numel(), token.device):
-            keep = (~finished).nonzero().squeeze(1)
-            self.alive, self._max_len, self._score, self.tokens = (
-                self.alive[keep],
-                self._max_len[keep],
-                self._score[keep],
-                self.tokens[keep],
-            )
-            self.mask = self.mask.index_select(0, keep) if self.mask is not None else None
-            cache.reorder(keep, include_cross=True)
-            finished = None
-        self._finished = finished
+        self.alive, self._max_len, self._score, self.tokens = (
+            self.alive[keep],
+            self._max_len[keep],
+            self._score[keep],
+            self.tokens[keep],
+        )
+        self.mask = self.mask.index_select(0, keep) if self.mask is not None else None
+        cache.reorder(keep, include_cross=True)
         return False
 
     def hypotheses(self, eos_id: int, config: DecodingConfig, scores: bool = True):
