@@ -1165,6 +1165,36 @@ def test_yaml_syntax_error_names_the_config_file_and_line(monkeypatch, capsys, t
     assert code == 2 and out.err.startswith(f"seq2seq: error: YAML syntax error in {config}")
 
 
+def test_a_key_set_twice_in_a_config_names_the_key_and_both_lines(monkeypatch, capsys, tmp_path):
+    """YAML loaders keep the last of two equal keys without a word; the run refuses them."""
+    config = tmp_path / "twice.yaml"
+    config.write_text(
+        "trainer:\n  max_epochs: 1\n  callbacks:\n"
+        "    - class_path: lightning.pytorch.callbacks.EarlyStopping\n"
+        "      init_args:\n        monitor: val/bleu\n        patience: 3\n"
+        "        monitor: val/loss\n",
+        encoding="utf-8",
+    )
+    tiny = str(CONFIGS / "tiny.yaml")
+    code, out = _exit_of_main(monkeypatch, capsys, "fit", "--config", tiny, "--config", str(config))
+    assert code == 2
+    assert out.err.splitlines() == [
+        f"seq2seq: error: {config}, line 8: trainer.callbacks[0].init_args.monitor is set twice "
+        "(first on line 6), and only the last one would count: remove one of them"
+    ]
+    # Top-level groups too; YAML merge keys (<<) and equal keys in different mappings are fine.
+    config.write_text("trainer:\n  max_epochs: 1\nmodel: {}\ntrainer:\n  max_steps: 2\n")
+    code, out = _exit_of_main(monkeypatch, capsys, "fit", "--config", str(config))
+    assert code == 2 and f"{config}, line 4: trainer is set twice (first on line 1)" in out.err
+    merged = tmp_path / "merged.yaml"
+    merged.write_text("a: &a {x: 1}\nb:\n  <<: *a\n  x: 2\nc:\n  x: 3\n", encoding="utf-8")
+    from seq2seq.cli.messages import check_config_syntax
+
+    check_config_syntax(["fit", "--config", str(merged)])  # returns
+    for name in CONFIGS.glob("*.yaml"):
+        check_config_syntax(["fit", "--config", str(name)])
+
+
 @pytest.mark.parametrize("flag", [["-c", "{}"], ["--config", "{}"], ["--config={}"]])
 def test_a_config_file_that_does_not_exist_names_the_files_spelt_alike(
     monkeypatch, capsys, tmp_path, flag

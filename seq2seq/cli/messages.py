@@ -401,14 +401,16 @@ def _config_sets(settings, parts: list[str]) -> bool:
 def check_config_syntax(argv: Sequence[str]) -> None:
     """Exit with status 2 and one line naming the file, line and column when a YAML file given
     on the command line (``--config``, a ``--trainer`` piece, ...) is not valid YAML
-    (jsonargparse reports such an error without naming the file), or when a ``--config`` file
-    does not exist: then the files beside it spelt alike are named."""
+    (jsonargparse reports such an error without naming the file) or sets one key twice (YAML
+    loaders keep the last one silently), or when a ``--config`` file does not exist: then the
+    files beside it spelt alike are named."""
     _check_config_files(argv)
     values = [a.split("=", 1)[1] if a.startswith("--") and "=" in a else a for a in argv]
     paths = [v for v in values if v.endswith((".yaml", ".yml")) and Path(v).is_file()]
     for name in paths:
         try:
-            yaml.safe_load(Path(name).read_text(encoding="utf-8"))
+            text = Path(name).read_text(encoding="utf-8")
+            yaml.safe_load(text)
         except (OSError, UnicodeDecodeError):
             continue  # a missing or unreadable file: jsonargparse's error names it
         except yaml.YAMLError as err:
@@ -420,6 +422,43 @@ def check_config_syntax(argv: Sequence[str]) -> None:
                 problem += f" ({context} at line {start.line + 1}, column {start.column + 1})"
             print(f"seq2seq: error: YAML syntax error in {where}: {problem}", file=sys.stderr)
             raise SystemExit(2) from None
+        twice = _key_set_twice(yaml.compose(text, Loader=yaml.SafeLoader))
+        if twice:
+            key, first, again = twice
+            print(
+                f"seq2seq: error: {name}, line {again}: {key} is set twice (first on line "
+                f"{first}), and only the last one would count: remove one of them",
+                file=sys.stderr,
+            )
+            raise SystemExit(2)
+
+
+def _key_set_twice(node: Any, path: str = "", seen: set[int] | None = None):
+    """``(dotted key, first line, second line)`` of the first key that a mapping of the
+    composed YAML ``node`` holds twice (``trainer.callbacks[1].init_args.monitor``), or
+    ``None``. Merge keys (``<<``) are YAML's own and may repeat."""
+    seen = set() if seen is None else seen
+    if id(node) in seen:  # an alias of a node already walked
+        return None
+    seen.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        lines: dict[str, int] = {}
+        for key, value in node.value:
+            name = str(key.value) if isinstance(key, yaml.ScalarNode) else "?"
+            dotted = f"{path}.{name}" if path else name
+            if isinstance(key, yaml.ScalarNode) and name != "<<":
+                if name in lines:
+                    return dotted, lines[name], key.start_mark.line + 1
+                lines[name] = key.start_mark.line + 1
+            found = _key_set_twice(value, dotted, seen)
+            if found:
+                return found
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            found = _key_set_twice(item, f"{path}[{i}]", seen)
+            if found:
+                return found
+    return None
 
 
 def _check_config_files(argv: Sequence[str]) -> None:
