@@ -16,7 +16,10 @@ than alone (benchmarks/README.md).
 ``FlopCounterMode`` counts the model FLOPs of one step (forward and backward) on the plain
 output projection and loss, CPU flash attention included; FLOPs per target token times
 tokens/s, over the ``torch.mm`` rate of the same dtype, is the share of the matmul ceiling a
-step reaches.
+step reaches. Beside the 2048^3 product it times the step's own products (every ``mm`` and
+``bmm`` of a plain step, forward and backward, each alone on operands of its own): the ceiling
+at the model's shapes, which the smaller products keep below the square one. The step and both
+ceilings are timed interleaved in one process, so that each share pairs like with like.
 
 With ``--ckpt`` (a trained checkpoint, e.g. the README job's) and ``--data_dir``, it also
 decodes the first ``--limit`` sentences of ``--split`` with ours in float32 and in bfloat16
@@ -40,6 +43,7 @@ unless ``--dtypes both``: emulated bfloat16 steps take seconds each.
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import json
 import math
@@ -47,6 +51,7 @@ import statistics
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -81,16 +86,11 @@ def measures_bf16(args: argparse.Namespace) -> bool:
     return "no bf16 flags" not in cpu()
 
 
-def matmul_rates(repeats: int, names: tuple[str, ...] = ("float32", "bf16")) -> dict[str, float]:
-    """GFLOP/s of a 2048^3 ``torch.mm`` per dtype (medians, interleaved)."""
-    n = 2048
-    dtypes = {"float32": torch.float32, "bf16": torch.bfloat16}
-    pairs = {
-        name: (torch.randn(n, n).to(dtypes[name]), torch.randn(n, n).to(dtypes[name]))
-        for name in names
-    }
-    times = time_interleaved({k: (lambda a=a, b=b: a @ b) for k, (a, b) in pairs.items()}, repeats)
-    return {k: 2 * n**3 / statistics.median(t) / 1e9 for k, t in times.items()}
+def square_product(dtype: torch.dtype, n: int = 2048):
+    """A call of ``torch.mm`` on two ``n x n`` matrices of ``dtype`` (2 n^3 FLOPs), the matmul
+    ceiling of the dtype on this CPU."""
+    a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
+    return partial(torch.mm, a, b)
 
 
 def _cpu_attention_flops() -> dict:
@@ -165,8 +165,56 @@ def training_step(batch: int, length: int, seed: int = 0, dtypes: tuple[bool, ..
         model.zero_grad(set_to_none=True)
         return counter.get_total_flops()
 
+    def products() -> collections.Counter:
+        """The matrix products of one plain float32 step, forward and backward (attention's
+        fused kernels aside): ``(batch, m, k, n) -> count``, ``batch`` 1 for a plain product."""
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        from seq2seq.nn import fast
+
+        aten, found = torch.ops.aten, collections.Counter()
+
+        class Record(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                if func in (aten.mm.default, aten.addmm.default):
+                    a, b = args[-2:]
+                    found[(1, a.size(0), a.size(1), b.size(1))] += 1
+                elif func in (aten.bmm.default, aten.baddbmm.default):
+                    a, b = args[-2:]
+                    found[(a.size(0), a.size(1), a.size(2), b.size(2))] += 1
+                return func(*args, **(kwargs or {}))
+
+        model = models[False]
+        with Record(), fast.enabled(False):
+            hidden = model.features(src, tgt[:, :-1], mask, index, tgt_index=index)
+            logits = F.linear(hidden, model.output_weight, model.output_bias)
+            loss, _ = label_smoothed_cross_entropy(logits, tgt[:, 1:].reshape(-1), 0.1)
+            loss.backward()
+        model.zero_grad(set_to_none=True)
+        return found
+
     step.flops = flops
+    step.products = products
     return step, batch * length
+
+
+def products_alone(shapes: collections.Counter, dtype: torch.dtype):
+    """``(run, flops)``: ``run()`` computes every product of ``shapes`` (:func:`training_step`'s
+    ``step.products()``) once, each on contiguous operands of its own made once, and ``flops``
+    is their FLOPs. Timed beside the step, they are the matmul ceiling at the model's own
+    shapes: the step's products with nothing around them."""
+    calls, flops = [], 0
+    for (batch, m, k, n), count in shapes.items():
+        a, b = torch.randn(batch, m, k).to(dtype), torch.randn(batch, k, n).to(dtype)
+        call = (lambda a=a[0], b=b[0]: torch.mm(a, b)) if batch == 1 else partial(torch.bmm, a, b)
+        calls += [call] * count
+        flops += 2 * batch * m * k * n * count
+
+    def run() -> None:
+        for call in calls:
+            call()
+
+    return run, flops
 
 
 def train_worker(args: argparse.Namespace) -> None:
@@ -459,15 +507,24 @@ def main() -> None:
             "float32 only: this CPU has no bfloat16 instructions (--dtypes both to time "
             "emulated bfloat16 too; its steps take seconds each)"
         )
-    rates = matmul_rates(args.repeats, names)
-    steps = {"float32": lambda: step(False), "bf16": lambda: step(True)}
-    times = time_interleaved({k: steps[k] for k in names}, args.repeats, warmup=2)
-    speed = {k: tokens / statistics.median(t) for k, t in times.items()}
+    # The step, the square product and the step's own products alone, side by side: the
+    # machine's speed drifts by a quarter within an hour, and each share pairs like with like.
+    dtypes, shapes = {"float32": torch.float32, "bf16": torch.bfloat16}, step.products()
+    calls, product_flops = {}, {}
+    for k in names:
+        calls[k] = partial(step, k == "bf16")
+        calls[f"mm {k}"] = square_product(dtypes[k])
+        calls[f"products {k}"], product_flops[k] = products_alone(shapes, dtypes[k])
+    median = {k: statistics.median(t) for k, t in time_interleaved(calls, args.repeats, 2).items()}
+    speed = {k: tokens / median[k] for k in names}
+    rates = {k: 2 * 2048**3 / median[f"mm {k}"] / 1e9 for k in names}
+    shape_rates = {k: product_flops[k] / median[f"products {k}"] / 1e9 for k in names}
     pair = {"float32": ("float32", []), "bf16": ("bf16", [])}
     own = {k: pair[k] for k in names}
     alone, alone_ratio = separate_process_rates(args, variants=own) if args.processes else ({}, 0)
     flops_per_token = step.flops() / tokens
     share = {k: flops_per_token * speed[k] / 1e9 / rates[k] for k in speed}
+    shape_share = {k: flops_per_token * speed[k] / 1e9 / shape_rates[k] for k in speed}
     print(
         "model FLOPs per target token (FlopCounterMode, forward + backward): "
         f"{flops_per_token / 1e6:.1f} M"
@@ -514,6 +571,9 @@ def main() -> None:
             "loop)", cells, "", fmt="{}")  # fmt: skip
     row(f"{step_name}, both in one process, interleaved (target tokens/s)", speed)
     row("share of the dtype's torch.mm rate, one process", share, fmt="{:.0%}")
+    row("torch.mm at the step's own product shapes, each product alone, one process (GFLOP/s)",
+        shape_rates)  # fmt: skip
+    row("share of that rate, one process", shape_share, fmt="{:.0%}")
     if args.ckpt:
         decoding(args, names)
 

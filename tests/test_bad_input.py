@@ -163,14 +163,23 @@ def test_empty_line_in_training_pair_is_dropped_and_counted(tmp_path, pairs, spm
 
 
 def test_empty_line_in_heldout_pair_is_kept(tmp_path, pairs, spm_file):
-    """Held-out sets are never filtered: the pair with an empty side is translated and scored."""
+    """Held-out sets are never filtered: the pair with an empty side is translated and scored,
+    with a warning naming it (UserWarning: "1 reference sentence of 'val' is empty (number 4);
+    it is scored with the others: are the files aligned?"), the plural for more."""
     src, tgt = pairs["val"]
     data = _corpus(tmp_path, pairs, val=(src, tgt[:3] + [""] + tgt[4:]))
     dm = _datamodule(data, spm_file)
     dm.prepare_data()
-    dm.setup("validate")
+    with pytest.warns(UserWarning, match=r"1 reference sentence of 'val' is empty \(number 4\);"):
+        dm.setup("validate")
     assert len(dm.val_set) == 10
     assert dm.val_set[3]["ref_text"] == ""
+    data = _corpus(tmp_path / "b", pairs, val=(["", src[1], "", *src[3:6], "", "", "", ""], tgt))
+    dm = _datamodule(data, spm_file)
+    dm.prepare_data()
+    many = r"6 source sentences of 'val' are empty \(numbers 1, 3, 7, 8, 9 and 1 more\)"
+    with pytest.warns(UserWarning, match=many):
+        dm.setup("validate")
 
 
 def test_invalid_utf8(tmp_path, pairs, spm_file):

@@ -130,6 +130,13 @@ def test_cpu_bf16_counts_the_model_flops_of_every_product():
     forward = layers * (encoder + decoder) + 2 * rows * d * vocab
     assert tokens == rows
     assert step.flops() == 3 * forward
+    # The products timed alone for the ceiling at the model's shapes: all but attention's
+    # fused kernels (3 per layer pair, forward and backward).
+    shapes = step.products()
+    run, flops = cpu_bf16.products_alone(shapes, torch.float32)
+    assert flops == 3 * (forward - layers * 3 * attention)
+    assert (1, rows, d, vocab) in shapes and (1, rows, d_ff, d) in shapes
+    run()
 
 
 @pytest.mark.slow  # 4 worker processes that each import torch and time steps

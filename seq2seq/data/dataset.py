@@ -146,8 +146,28 @@ def heldout_set(
     :class:`TokenizedDataset`."""
     s, t = token_lengths(table)
     warn_truncation(split, s, t, max_positions)
+    warn_empty(split, s, t, table)
     dataset = TokenizedDataset(table, max_positions, with_text=True, pair=pair)
     return dataset, (s + 1, t + 1)
+
+
+def warn_empty(split: str, s: np.ndarray, t: np.ndarray, table: datasets.Dataset) -> None:
+    """Warns of the empty source and reference sentences of a held-out split (lengths ``s``,
+    ``t`` of ``table``'s rows), naming the first five by their 1-based number in the split.
+    They are kept, since a score counts every sentence, but an empty line in a held-out set
+    most often means misaligned or cut files."""
+    for side, lengths in (("source", s), ("reference", t)):
+        rows = np.flatnonzero(lengths == 0)
+        if not rows.size:
+            continue
+        numbers = ", ".join(str(int(table[int(row)]["index"]) + 1) for row in rows[:5])
+        more = f" and {rows.size - 5} more" if rows.size > 5 else ""
+        many = rows.size > 1
+        rank_zero_warn(
+            f"{rows.size} {side} sentence{'s' if many else ''} of {split!r} "
+            f"{'are' if many else 'is'} empty (number{'s' if many else ''} {numbers}{more}); "
+            f"{'they are' if many else 'it is'} scored with the others: are the files aligned?"
+        )
 
 
 def predict_set(
