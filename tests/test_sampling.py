@@ -307,6 +307,24 @@ def test_no_repeat_ngram_size_blocks_every_repeated_ngram(model):
         assert hyp.tokens == [t for t in expected if t != EOS]
 
 
+def test_a_row_the_ngram_ban_leaves_nothing_ends_even_before_min_len(model, sources):
+    """With ``no_repeat_ngram_size=1`` every token may come once; once a row has used all
+    ``V`` ids it can, the ban leaves it nothing but EOS, which ``min_len`` would ban: the row
+    ends there, in every search, rather than choose a banned token (or padding)."""
+    mask = padding_mask(sources, PAD)
+    config = DecodingConfig(no_repeat_ngram_size=1, min_len=35, max_len_a=0.0, max_len_b=38)
+    searches = {
+        "greedy": greedy_search(model, sources, mask, BOS, EOS, config),
+        "beam": beam_search(model, sources, mask, BOS, EOS, config.replace(beam_size=3), n_best=3),
+        "sample": sample(model, sources, mask, BOS, EOS, config.replace(n_samples=3)),
+    }
+    for name, found in searches.items():
+        for hyps in found:
+            for h in hyps:
+                assert PAD not in h.tokens and len(set(h.tokens)) == len(h.tokens), (name, h)
+                assert len(h.tokens) < V and math.isfinite(h.score), (name, h)
+
+
 def _repeated(hyps) -> int:
     """Tokens that repeat an earlier token of their hypothesis, over all hypotheses."""
     return sum(len(h.tokens) - len(set(h.tokens)) for row in hyps for h in row)

@@ -7,9 +7,8 @@ fields say what each setting means) and follow these conventions. Shapes as in
 beams or ``B * n_samples`` draws).
 
 * Rows. A search is batched and vectorised over its ``N`` rows: the step loop has no Python
-  loop over sentences. Finished sentences leave the batch (their cache rows are removed; on
-  CPU, greedy search and sampling may keep them a while, :class:`RowBatch`), and the loop
-  stops as soon as every sentence is finished.
+  loop over sentences. Finished sentences leave the batch at once, with their cache rows
+  (:class:`RowBatch`), and the loop stops as soon as every sentence is finished.
 * Length. ``max_len = min(int(max_len_a * src_len + max_len_b), max_positions)`` per
   sentence, with ``src_len`` its unpadded length, at least 1 (:func:`max_lengths`). A
   hypothesis holds at most ``max_len`` tokens; one that reaches it without EOS is finished
@@ -32,7 +31,7 @@ beams or ``B * n_samples`` draws).
 * ``no_repeat_ngram_size = n``: a token that would complete an n-gram already in the
   hypothesis (its prefix included, BOS not) is banned, as fairseq's
   ``--no-repeat-ngram-size`` and Hugging Face's ``no_repeat_ngram_size``. Should that ban
-  every token of a row, EOS stays allowed.
+  every token of a row, EOS stays allowed, even before ``min_len``.
 * ``repetition_penalty`` (the field documents which tokens it counts and how the engines
   differ): each row is penalised by its own history (each beam by its own), on the logits,
   before the log-softmax; the log-probabilities, hence the choices and the scores, are those
@@ -372,14 +371,12 @@ class StepRules:
         if normalise:
             scores = torch.log_softmax(scores, dim=-1, dtype=torch.float32)
         scores[:, self.pad_id] = float("-inf")
-        if step < self.min_len:
-            scores[:, self.eos_id] = float("-inf")
         self._constrain(scores, step, sentence, history)
         return scores
 
     def _constrain(self, scores: Tensor, step: int, sentence: Tensor, history) -> None:
-        """The unknown-token and n-gram bans and the prefix, in place on ``scores``
-        ``(N, V)``."""
+        """The early-EOS, unknown-token and n-gram bans and the prefix, in place on
+        ``scores`` ``(N, V)``."""
         forcing = step < self.longest
         if forcing:
             forced = (self.lengths[sentence] > step).unsqueeze(1)
@@ -389,8 +386,12 @@ class StepRules:
                 value = torch.zeros_like(value)
         if self.unk_id is not None:
             scores[:, self.unk_id] = float("-inf")
-        if self.ngram and history is not None and history.size(1) >= self.ngram:
+        ngram = self.ngram and history is not None and history.size(1) >= self.ngram
+        if ngram:  # EOS before any ban: a row the bans leave nothing may still end
             eos = scores[:, self.eos_id].clone()
+        if step < self.min_len:
+            scores[:, self.eos_id] = float("-inf")
+        if ngram:
             _ban_repeated_ngrams(scores, history, self.ngram)
             nothing = torch.isneginf(scores).all(dim=1)
             scores[:, self.eos_id] = torch.where(nothing, eos, scores[:, self.eos_id])
