@@ -372,7 +372,8 @@ def decode_batch(
         scores: ``False``: greedy search skips its log-softmax and scores ``nan``.
 
     Returns:
-        For each sentence, ``n_best`` pairs of (text, score), best first (``n_samples`` in
+        For each sentence, ``n_best`` pairs of (text, score), best first (fewer where the
+        bans leave fewer with a finite score; ``n_samples`` in
         sample order with sampling); a source with no piece the model knows gets as many
         pairs ``("", 0.0)``.
 

@@ -96,7 +96,7 @@ class Translator:
             ``benchmarks/README.md``, ``cpu_bf16.py``).
 
     Raises:
-        ValueError: for another ``dtype``.
+        ValueError: for another ``dtype``, or a ``module`` without a tokenizer.
 
     Attributes:
         module: the :class:`~seq2seq.checkpoint.models.CheckpointModel` translating.

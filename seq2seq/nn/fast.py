@@ -426,9 +426,8 @@ def topk(x: Tensor, n: int) -> tuple[Tensor, Tensor]:
     ``n * 64`` entries instead of ``W`` (5 instead of 15 ms for ``64 x 40000``, ``n = 10``).
     """
     rows, width = x.shape
-    if not _ON["topk"] or x.device.type != "cpu" or width % 64 or width < 8 * 64 * n:
-        return x.topk(n, dim=-1)
-    if not x.is_contiguous():
+    wide = width % 64 == 0 and width >= 8 * 64 * n
+    if not (_ON["topk"] and x.device.type == "cpu" and wide and x.is_contiguous()):
         return x.topk(n, dim=-1)
     blocks = x.view(rows, width // 64, 64)
     top_blocks = blocks.amax(dim=-1).topk(n, dim=-1).indices  # (R, n)
@@ -513,7 +512,7 @@ def inference_product(
     return torch.relu_(y) if post == "relu" else y
 
 
-# --------------------------------------------------------------------------- beam search caches
+# --------------------------------------------------------------------------- decoding caches
 
 
 def self_attention_cache() -> type[KVCache]:

@@ -101,7 +101,9 @@ def decoding_config(config: DecodingConfig | None) -> DecodingConfig:
     return config
 
 
-def length_penalty_value(length: Tensor | float, alpha: float, form: str = "fairseq"):
+def length_penalty_value(
+    length: Tensor | float, alpha: float, form: str = "fairseq"
+) -> Tensor | float:
     """Length penalty ``lp(len)`` that scores are divided by.
 
     Args:

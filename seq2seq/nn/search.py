@@ -127,7 +127,8 @@ def beam_search(
             hypothesis starts with them), and how many of them are unscored (seq2seq.nn.rules).
 
     Returns:
-        One list per sentence of ``n_best`` hypotheses, best first.
+        One list per sentence of ``n_best`` hypotheses, best first (fewer where the bans
+        leave fewer with a finite score).
 
     Raises:
         ValueError: for ``beam_size > vocab_size / 2``, ``n_best`` outside ``[1, beam_size]``,

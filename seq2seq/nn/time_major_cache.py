@@ -14,7 +14,7 @@ __all__ = ["TimeMajorKVCache"]
 
 class TimeMajorKVCache(KVCache):
     """A self-attention :class:`~seq2seq.nn.kv_cache.KVCache` stored time-major,
-    ``(capacity, B, H, Dh)``, that beam search reorders cheaply.
+    ``(capacity, B, H, Dh)``, which the searches reorder cheaply.
 
     The keys of the steps so far are one contiguous block, so a reorder copies just that prefix
     (into a spare buffer kept from the previous reorder, then the two swap) and, when fewer than
@@ -24,7 +24,9 @@ class TimeMajorKVCache(KVCache):
     """
 
     def __init__(self, static: bool = False, capacity: int = 64) -> None:
-        super().__init__(static, capacity)
+        if static:  # set_static's batch-major keys would be read as time-major
+            raise ValueError("TimeMajorKVCache holds self-attention keys only (static=False)")
+        super().__init__(False, capacity)
         self._spare: tuple[Tensor, Tensor] | None = None
 
     @property
@@ -58,17 +60,17 @@ class TimeMajorKVCache(KVCache):
     def reorder(self, index: Tensor) -> None:
         if self._k is None:
             return
+        if self._k.requires_grad:  # differentiable (out= does not support autograd)
+            self._k, self._v = self._k.index_select(1, index), self._v.index_select(1, index)
+            return
         n, rows = self.length, index.numel()
-        if rows == self.rows and not self._k.requires_grad:
+        if rows == self.rows:
             moved = (index != torch.arange(rows, device=index.device)).nonzero().squeeze(1)
             if 2 * moved.numel() < rows:  # copy the rows that change only
                 sources = index[moved]
                 for buf in (self._k[:n], self._v[:n]):
                     buf.index_copy_(1, moved, buf.index_select(1, sources))
                 return
-        if self._k.requires_grad:  # differentiable (out= does not support autograd)
-            self._k, self._v = self._k.index_select(1, index), self._v.index_select(1, index)
-            return
         cap, _, h, dh = self._k.shape
         if self._spare is None or self._spare[0].shape != (cap, rows, h, dh):
             self._spare = (self._k.new_empty(cap, rows, h, dh), self._v.new_empty(cap, rows, h, dh))
