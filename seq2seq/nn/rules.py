@@ -69,6 +69,7 @@ __all__ = [
     "hypotheses",
     "length_penalty_value",
     "max_lengths",
+    "prepare_search",
     "penalise_repetitions",
 ]
 
@@ -142,6 +143,32 @@ def max_lengths(
         src_len = src_mask.reshape(src.size(0), -1).sum(-1)
     max_len = config.max_len_a * src_len.double() + config.max_len_b
     return max_len.long().clamp(1, model.max_positions)
+
+
+def prepare_search(
+    model: Transformer | Ensemble,
+    src: Tensor,
+    src_mask: Tensor | None,
+    eos_id: int,
+    config: DecodingConfig | None,
+    prefix: Sequence[Sequence[int]] | None,
+    unscored_prefix: int,
+    unk_id: int | None,
+) -> tuple[DecodingConfig, StepRules, Tensor]:
+    """What every search does first, with its arguments: the settings (``None``: the
+    defaults) and the mask checked, the :class:`StepRules` of the ``B`` sentences, and each
+    sentence's ``(B,)`` long maximum length, a prefix's raise included.
+
+    Raises:
+        ValueError, TypeError: as :func:`check_mask`, :func:`decoding_config` and
+            :class:`StepRules` raise them.
+    """
+    config = decoding_config(config)
+    check_mask(src, src_mask)
+    rules = StepRules(
+        model, config, prefix, src.size(0), eos_id, src.device, unscored_prefix, unk_id
+    )
+    return config, rules, rules.max_lengths(max_lengths(model, src, src_mask, config))
 
 
 def penalise_repetitions(logits: Tensor, history: Tensor, penalty: float) -> Tensor:

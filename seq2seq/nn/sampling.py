@@ -26,14 +26,7 @@ from torch import Tensor
 
 from seq2seq.nn.decoding import DecodingConfig
 from seq2seq.nn.ensemble import Ensemble
-from seq2seq.nn.rules import (
-    Hypothesis,
-    RowBatch,
-    StepRules,
-    check_mask,
-    decoding_config,
-    max_lengths,
-)
+from seq2seq.nn.rules import Hypothesis, RowBatch, prepare_search
 from seq2seq.nn.transformer import Transformer
 
 __all__ = ["sample", "sentence_seeds"]
@@ -124,11 +117,8 @@ def sample(
     docstring), ``n_samples`` draws per sentence, vectorised over ``batch * n_samples`` rows.
 
     Args:
-        model: the Transformer or Ensemble (the caller chooses train/eval mode).
-        src: ``(B, S)`` long source ids.
-        src_mask: ``(B, 1, 1, S)`` bool source mask (``True`` = real token) or ``None``.
-        bos_id, eos_id, unk_id: the beginning-of-sentence id fed as first decoder input,
-            the end-of-sentence id, the unknown token's id (banned by ``disable_unk``).
+        model, src, src_mask, bos_id, eos_id, unk_id: as
+            :func:`~seq2seq.nn.search.greedy_search`.
         config: the decoding settings (``None``: the defaults), its sampling fields among them;
             ``beam_size`` and ``sampling`` are not read.
         prefix, unscored_prefix: target ids forced before sampling continues, one list per
@@ -145,13 +135,10 @@ def sample(
             ``disable_unk`` without ``unk_id``.
         TypeError: for a ``config`` that is no ``DecodingConfig``.
     """
-    config = decoding_config(config)
-    check_mask(src, src_mask)
-    b = src.size(0)
-    n_samples = config.n_samples
-    device = src.device
-    rules = StepRules(model, config, prefix, b, eos_id, device, unscored_prefix, unk_id)
-    max_len = rules.max_lengths(max_lengths(model, src, src_mask, config))
+    config, rules, max_len = prepare_search(
+        model, src, src_mask, eos_id, config, prefix, unscored_prefix, unk_id
+    )
+    b, n_samples, device = src.size(0), config.n_samples, src.device
     steps = int(max_len.max())
 
     # Rows are sentence-major: row r is sample r % n_samples of sentence r // n_samples.

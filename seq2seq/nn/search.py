@@ -17,11 +17,9 @@ from seq2seq.nn.decoding import DecodingConfig
 from seq2seq.nn.rules import (
     Hypothesis,
     RowBatch,
-    StepRules,
-    check_mask,
     decoding_config,
     length_penalty_value,
-    max_lengths,
+    prepare_search,
 )
 from seq2seq.nn.transformer import Transformer
 
@@ -71,12 +69,9 @@ def greedy_search(
             ``disable_unk`` without ``unk_id``.
         TypeError: for a ``config`` that is no ``DecodingConfig``.
     """
-    config = decoding_config(config)
-    check_mask(src, src_mask)
-    n = src.size(0)
-    device = src.device
-    rules = StepRules(model, config, prefix, n, eos_id, device, unscored_prefix, unk_id)
-    max_len = rules.max_lengths(max_lengths(model, src, src_mask, config))
+    config, rules, max_len = prepare_search(
+        model, src, src_mask, eos_id, config, prefix, unscored_prefix, unk_id
+    )
     steps = int(max_len.max())
     memory = model.encode(src, src_mask)
     cache = model.new_cache(steps)
@@ -115,11 +110,7 @@ def beam_search(
     Face's ``early_stopping=False``). With ``beam_size == 1`` this is :func:`greedy_search`.
 
     Args:
-        model: the Transformer or Ensemble (the caller chooses train/eval mode).
-        src: ``(B, S)`` long source ids.
-        src_mask: ``(B, 1, 1, S)`` bool source mask (``True`` = real token) or ``None``.
-        bos_id, eos_id, unk_id: the beginning-of-sentence id fed as first decoder input,
-            the end-of-sentence id, the unknown token's id (banned by ``disable_unk``).
+        model, src, src_mask, bos_id, eos_id, unk_id: as :func:`greedy_search`.
         config: the decoding settings (``None``: the defaults); the sampling fields are not
             read.
         n_best: number of hypotheses returned per sentence (``<= beam_size``).
@@ -136,17 +127,15 @@ def beam_search(
             ``disable_unk`` without ``unk_id``.
         TypeError: for a ``config`` that is no ``DecodingConfig``.
     """
-    config = decoding_config(config)
-    k = config.beam_size
+    k = decoding_config(config).beam_size
     if not 1 <= n_best <= k:
         raise ValueError(f"n_best must lie in [1, beam_size={k}], got {n_best}")
     if 2 * k > model.vocab_size:
         raise ValueError(f"beam_size ({k}) must be at most half of vocab_size ({model.vocab_size})")
-    check_mask(src, src_mask)
-    n = src.size(0)
-    device = src.device
-    rules = StepRules(model, config, prefix, n, eos_id, device, unscored_prefix, unk_id)
-    max_len = rules.max_lengths(max_lengths(model, src, src_mask, config))
+    config, rules, max_len = prepare_search(
+        model, src, src_mask, eos_id, config, prefix, unscored_prefix, unk_id
+    )
+    n, device = src.size(0), src.device
     steps = int(max_len.max())
     lp = length_penalty_value(
         torch.arange(steps + 1, device=device, dtype=torch.float64).clamp_min(1),
