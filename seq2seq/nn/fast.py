@@ -55,6 +55,7 @@ import contextlib
 import ctypes
 import os
 from collections.abc import Iterator
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -71,6 +72,7 @@ __all__ = [
     "slots_in_place",
     "one_query_attention",
     "batched_product",
+    "Operands",
     "inference_operands",
     "inference_product",
     "use_one_query",
@@ -481,32 +483,42 @@ def batched_product(a: Tensor, b: Tensor) -> Tensor:
 # The operands of the products of seq2seq.nn.step.decoder_step (the ``step`` trick).
 
 
-def inference_operands(lin: nn.Module) -> tuple[Tensor, Tensor | None, bool, Tensor | None]:
-    """``(weight, bias, packed, transposed)`` of ``lin``'s float32 CPU inference product for
-    :func:`inference_product`: the oneDNN-packed weight where :class:`Linear` would take it
-    (the ``linear`` trick), else the weight itself; with the ``small_rows`` trick on, the
-    transposed weight of :func:`small_product`, else ``None``."""
+class Operands(NamedTuple):
+    """The operands of one float32 CPU inference product, :func:`inference_product`'s
+    arguments after ``x`` in order (``inference_product(x, *operands)``)."""
+
+    weight: Tensor  # oneDNN's packed copy when ``prepacked``, else the module's weight
+    bias: Tensor | None
+    prepacked: bool
+    transposed: Tensor | None  # the small_rows trick's weight, or None
+    post: str = "none"  # "relu": ReLU after the product (oneDNN's post-op when prepacked)
+
+
+def inference_operands(lin: nn.Module) -> Operands:
+    """The :class:`Operands` of ``lin``'s float32 CPU inference product: the oneDNN-packed
+    weight where :class:`Linear` would take it (the ``linear`` trick), else the weight itself;
+    with the ``small_rows`` trick on, the transposed weight of :func:`small_product`."""
     packed = getattr(lin, "_packed", None)
     if packed is None or not (_ON["linear"] and _ONEDNN) or lin.weight.dtype != torch.float32:
-        return lin.weight, lin.bias, False, None
+        return Operands(lin.weight, lin.bias, False, None)
     transposed = packed.transposed_weight(lin.weight) if _ON["small_rows"] else None
-    return (*packed.get(lin.weight, lin.bias), True, transposed)
+    return Operands(*packed.get(lin.weight, lin.bias), True, transposed)
 
 
 def inference_product(
     x: Tensor,
     weight: Tensor,
     bias: Tensor | None,
-    packed: bool,
+    prepacked: bool,
     transposed: Tensor | None = None,
     post: str = "none",
 ) -> Tensor:
-    """``x @ weight.T + bias`` of :func:`inference_operands`, ReLU'd with ``post="relu"``
-    (oneDNN's post-op when ``packed``); at most :data:`SMALL_ROWS` rows through
+    """``x @ weight.T + bias`` of :func:`inference_operands` (the fields of
+    :class:`Operands`), ReLU'd with ``post="relu"``; at most :data:`SMALL_ROWS` rows through
     :func:`small_product` when ``transposed`` is given. ``(N, in)`` float32 -> ``(N, out)``."""
     if transposed is not None and x.numel() <= SMALL_ROWS * x.size(-1):
         return small_product(x, transposed, bias, post)
-    if packed:
+    if prepacked:
         return _MKLDNN._linear_pointwise(x, weight, bias, post, [], "")
     y = F.linear(x, weight, bias)
     return torch.relu_(y) if post == "relu" else y

@@ -5,6 +5,8 @@ Shapes follow the legend in :mod:`seq2seq.nn.attention`.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 
@@ -98,16 +100,16 @@ class DecoderCache:
 
     Attributes:
         layers: ``(self_attention_cache, cross_attention_cache)`` per layer.
-        step_plan: the decoder's weights as :func:`seq2seq.nn.step.decoder_step` reads them,
-            looked up at its first step with this cache (``None`` before), and the source
-            mask's additive bias.
+        step_plan: what :func:`seq2seq.nn.step.decoder_step` keeps for the search (the
+            decoder's weights, looked up at its first step, and the source mask's additive
+            bias; ``None`` before), opaque here.
     """
 
     def __init__(
         self, n_layers: int, capacity: int = 64, self_attention: type[KVCache] = KVCache
     ) -> None:
         self.layers = [(self_attention(False, capacity), KVCache(True)) for _ in range(n_layers)]
-        self.step_plan: tuple | None = None
+        self.step_plan: Any = None  # seq2seq.nn.step._StepPlan
 
     @property
     def length(self) -> int:

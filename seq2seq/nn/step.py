@@ -4,11 +4,10 @@
 :meth:`~seq2seq.nn.transformer.Transformer.decode` takes it for float32 CPU inference
 (:func:`use_decoder_step`); its plain counterpart is the decoder's modules, layer by layer
 (:class:`~seq2seq.nn.layers.DecoderLayer`). A cached step through the modules makes about 220
-operator calls and 60 module calls from Python; on a 2-core AMD EPYC Zen 3 that is 4.1 ms per
-step at one row, of which the 19 products take about 1.6 ms. Written out, with the modules'
-weights looked up once per search, the step takes 2.9 ms, 1.2-1.6 ms less from 1 to 256 rows;
-greedy decoding of test_2016_flickr ran 18% faster (benchmarks/README.md, section
-``cpu_bf16.py``). Shapes follow the legend of :mod:`seq2seq.nn.attention`.
+operator calls and 60 module calls from Python, a fixed cost per step larger than the products'
+at small row counts; written out, with the modules' weights looked up once per search, it makes
+far fewer (the ablation row "ours float32 -step" of ``benchmarks/cpu_bf16.py`` measures it).
+Shapes follow the legend of :mod:`seq2seq.nn.attention`.
 """
 
 from __future__ import annotations
@@ -24,8 +23,6 @@ from seq2seq.nn.attention import attend_first_if_empty
 from seq2seq.nn.kv_cache import DecoderCache, KVCache
 
 __all__ = ["decoder_step", "use_decoder_step"]
-
-_Operands = tuple  # fast.inference_operands: (weight or packed copy, bias, packed, transposed)
 
 
 def use_decoder_step(decoder: nn.Module, tgt: Tensor) -> bool:
@@ -76,13 +73,13 @@ def decoder_step(
     Raises:
         ValueError: with ``memory=None`` and empty cross-attention caches.
     """
-    if cache.step_plan is None or cache.step_plan[0] is not decoder:
-        cache.step_plan = (decoder, [_StepLayer.of(layer) for layer in decoder.layers], None)
+    if cache.step_plan is None or cache.step_plan.decoder is not decoder:
+        cache.step_plan = _StepPlan(decoder, [_StepLayer.of(layer) for layer in decoder.layers])
     # (B, D) states: oneDNN's product of a 2-D input costs about 20 µs less per call than of
     # the (B, 1, D) one
     x = decoder.embed_tokens(tgt, cache.length).squeeze(1)
     bias = _source_bias(cache, src_mask, x.dtype)
-    for p, (self_kv, cross_kv) in zip(cache.step_plan[1], cache.layers, strict=True):
+    for p, (self_kv, cross_kv) in zip(cache.step_plan.layers, cache.layers, strict=True):
         # Pre-LN: x + f(LN(x)); Post-LN: LN(x + f(x))
         h = _self_attention(p, p.norm1(x) if p.pre else x, self_kv)
         x = x + h if p.pre else p.norm1(x + h)
@@ -101,14 +98,14 @@ def _source_bias(cache: DecoderCache, src_mask: Tensor | None, dtype: torch.dtyp
     """``(G, 1, 1, S)`` additive cross-attention bias of ``src_mask``: 0 where a key may be
     attended to, -inf where not; kept in ``cache.step_plan`` while the search passes the same
     mask (a new one after sentences leave), which saves 9 operator calls a step."""
-    decoder, layers, kept = cache.step_plan
+    plan = cache.step_plan
     if src_mask is None:
         return None
-    if kept is None or kept[0] is not src_mask or kept[1].dtype != dtype:
+    if plan.mask is not src_mask or plan.bias is None or plan.bias.dtype != dtype:
         bias = torch.zeros(src_mask.shape, dtype=dtype, device=src_mask.device)
-        kept = (src_mask, bias.masked_fill_(~attend_first_if_empty(src_mask), float("-inf")))
-        cache.step_plan = (decoder, layers, kept)
-    return kept[1]
+        bias.masked_fill_(~attend_first_if_empty(src_mask), float("-inf"))
+        cache.step_plan = plan = plan._replace(mask=src_mask, bias=bias)
+    return plan.bias
 
 
 def _norm(module: nn.Module) -> Callable[[Tensor], Tensor]:
@@ -124,6 +121,15 @@ def _identity(x: Tensor) -> Tensor:
     return x
 
 
+class _StepPlan(NamedTuple):
+    """What :func:`decoder_step` keeps in ``DecoderCache.step_plan`` for one search."""
+
+    decoder: nn.Module  # the decoder the layers were read from
+    layers: list[_StepLayer]
+    mask: Tensor | None = None  # the last source mask seen, and its additive bias
+    bias: Tensor | None = None
+
+
 class _StepLayer(NamedTuple):
     """A :class:`~seq2seq.nn.layers.DecoderLayer` as :func:`decoder_step` reads it."""
 
@@ -133,13 +139,13 @@ class _StepLayer(NamedTuple):
     norm3: Callable[[Tensor], Tensor]
     self_attn: nn.Module
     cross_attn: nn.Module
-    qkv: _Operands
-    self_out: _Operands
-    q: _Operands
-    kv: _Operands
-    cross_out: _Operands
-    fc1: _Operands  # with the activation as oneDNN's post-op when it is ReLU
-    fc2: _Operands
+    qkv: fast.Operands
+    self_out: fast.Operands
+    q: fast.Operands
+    kv: fast.Operands
+    cross_out: fast.Operands
+    fc1: fast.Operands  # post="relu" when the activation is ReLU
+    fc2: fast.Operands
     ff_activation: Callable[[Tensor], Tensor]
 
     @classmethod
@@ -148,7 +154,7 @@ class _StepLayer(NamedTuple):
         operands = fast.inference_operands
         fc1, activation = operands(ff.fc1), ff._act
         if ff.activation == "relu":
-            fc1, activation = (*fc1, "relu"), _identity
+            fc1, activation = fc1._replace(post="relu"), _identity
         return cls(
             layer.norm_first, _norm(layer.norm1), _norm(layer.norm2), _norm(layer.norm3), sa, ca,
             operands(sa.qkv), operands(sa.out), operands(ca.q), operands(ca.kv), operands(ca.out),
