@@ -298,7 +298,7 @@ class Translator:
             ValueError: naming the entry or the setting: a line break; a setting unknown, out
                 of range or against the sampling rules; ``n_best`` above the beam size;
                 ``prefixes`` not one per sentence; a missing or unknown ``tgt_lang``."""
-        tgt_lang, src_lang, language = requested_languages(
+        tgt_lang, src_lang, (_, tgt_prefix) = requested_languages(
             self.tokenizer, self.pairs, tgt_lang, src_lang
         )  # before any work
         if "seed" in decoding:  # the seed of sampling, sampling_seed in the settings
@@ -325,8 +325,6 @@ class Translator:
             if isinstance(prefixes, str):
                 prefixes = [prefixes]
         forced = self._encode_prefixes(prefixes, len(sentences), tgt_lang)
-        if forced is None and language[1]:
-            forced = [list(language[1]) for _ in sentences]
         encoded = self._encode(sentences, tgt_lang, src_lang, first_line)
         order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
         results: list[Any] = [None] * len(encoded)
@@ -339,14 +337,14 @@ class Translator:
                 end += 1
             chunk = order[start:end]
             batch = source_batch([encoded[i] for i in chunk], self.tokenizer.pad_id, self.device)
-            if forced is not None:
+            if forced is not None:  # (else decode_batch forces the language token alone)
                 batch["prefix"] = [forced[i] for i in chunk]
-                batch["unscored_prefix"] = len(language[1])  # the language token
-            bf16 = self.dtype == torch.bfloat16
-            with torch.autocast(self.device.type, torch.bfloat16, enabled=bf16):
+                batch["unscored_prefix"] = len(tgt_prefix)  # the language token
+            with self._autocast():
                 hyps = decode_batch(
-                    self.model, self.tokenizer, batch, config, n_best, scores=return_scores
-                )
+                    self.model, self.tokenizer, batch, config, n_best,
+                    tgt_lang=tgt_lang, scores=return_scores,
+                )  # fmt: skip
             for i, h in zip(chunk, hyps, strict=True):
                 results[i] = h[0][0] if n_out == 1 and not return_scores else h
             start = end
@@ -379,7 +377,7 @@ class Translator:
             ValueError: for lists of different lengths, a line break, or a missing or unknown
                 ``tgt_lang``.
         """
-        tgt_lang, src_lang, language = requested_languages(
+        tgt_lang, src_lang, (_, tgt_prefix) = requested_languages(
             self.tokenizer, self.pairs, tgt_lang, src_lang
         )  # before any work
         sources, targets = check_pairs(sources, targets)
@@ -393,16 +391,20 @@ class Translator:
             self.max_tokens,
             self.model.vocab_size,
         )
-        bf16 = self.dtype == torch.bfloat16
         for rows in batches:
             chunk = [kept[j] for j in rows]
             pairs = [encoded[i] for i in chunk], [tgt_ids[i] for i in chunk]
             batch = forced_batch(*pairs, tok, self.device)
-            with torch.autocast(self.device.type, torch.bfloat16, enabled=bf16):
+            with self._autocast():
                 scores = token_log_probs(self.model, batch)
             for i, token_scores in zip(chunk, scores, strict=True):
-                results[i] = translation_score(tok, tgt_ids[i], token_scores, len(language[1]))
+                results[i] = translation_score(tok, tgt_ids[i], token_scores, len(tgt_prefix))
         return results
+
+    def _autocast(self) -> torch.autocast:
+        """bfloat16 autocast over the float32 weights with ``dtype="bfloat16"``, else off."""
+        bf16 = self.dtype == torch.bfloat16
+        return torch.autocast(self.device.type, torch.bfloat16, enabled=bf16)
 
     def _encode_prefixes(
         self, prefixes: Sequence[str] | str | None, count: int, tgt_lang: str | None = None
