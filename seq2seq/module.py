@@ -227,8 +227,8 @@ class TranslationModule(L.LightningModule):
             self.tokenizer = datamodule.tokenizer
         if self.tokenizer is not None:
             check_vocab_size(self.tokenizer, self.config.vocab_size, "the tokenizer")
-        precision = str(getattr(self._trainer, "precision", ""))
-        if precision.startswith("bf16") and self.trainer.strategy.root_device.type == "cpu":
+        if self._trainer is not None and _cpu_bfloat16(self.trainer):
+            precision = str(self.trainer.precision)
             message = emulated_bfloat16(f"precision {precision!r}", "precision '32-true'")
             if message:
                 rank_zero_warn(message)
