@@ -352,31 +352,35 @@ class Translator:
 
     def score(
         self,
-        sources: Sequence[str],
-        targets: Sequence[str],
+        sources: str | Sequence[str],
+        targets: str | Sequence[str],
         tgt_lang: str | None = None,
         src_lang: str | None = None,
         first_line: int = 1,
-    ) -> list[TranslationScore]:
+    ) -> TranslationScore | list[TranslationScore]:
         """The model's log-probability of each given translation, teacher-forced
         (:mod:`seq2seq.text_scoring` says what is scored and what is not).
 
         Args:
-            sources: source sentences (a list of str).
-            targets: one translation per source (``""``: its end alone is scored).
+            sources: source sentences (a list of str), or one sentence (a str).
+            targets: one translation per source (``""``: its end alone is scored); a str
+                with a str ``sources``.
             tgt_lang, src_lang: as for :meth:`translate`.
             first_line: the first pair's number in the warnings that name lines.
 
         Returns:
-            One :class:`~seq2seq.text_scoring.TranslationScore` per pair, in input order. A
+            One :class:`~seq2seq.text_scoring.TranslationScore` per pair, in input order (for
+            one sentence and its translation given as two str, that pair's alone). A
             source above ``max_positions`` is cut with a warning, as :meth:`translate` cuts
             it; a target too long scores ``nan`` (:func:`~seq2seq.text_scoring.target_ids`).
 
         Raises:
-            TypeError: for a str or no list, or an entry that is no str (naming it).
+            TypeError: for a str with a list, no list, or an entry that is no str (naming it).
             ValueError: for lists of different lengths, a line break, or a missing or unknown
                 ``tgt_lang``.
         """
+        if isinstance(sources, str) and isinstance(targets, str):  # one pair: its score alone
+            return self.score([sources], [targets], tgt_lang, src_lang, first_line)[0]
         tgt_lang, src_lang, (_, tgt_prefix) = requested_languages(
             self.tokenizer, self.pairs, tgt_lang, src_lang
         )  # before any work

@@ -84,7 +84,7 @@ def test_score_of_text_is_the_same_in_any_batching_and_order(tiny):
     most sentences; bfloat16 within 0.3 nats of float32."""
     ckpt, translator, lines = tiny
     pairs = zip(lines["de"], lines["en"], strict=True)
-    alone = [translator.score([s], [t])[0].log_prob for s, t in pairs]
+    alone = [translator.score(s, t).log_prob for s, t in pairs]  # one pair: its score alone
     order = random.Random(0).sample(range(len(alone)), len(alone))
     translator.max_tokens = 24
     small = translator.score([lines["de"][i] for i in order], [lines["en"][i] for i in order])
@@ -201,6 +201,8 @@ def test_a_ctranslate2_folder_scores_as_its_checkpoint(tiny, tmp_path, monkeypat
     torch.testing.assert_close(
         torch.tensor(scores[folder][:-1]), torch.tensor(scores[ckpt][:-1]), atol=2e-4, rtol=0
     )
+    one = Translator.from_checkpoint(str(folder)).score(lines["de"][0], lines["en"][0])
+    assert one.log_prob == pytest.approx(scores[ckpt][0], abs=2e-4)
     code, _, err = run_main(monkeypatch, capsys, "score", "--ckpt_path", str(folder), str(ckpt),
                             "--src", str(src), "--tgt", str(tgt))  # fmt: skip
     assert code == 2 and "a CTranslate2 folder runs alone" in err[-1]
@@ -260,6 +262,8 @@ def test_score_names_the_list_and_entry_at_fault(tiny):
         translator.score(["a", None], ["b", "c"])
     with pytest.raises(TypeError, match="sources must be a list of str .* not NoneType"):
         translator.score(None, None)
+    with pytest.raises(TypeError, match="targets must be a list of str .* not str"):
+        translator.score(["a"], "b")  # one sentence is two str, not a list and a str
 
 
 def test_a_stopped_score_says_what_is_written(tiny, tmp_path, monkeypatch, capsys):

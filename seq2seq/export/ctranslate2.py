@@ -444,15 +444,17 @@ class CTranslate2Translator:
 
     def score(
         self,
-        sources: Sequence[str],
-        targets: Sequence[str],
+        sources: str | Sequence[str],
+        targets: str | Sequence[str],
         tgt_lang: str | None = None,
         src_lang: str | None = None,
         first_line: int = 1,
-    ) -> list[TranslationScore]:
+    ) -> TranslationScore | list[TranslationScore]:
         """The log-probability of each given translation through CTranslate2's
         ``score_batch``, as :meth:`seq2seq.translator.Translator.score` gives it (same
         arguments, results and errors)."""
+        if isinstance(sources, str) and isinstance(targets, str):  # one pair: its score alone
+            return self.score([sources], [targets], tgt_lang, src_lang, first_line)[0]
         tgt_lang, src_lang, language = requested_languages(
             self.tokenizer, self.pairs, tgt_lang, src_lang
         )  # before any work
