@@ -653,6 +653,18 @@ def test_predict_stopped_by_ctrl_c_says_that_nothing_is_written(
     ) in err, err
 
 
+def test_predict_of_a_missing_file_names_the_setting_alone(tiny_run, monkeypatch, tmp_path, capsys):
+    """The file is checked before the checkpoint is read, and nothing had started, so no
+    "predict stopped" line comes before the error."""
+    monkeypatch.chdir(tiny_run)
+    missing, output = tmp_path / "nope.de", tmp_path / "output.en"
+    argv = _predict_argv(missing, tiny_run / "checkpoints/tiny/last.ckpt", output)
+    code, _, err = run_main(monkeypatch, capsys, *argv)
+    assert code != 0 and not output.exists()
+    assert not [line for line in err if "predict stopped" in line], err
+    assert f"data.predict_file {missing} does not exist; fix the path." in err[-1], err
+
+
 def test_predict_writes_one_line_per_input(tiny_run, monkeypatch, tmp_path):
     monkeypatch.chdir(tiny_run)
     source = tmp_path / "input.de"

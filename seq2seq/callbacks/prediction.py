@@ -42,11 +42,13 @@ class TranslationWriter(BasePredictionWriter):
 
     def on_predict_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         pl_module.n_best = self.n_best  # TranslationModule.n_best: what predict_step returns
+        self._started = True
 
     def on_exception(
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
     ) -> None:
-        if trainer.state.fn == "predict" and trainer.is_global_zero:  # Ctrl-C or an error
+        started = getattr(self, "_started", False)  # an error before: its message is enough
+        if trainer.state.fn == "predict" and trainer.is_global_zero and started:
             print(
                 f"seq2seq: predict stopped: nothing is written to {self.output_path}, which is "
                 "written whole once every line is translated",

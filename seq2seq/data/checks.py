@@ -119,12 +119,16 @@ def check_inputs(
         except FileNotFoundError:
             if not fetched(split):
                 raise
+    check_predict_file(predict_file, stage)
+
+
+def check_predict_file(predict_file: str | None, stage: str | None) -> None:
+    """Raises FileNotFoundError naming ``data.predict_file`` when it is set but names no file
+    (``fit`` reads it at the end, ``predict`` first: both check it before any work)."""
     if predict_file is not None and not Path(predict_file).is_file():
         what = "is not a file" if Path(predict_file).exists() else "does not exist"
-        raise FileNotFoundError(
-            f"data.predict_file {predict_file} {what}; fix the path or set "
-            "--data.predict_file null to train without it."
-        )
+        fix = " or set --data.predict_file null to train without it" if stage == "fit" else ""
+        raise FileNotFoundError(f"data.predict_file {predict_file} {what}; fix the path{fix}.")
 
 
 def _read_through(corpus: CorpusSplit) -> None:

@@ -17,7 +17,12 @@ from lightning.pytorch.utilities.warnings import PossibleUserWarning
 from torch.utils.data import DataLoader
 
 from seq2seq.data.batching import TokenBudgetBatchSampler, collate, split_costs, split_over_budget
-from seq2seq.data.checks import check_inputs, check_model_fits, check_settings
+from seq2seq.data.checks import (
+    check_inputs,
+    check_model_fits,
+    check_predict_file,
+    check_settings,
+)
 from seq2seq.data.corpus import CorpusSplit
 from seq2seq.data.dataset import Lengths, TokenizedDataset, heldout_set, predict_set, training_set
 from seq2seq.data.pairs import (
@@ -299,6 +304,8 @@ class TranslationDataModule(PairsMixin, L.LightningDataModule):
         """
         trainer = getattr(self, "trainer", None)
         stage = str(trainer.state.fn.value) if trainer is not None and trainer.state.fn else None
+        if stage == "predict":
+            check_predict_file(self.predict_file, stage)
         if stage == "predict" and self.tokenizer is not None:
             return  # only the predict file is read, in setup()
         training = stage in ("fit", None) or self.tokenizer is None
