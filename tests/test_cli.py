@@ -1672,7 +1672,7 @@ def test_best_of_a_run_stopped_before_its_first_validation_points_to_last(tiny_r
     assert resolve_ckpt_path("last", [tmp_path / "run"]) == tmp_path / "run" / "last.ckpt"
 
 
-def test_best_or_last_in_a_mistyped_folder_names_the_folder_alike(tmp_path):
+def test_best_or_last_in_a_mistyped_folder_names_the_folder_alike(tmp_path, monkeypatch):
     """A checkpoint folder that does not exist is said to, with the folders beside it spelt
     alike; an existing one without checkpoints is named alone."""
     (tmp_path / "checkpoints" / "en_de").mkdir(parents=True)
@@ -1685,6 +1685,13 @@ def test_best_or_last_in_a_mistyped_folder_names_the_folder_alike(tmp_path):
         f"{tmp_path / 'checkpoints' / 'en_de'}?), {empty}; run `seq2seq fit` with the same "
         "config first, or pass the path of a .ckpt file"
     )
+    # A relative folder (a config's dirpath) is read from where the command runs.
+    monkeypatch.chdir(empty)
+    with pytest.raises(
+        FileNotFoundError,
+        match=rf"checkpoints/en_de \(no such folder under {empty}, where the command runs\)",
+    ):
+        resolve_ckpt_path("best", [Path("checkpoints/en_de")])
 
 
 def test_fit_prints_no_lightning_advertisement_or_internal_deprecation(

@@ -217,11 +217,14 @@ def resolve_ckpt_path(
 
 
 def _folder_text(folder: Path) -> str:
-    """``folder``, with ``(no such folder; did you mean X?)`` where it does not exist."""
+    """``folder``, with ``(no such folder; did you mean X?)`` where it does not exist, and
+    the folder a relative path is read from (a config's ``dirpath`` is relative to the folder
+    the command runs in, not to the config)."""
     if folder.is_dir():
         return str(folder)
     alike = " or ".join(folders_alike(folder))
-    return f"{folder} (no such folder{f'; did you mean {alike}?' if alike else ''})"
+    here = "" if folder.is_absolute() else f" under {Path.cwd()}, where the command runs"
+    return f"{folder} (no such folder{here}{f'; did you mean {alike}?' if alike else ''})"
 
 
 #: Checkpoint entries for resuming a run, which an average leaves out.
