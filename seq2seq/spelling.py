@@ -46,8 +46,16 @@ ELSEWHERE: dict[str, tuple[str, ...]] = {
     "logging_steps": ("--trainer.log_every_n_steps",),
     "resume_from_checkpoint": ("--ckpt_path last",),
     "label_smoothing_factor": ("--model.label_smoothing",),
-    "max_new_tokens": ("--model.decoding.max_len_b", "--max_len_b"),
-    "generation_max_length": ("--model.decoding.max_len_b", "--max_len_b"),
+    # a fixed limit: no part of it in proportion to the source
+    "max_new_tokens": (
+        "--model.decoding.max_len_a 0 --model.decoding.max_len_b N",
+        "--max_len_a 0 --max_len_b N",
+    ),
+    "generation_max_length": (
+        "--model.decoding.max_len_a 0 --model.decoding.max_len_b N",
+        "--max_len_a 0 --max_len_b N",
+    ),
+    "num_return_sequences": ("--n_best", "--prediction_writer.n_best"),
     "max_source_length": ("--data.max_positions",),
     "source_lang": ("--data.src_lang", "--src_lang"),
     "target_lang": ("--data.tgt_lang", "--tgt_lang"),

@@ -131,7 +131,14 @@ def test_mistyped_option_is_reported_briefly_with_the_closest_option(monkeypatch
         ("test", "--beam", "--model.decoding.beam_size"),
         ("translate", "--lenpen", "--length_penalty"),
         ("translate", "--num_beams", "--beam_size"),
-        ("translate", "--max_new_tokens", "--max_len_b"),
+        ("translate", "--max_new_tokens", "--max_len_a 0 --max_len_b N"),
+        (
+            "test",
+            "--generation_max_length",
+            "--model.decoding.max_len_a 0 --model.decoding.max_len_b N",
+        ),
+        ("translate", "--num_return_sequences", "--n_best"),
+        ("predict", "--num_return_sequences", "--prediction_writer.n_best"),
         ("fit", "--per_device_train_batch_size", "--data.max_tokens"),
         ("fit", "--early_stopping_patience", "--patience"),
         ("fit", "--eval_steps", "--trainer.val_check_interval"),
@@ -1041,6 +1048,10 @@ def test_bad_checkpoints_are_refused_before_any_data_is_read(
     hf = tmp_path / "opus-mt-de-en"  # a Hugging Face folder, not imported
     hf.mkdir()
     (hf / "config.json").write_text("{}")
+    ct2 = tmp_path / "ct2"  # a CTranslate2 export's files
+    ct2.mkdir()
+    (ct2 / "config.json").write_text("{}")
+    (ct2 / "model.bin").write_bytes(b"")
     cases = [
         (["test", *config, "--ckpt_path", "nope.ckpt"], "checkpoint not found: nope.ckpt"),
         (["test", *config, "--ckpt_path", "bset"], "not found: bset (did you mean best?)"),
@@ -1051,6 +1062,10 @@ def test_bad_checkpoints_are_refused_before_any_data_is_read(
             "a Hugging Face folder becomes one with seq2seq",
         ),
         (["fit", *config, "--ckpt_path", str(averaged)], "holds model weights only"),
+        (
+            ["test", *config, "--ckpt_path", str(ct2)],
+            "holds a CTranslate2 model, which seq2seq translate and score read",
+        ),
     ]
     for argv, expected in cases:
         monkeypatch.setattr("sys.argv", ["seq2seq", *argv])

@@ -84,7 +84,12 @@ def load_checkpoint(
     path = Path(path)
     if path.is_dir():
         hint = ""
-        if (path / "config.json").is_file():
+        if (path / "model.bin").is_file():  # CTranslate2's weights
+            hint = (
+                "; it holds a CTranslate2 model, which seq2seq translate and score read: give "
+                "the checkpoint it was exported from"
+            )
+        elif (path / "config.json").is_file():
             hint = "; a Hugging Face folder becomes one with seq2seq import --input FOLDER"
         raise IsADirectoryError(f"{path} is a folder, not a checkpoint file (.ckpt){hint}")
     if not path.is_file():

@@ -59,6 +59,7 @@ def write_parts(
             "(standard output takes each part as it is done)"
         )
         if isinstance(stop, ValueError):
-            raise ValueError(f"{stop} {kept[0].upper()}{kept[1:]}.") from stop
+            end = "" if str(stop).endswith((".", "?", "!")) else "."
+            raise ValueError(f"{stop}{end} {kept[0].upper()}{kept[1:]}.") from stop
         print(f"seq2seq: {command} stopped: {kept}", file=sys.stderr)
         raise

@@ -86,7 +86,8 @@ def translate(argv: Sequence[str]) -> None:
     ``--n_samples N > 1`` writes N ``index<TAB>score<TAB>text`` rows per line, as ``--n_best``.
     ``--prefix_file`` forces the start of each translation. The input is translated
     ``--buffer_size`` lines at a time (sorted by length within them into batches of
-    ``--max_tokens``), each part written once translated. A model trained into several
+    ``--max_tokens``), each part written to standard output once translated (an ``--output``
+    file is written whole at the end). A model trained into several
     target languages (``data.pairs``) needs ``--tgt_lang``; ``--src_lang`` outside its trained
     pairs translates zero-shot, with a warning.
     Several checkpoints decode as an ensemble: each step takes the mean of the
