@@ -29,7 +29,12 @@ from typing import Any, overload
 
 import torch
 
-from seq2seq.checkpoint.models import CheckpointModel, check_ensemble_paths, load_model
+from seq2seq.checkpoint.models import (
+    CheckpointModel,
+    check_ensemble_paths,
+    check_ensemble_weights,
+    load_model,
+)
 from seq2seq.data.tokenizer import check_sentences, source_ids
 from seq2seq.machine import emulated_bfloat16
 from seq2seq.nn import DecodingConfig, Ensemble, fast
@@ -170,7 +175,8 @@ class Translator:
             ``IncompatibleCheckpointsError`` naming both files of an ensemble): as their names
             say. ValueError: naming the setting, for one that is unknown, out of range or
             another architecture than the checkpoint's; naming the file, for one without
-            tokenizer or model configuration, a file named twice or a folder in an ensemble.
+            tokenizer or model configuration, a file named twice or a folder in an ensemble
+            (two files of the same weights: ``IncompatibleCheckpointsError``).
         """
         paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
         if not paths:
@@ -198,6 +204,7 @@ class Translator:
         first = loaded[0]
         sampling_rules(given, sampling=first.decoding.sampling)  # a beam for one that samples
         if len(loaded) > 1:  # the first checkpoint's tokenizer and decoding settings
+            check_ensemble_weights(paths, loaded)
             first = CheckpointModel(
                 Ensemble([m.model for m in loaded]), first.tokenizer, first.decoding, first.pairs
             )

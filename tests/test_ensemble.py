@@ -270,7 +270,8 @@ def _save(path, module, tokenizer, pair=("de", "en")):
 
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory, train_spm):
-    """Checkpoints of untrained models: ``a`` and ``a_copy`` (the same weights, beam 3), ``b``
+    """Checkpoints of untrained models: ``a`` and ``a_copy`` (the same weights, beam 3: an
+    ensemble refuses them), ``b``
     (another architecture, beam 2), ``other_spm`` (a SentencePiece model of the same size from
     other text) and ``en_de`` (the other direction)."""
     from seq2seq.data.tokenizer import Tokenizer
@@ -292,8 +293,15 @@ def checkpoints(tmp_path_factory, train_spm):
 
 
 def test_translator_of_several_checkpoints_decodes_their_ensemble(checkpoints):
+    from seq2seq.checkpoint.models import CheckpointModel
+
     single = Translator.from_checkpoint(checkpoints["a"], device="cpu")
-    twice = Translator.from_checkpoint([checkpoints["a"], checkpoints["a_copy"]], device="cpu")
+    with pytest.raises(IncompatibleCheckpointsError, match="a_copy.ckpt holds the same weights"):
+        Translator.from_checkpoint([checkpoints["a"], checkpoints["a_copy"]])  # weighs double
+    # An ensemble of one model twice (built directly) decodes as that model.
+    one = single.module
+    twice = Translator(CheckpointModel(Ensemble([one.model, one.model]), one.tokenizer,
+                                       one.decoding, one.pairs), device="cpu")  # fmt: skip
     assert isinstance(twice.model, Ensemble) and len(twice.model.models) == 2
     assert isinstance(Translator.from_checkpoint([checkpoints["a"]]).model, Transformer)
     for beam in (1, 3):
@@ -351,6 +359,7 @@ def test_translate_command_decodes_an_ensemble_and_refuses_bad_ensembles(
         ([a, str(checkpoints["other_spm"])], ["different SentencePiece models", a]),
         ([a, str(checkpoints["en_de"])], ["other directions", a]),
         ([a, a], [f"{a} is named twice in the ensemble"]),
+        ([a, str(checkpoints["a_copy"])], ["holds the same weights as", "weigh them double"]),
         ([a, str(link)], [f"{a} and {link} are the same file"]),
         ([a, missing], [f"checkpoint not found: {missing}"]),
         ([a, str(tmp_path)], [f"{tmp_path} is a folder", "runs alone"]),

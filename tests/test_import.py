@@ -535,6 +535,11 @@ def test_imported_nllb_translates_into_a_chosen_language_here_and_through_ctrans
     assert len(drawn) == 3
     twin = tmp_path / "twin.ckpt"
     import_folder(folder, twin, src_lang="deu_Latn", tgt_lang="eng_Latn")
+    checkpoint = torch.load(twin, weights_only=False)  # weights a hair apart: an ensemble
+    for value in checkpoint["state_dict"].values():  # refuses two files of the same weights
+        if value.is_floating_point():
+            value.mul_(1 + 1e-6)
+    torch.save(checkpoint, twin)
     pair = Translator.from_checkpoint([ckpt, twin], device="cpu")
     from seq2seq.export.huggingface import export_huggingface
 

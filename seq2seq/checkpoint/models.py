@@ -21,9 +21,11 @@ from seq2seq.checkpoint.format import (
     differing_settings,
     language_pairs,
     model_config,
+    tensors_digest,
     tokenizer_blob,
 )
 from seq2seq.checkpoint.load import (
+    IncompatibleCheckpointsError,
     check_model_checkpoint,
     check_same_vocabulary,
     load_checkpoint,
@@ -94,6 +96,25 @@ class CheckpointModel:
         """
         config = apply_overrides(self.decoding, {"beam_size": beam_size, **decoding})
         return decode_batch(self.model, self.tokenizer, batch, config, n_best)
+
+
+def check_ensemble_weights(paths: Sequence[str | Path], models: Sequence[CheckpointModel]) -> None:
+    """Refuse two checkpoints of an ensemble that hold the same weights (``last.ckpt`` beside
+    the checkpoint of its step), as :func:`~seq2seq.checkpoint.load.average_checkpoints` does.
+
+    Raises:
+        IncompatibleCheckpointsError: naming both files.
+    """
+    seen: dict[str, str | Path] = {}
+    for path, loaded in zip(paths, models, strict=True):
+        state = loaded.model.state_dict()
+        digest = tensors_digest(sorted((k, v) for k, v in state.items() if v.is_floating_point()))
+        if digest in seen:
+            raise IncompatibleCheckpointsError(
+                f"{path} holds the same weights as {seen[digest]}: the ensemble would weigh "
+                "them double; leave one out"
+            )
+        seen[digest] = path
 
 
 def check_ensemble_paths(paths: Sequence[str | Path]) -> None:

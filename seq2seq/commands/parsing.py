@@ -172,7 +172,7 @@ def ensemble_translator(
     """The :class:`~seq2seq.translator.Translator` of several ``--ckpt_path`` checkpoints (an
     ensemble), each refusal a usage error naming the files: a missing file, a folder (an
     exported CTranslate2 model runs alone), a file named twice, checkpoints with other
-    SentencePiece models or language pairs."""
+    SentencePiece models or language pairs, two files of the same weights."""
     from seq2seq.checkpoint import IncompatibleCheckpointsError
     from seq2seq.checkpoint.models import check_ensemble_paths
     from seq2seq.translator import Translator
