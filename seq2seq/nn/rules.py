@@ -327,7 +327,9 @@ class StepRules:
         self.min_len = config.min_len
         self.ngram = config.no_repeat_ngram_size
         self.penalty = float(config.repetition_penalty)
-        self.longest = 0
+        self.longest = 0  # the longest prefix; (B, longest) ids and (B,) lengths of them:
+        self.prefix_tokens: Tensor | None = None
+        self.prefix_lengths: Tensor | None = None
         if prefix is None:
             return
         if len(prefix) != n:
@@ -347,15 +349,15 @@ class StepRules:
                     f"{model.max_positions - 1} fit with the EOS after them"
                 )
         self.longest = max((len(ids) for ids in prefix), default=0)
-        self.tokens = torch.full((n, max(self.longest, 1)), model.pad_id, dtype=torch.long)
+        tokens = torch.full((n, max(self.longest, 1)), model.pad_id, dtype=torch.long)
         for i, ids in enumerate(prefix):
-            self.tokens[i, : len(ids)] = torch.as_tensor(ids, dtype=torch.long)
-        self.tokens = self.tokens.to(device)
-        self.lengths = torch.tensor([len(ids) for ids in prefix], device=device)
+            tokens[i, : len(ids)] = torch.as_tensor(ids, dtype=torch.long)
+        self.prefix_tokens = tokens.to(device)
+        self.prefix_lengths = torch.tensor([len(ids) for ids in prefix], device=device)
 
     def max_lengths(self, max_len: Tensor) -> Tensor:
         """``(B,)`` maximum lengths raised to at least ``len(prefix) + 1``."""
-        return torch.maximum(max_len, self.lengths + 1) if self.longest else max_len
+        return torch.maximum(max_len, self.prefix_lengths + 1) if self.longest else max_len
 
     @property
     def needs_history(self) -> bool:
@@ -408,8 +410,8 @@ class StepRules:
         ``scores`` ``(N, V)``."""
         forcing = step < self.longest
         if forcing:
-            forced = (self.lengths[sentence] > step).unsqueeze(1)
-            token = self.tokens[sentence, step].unsqueeze(1)
+            forced = (self.prefix_lengths[sentence] > step).unsqueeze(1)
+            token = self.prefix_tokens[sentence, step].unsqueeze(1)
             value = scores.gather(1, token)  # before the bans: the prefix wins
             if step < self.unscored:  # chosen by the caller, not the model: not scored
                 value = torch.zeros_like(value)
