@@ -157,11 +157,10 @@ class Translator:
         log-probabilities, as ``fairseq-generate --path a.pt:b.pt``).
 
         Args:
-            path: a checkpoint of ``seq2seq fit`` or ``average``; a folder of ``seq2seq export
-                --format ctranslate2`` (then a
-                :class:`~seq2seq.export.ctranslate2.CTranslate2Translator` is returned); or a
-                list of checkpoint files, which may differ in architecture but must carry the
-                same SentencePiece model (byte for byte) and language pair.
+            path: a checkpoint of ``seq2seq fit`` or ``average``; a ``seq2seq export --format
+                ctranslate2`` folder (a :class:`~seq2seq.export.ctranslate2.CTranslate2Translator`
+                is returned); or a list of checkpoint files, which may differ in architecture
+                but must carry the same SentencePiece model (byte for byte) and language pair.
             device: ``None`` picks CUDA when available, else CPU.
             max_tokens: padded source tokens per batch.
             dtype: ``"float32"`` or ``"bfloat16"``, as for :class:`Translator`; a

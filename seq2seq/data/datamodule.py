@@ -17,12 +17,7 @@ from lightning.pytorch.utilities.warnings import PossibleUserWarning
 from torch.utils.data import DataLoader
 
 from seq2seq.data.batching import TokenBudgetBatchSampler, collate, split_costs, split_over_budget
-from seq2seq.data.checks import (
-    check_inputs,
-    check_model_fits,
-    check_predict_file,
-    check_settings,
-)
+from seq2seq.data.checks import check_inputs, check_model_fits, check_predict_file, check_settings
 from seq2seq.data.corpus import CorpusSplit
 from seq2seq.data.dataset import Lengths, TokenizedDataset, heldout_set, predict_set, training_set
 from seq2seq.data.pairs import (
@@ -287,13 +282,10 @@ class TranslationDataModule(PairsMixin, L.LightningDataModule):
     # ------------------------------------------------------------------ Lightning hooks
     def prepare_data(self) -> None:
         """Downloads missing Multi30k files, trains SentencePiece, tokenises every split of
-        every pair.
-
-        Held-out splits whose files are absent are skipped, except those the trainer's stage
-        reads (the validation split for ``fit`` and ``validate``, the test sets for ``test``)
-        and, for ``fit``, the test sets and predict file of
-        :func:`~seq2seq.data.checks.check_inputs`: these are reported here, before
-        SentencePiece is trained or any split tokenised.
+        every pair. Missing inputs are reported first, before any long work: the splits the
+        stage reads (validation for ``fit``/``validate``, test sets for ``test``), for ``fit``
+        also the test sets and predict file (:func:`~seq2seq.data.checks.check_inputs`), for
+        ``predict`` the predict file; other held-out splits without files are skipped.
 
         Raises:
             FileNotFoundError: If the training split or an input the stage needs is missing.
@@ -306,8 +298,8 @@ class TranslationDataModule(PairsMixin, L.LightningDataModule):
         stage = str(trainer.state.fn.value) if trainer is not None and trainer.state.fn else None
         if stage == "predict":
             check_predict_file(self.predict_file, stage)
-        if stage == "predict" and self.tokenizer is not None:
-            return  # only the predict file is read, in setup()
+            if self.tokenizer is not None:
+                return  # only the predict file is read, in setup()
         training = stage in ("fit", None) or self.tokenizer is None
         if self.tokenizer is None and self.tokenizer_path is None:  # this one trains it
             check_model_fits(getattr(trainer, "lightning_module", None), self.vocab_size,
