@@ -278,7 +278,7 @@ def average_checkpoints(paths: Sequence[str | Path], output: str | Path) -> Path
         if i > 0:
             _check_same_model(paths[0], first, path, last)
         origin = _check_same_origin(origin, path, last)
-        digest = _weights_digest(state)
+        digest = weights_digest(state)
         # A path named twice is the caller's choice (it weighs double); another file of the
         # same weights, such as last.ckpt beside the checkpoint of its step, is not.
         step = last.get("global_step", "?")
@@ -336,7 +336,7 @@ def average_checkpoints(paths: Sequence[str | Path], output: str | Path) -> Path
     return output
 
 
-def _weights_digest(state: dict[str, torch.Tensor]) -> str:
+def weights_digest(state: dict[str, torch.Tensor]) -> str:
     """:func:`~seq2seq.checkpoint.format.tensors_digest` of a ``state_dict``'s floating-point
     tensors, by name."""
     floating = {k: v for k, v in state.items() if torch.is_tensor(v) and v.is_floating_point()}

@@ -21,7 +21,6 @@ from seq2seq.checkpoint.format import (
     differing_settings,
     language_pairs,
     model_config,
-    tensors_digest,
     tokenizer_blob,
 )
 from seq2seq.checkpoint.load import (
@@ -30,6 +29,7 @@ from seq2seq.checkpoint.load import (
     check_same_vocabulary,
     load_checkpoint,
     missing_checkpoint,
+    weights_digest,
 )
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.data.vocabulary import tokenizer_from_bytes
@@ -107,8 +107,7 @@ def check_ensemble_weights(paths: Sequence[str | Path], models: Sequence[Checkpo
     """
     seen: dict[str, str | Path] = {}
     for path, loaded in zip(paths, models, strict=True):
-        state = loaded.model.state_dict()
-        digest = tensors_digest(sorted((k, v) for k, v in state.items() if v.is_floating_point()))
+        digest = weights_digest(loaded.model.state_dict())
         if digest in seen:
             raise IncompatibleCheckpointsError(
                 f"{path} holds the same weights as {seen[digest]}: the ensemble would weigh "
